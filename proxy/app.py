@@ -1,0 +1,143 @@
+"""Startup wiring: the one place that knows every part of the gateway.
+
+`Gateway` owns the long-lived parts (upstream clients, store, recorder, metrics, tracer) and exposes
+an ASGI app. The proxied endpoints are served by raw ASGI (`ProxyHandler`) for speed; everything else
+(/v1/models, health, metrics, admin) goes through a FastAPI app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from opentelemetry.sdk.trace import TracerProvider
+
+from proxy.asgi import Receive, Scope, Send
+from proxy.config import MirrorgateConfig
+from proxy.endpoints import ENDPOINTS
+from proxy.exchange import ProxyHandler, RecordSink
+from proxy.metrics import GatewayMetrics
+from proxy.recorder import Recorder
+from proxy.routing import RouteTable
+from proxy.store import Store
+from proxy.tracing import ExchangeTracer, build_tracer_provider
+from proxy.upstream import UpstreamClient, shared_ssl_context
+
+log = logging.getLogger("mirrorgate")
+
+
+class Gateway:
+    """A configured gateway. Call `app` from an ASGI server; `lifespan` starts and drains it."""
+
+    def __init__(
+        self,
+        config: MirrorgateConfig,
+        *,
+        registry: CollectorRegistry | None = None,
+        env: Mapping[str, str] | None = None,
+        tracer_provider: TracerProvider | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.config = config
+        self.env = os.environ if env is None else env
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = GatewayMetrics(self.registry)
+        provider = tracer_provider or build_tracer_provider(config.telemetry, self.env)
+        self.tracer_provider = provider
+        self.tracer = ExchangeTracer(provider)
+        self.routes = RouteTable(config)
+        tls = shared_ssl_context()
+        self.clients = {
+            name: UpstreamClient(name, spec, self.env, transport, tls)
+            for name, spec in config.models.items()
+        }
+        self.store = Store(config.store.url)
+        self.recorder = Recorder.from_spec(self.store, config.store, registry=self.registry)
+        self.sinks: list[RecordSink] = [self.recorder.submit]
+        self.proxy = ProxyHandler(
+            config, self.routes, self.clients, self.metrics, self.tracer, self.sinks
+        )
+        self.api = self._build_api()
+        self.ready = False
+
+    # --- ASGI -------------------------------------------------------------------------------------
+
+    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = ENDPOINTS.get(scope["path"])
+            if endpoint is not None:
+                await self.proxy(scope, receive, send, endpoint)
+                return
+        await self.api(scope, receive, send)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _app: Any = None) -> AsyncIterator[None]:
+        await asyncio.to_thread(self.store.migrate)
+        self.recorder.start()
+        self.ready = True
+        try:
+            yield
+        finally:
+            self.ready = False
+            await self.close()
+
+    async def close(self) -> None:
+        """Drain the recorder and close every client (SIGTERM lands here through uvicorn)."""
+        for client in self.clients.values():
+            await client.aclose()
+        await asyncio.to_thread(self.recorder.stop, self.config.server.drain_timeout_s)
+        await asyncio.to_thread(self.store.close)
+        if self.tracer_provider is not None:
+            self.tracer_provider.shutdown()
+
+    # --- everything but the proxied endpoints -----------------------------------------------------
+
+    def _build_api(self) -> FastAPI:
+        api = FastAPI(
+            title="mirrorgate", lifespan=self.lifespan, docs_url=None, redoc_url=None, openapi_url=None
+        )
+
+        @api.get("/v1/models")
+        async def models(request: Request) -> JSONResponse:
+            names = self.routes.names()
+            if request.headers.get("anthropic-version"):
+                data = [
+                    {"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"}
+                    for n in names
+                ]
+                return JSONResponse(
+                    {"data": data, "has_more": False,
+                     "first_id": names[0] if names else None, "last_id": names[-1] if names else None}
+                )  # fmt: skip
+            return JSONResponse(
+                {"object": "list",
+                 "data": [{"id": n, "object": "model", "created": 0, "owned_by": "mirrorgate"}
+                          for n in names]}
+            )  # fmt: skip
+
+        @api.get("/healthz")
+        async def healthz() -> JSONResponse:
+            return JSONResponse({"status": "ok"})
+
+        @api.get("/readyz")
+        async def readyz() -> JSONResponse:
+            store_ok = await asyncio.to_thread(self.store.ping)
+            ok = self.ready and store_ok
+            return JSONResponse(
+                {"status": "ready" if ok else "not ready", "store": store_ok, "config": self.ready},
+                status_code=200 if ok else 503,
+            )
+
+        @api.get("/metrics")
+        async def metrics() -> Response:
+            return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+        return api

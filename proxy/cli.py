@@ -1,0 +1,117 @@
+"""The `mirrorgate` command (DESIGN §3).
+
+Exit codes: 0 success, 1 a problem the user can fix (named on stderr), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from proxy.config import ConfigError, MirrorgateConfig, load_config
+
+
+def _config_path(value: str | None) -> str:
+    return value or os.environ.get("MIRRORGATE_CONFIG") or "mirrorgate.yaml"
+
+
+def _load(path: str) -> MirrorgateConfig | None:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        print(f"mirrorgate: {path}: {len(exc.problems)} problem(s)", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return None
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    path = args.file or _config_path(args.config)
+    cfg = _load(path)
+    if cfg is None:
+        return 1
+    print(
+        f"{path}: ok ({len(cfg.models)} models, {len(cfg.routes)} routes, {len(cfg.rules)} rules)"
+    )
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    path = _config_path(args.config)
+    cfg = _load(path)
+    if cfg is None:
+        return 1
+    server = cfg.server.model_copy(
+        update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    )
+    cfg = cfg.model_copy(update={"server": server})
+    from proxy.serve import run_gateway
+
+    return run_gateway(cfg)
+
+
+def cmd_mock_upstream(args: argparse.Namespace) -> int:
+    from proxy.mock_upstream.behavior import BehaviorError
+    from proxy.mock_upstream.server import serve
+
+    try:
+        serve(args.host, args.port, args.behavior)
+    except BehaviorError as exc:
+        print(f"mirrorgate: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from proxy.demo import run_demo
+
+    return run_demo(port=args.port, duration_s=args.duration)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mirrorgate",
+        description="Shadow, canary and roll back LLMs, prompts and policies on live traffic.",
+    )
+    parser.add_argument("--log-level", default=os.environ.get("MIRRORGATE_LOG_LEVEL", "info"))
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", help="config file (default: $MIRRORGATE_CONFIG, ./mirrorgate.yaml)")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.set_defaults(func=cmd_serve)
+
+    check = sub.add_parser("check-config", help="validate a config; exit 1 naming every problem")
+    check.add_argument("file", nargs="?")
+    check.add_argument("--config")
+    check.set_defaults(func=cmd_check_config)
+
+    mock = sub.add_parser("mock-upstream", help="run the built-in fake OpenAI/Anthropic model server")
+    mock.add_argument("--host", default="127.0.0.1")
+    mock.add_argument("--port", type=int, default=9999)
+    mock.add_argument("--behavior", help="behaviour file (docs/mock-upstream.md)")
+    mock.set_defaults(func=cmd_mock_upstream)
+
+    demo = sub.add_parser("demo", help="run a complete local scene with no setup")
+    demo.add_argument("--port", type=int, default=8080, help="gateway port (0: any free port)")
+    demo.add_argument("--duration", type=float, default=0.0, help="stop after N seconds (0: Ctrl-C)")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

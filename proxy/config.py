@@ -1,0 +1,495 @@
+"""Configuration: YAML in, frozen specs out, or every problem named by its key path.
+
+Loading runs in three passes, each collecting problems instead of stopping at the first:
+
+1. parse the YAML (duplicate keys are an error, not a silent overwrite);
+2. interpolate `${VAR}` / `${VAR:-default}` in every string, naming the key of a missing variable;
+3. validate into frozen pydantic specs, then check cross references (a route naming an undefined
+   model, a rule naming an undefined route) and environment variables the specs point at.
+
+`load_config` raises `ConfigError` carrying every `ConfigProblem`; nothing half-loads.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One thing wrong with a configuration, at a dotted key path (`routes.bot.primary`)."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path or '<root>'}: {self.message}"
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; `problems` names every reason."""
+
+    def __init__(self, problems: list[ConfigProblem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+class Spec(BaseModel):
+    """Base for every config section: frozen, and unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerSpec(Spec):
+    host: str = "127.0.0.1"
+    """Address to listen on. Anything but loopback requires the admin token to be set."""
+    port: int = Field(8080, ge=0, le=65535)
+    max_body_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    """Largest request body accepted; larger bodies get 413 before they are read."""
+    admin_token_env: str = "MIRRORGATE_ADMIN_TOKEN"
+    """Environment variable holding the bearer token for /admin and /hooks."""
+    drain_timeout_s: float = Field(10.0, gt=0)
+    """On SIGTERM: how long to wait for in-flight requests and the recorder queue."""
+
+
+class StoreSpec(Spec):
+    url: str = "sqlite:///mirrorgate.db"
+    """SQLAlchemy URL: `sqlite:///path.db` or `postgresql+psycopg://user@host/db`."""
+    bodies: Literal["full", "redacted", "none"] = "redacted"
+    """Keep request/response bodies as they are, with secrets and e-mail addresses masked, or not at all."""
+    retention_days: int = Field(14, ge=1)
+    """Records older than this are deleted (checked hourly and at start)."""
+    queue_size: int = Field(50_000, ge=100)
+    """Records waiting to be written; beyond it records are dropped and counted."""
+    batch_size: int = Field(500, ge=1)
+    flush_interval_ms: int = Field(200, ge=10, le=200)
+
+    @field_validator("url")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        if not value.startswith(("sqlite://", "postgresql")):
+            raise ValueError("must be a sqlite:/// or postgresql+psycopg:// URL")
+        return value
+
+
+class PriceSpec(Spec):
+    """USD per million tokens."""
+
+    input_per_mtok: float = Field(0.0, ge=0)
+    output_per_mtok: float = Field(0.0, ge=0)
+    cached_input_per_mtok: float | None = Field(None, ge=0)
+    """Defaults to the input price."""
+    cache_write_per_mtok: float | None = Field(None, ge=0)
+    """Anthropic prompt-cache writes; defaults to the input price."""
+    reasoning_per_mtok: float | None = Field(None, ge=0)
+    """Only for providers that bill reasoning apart from output; defaults to the output price."""
+
+
+class ModelSpec(Spec):
+    provider: Literal["openai", "anthropic"]
+    """Wire format spoken upstream."""
+    base_url: str
+    """As the provider's SDK takes it: OpenAI-style ends in /v1; Anthropic-style is the bare host."""
+    model: str = Field(min_length=1)
+    """Model name sent upstream."""
+    api_key_env: str | None = None
+    """Variable holding the upstream key. Unset: the client's own credentials are passed through."""
+    timeout_s: float = Field(60.0, gt=0)
+    """Longest wait for the response headers and between two chunks of a stream."""
+    connect_timeout_s: float = Field(5.0, gt=0)
+    max_connections: int = Field(256, ge=1)
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Extra headers sent upstream on every call (e.g. an organisation id)."""
+    price: PriceSpec = Field(default_factory=PriceSpec)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+
+class ShadowSpec(Spec):
+    model: str
+    sample: float = Field(1.0, ge=0, le=1)
+    """Share of the route's requests mirrored to this candidate."""
+    max_concurrency: int = Field(8, ge=1)
+    max_usd_per_hour: float | None = Field(None, gt=0)
+    timeout_s: float | None = Field(None, gt=0)
+
+
+class AnalysisSpec(Spec):
+    min_samples: int = Field(50, ge=1)
+    interval_s: float = Field(10.0, gt=0)
+    failure_limit: int = Field(2, ge=1)
+    metrics: list[Any] = Field(default_factory=list)
+
+
+_STICKY = re.compile(r"^(none|header:[A-Za-z0-9-]+|body:[A-Za-z0-9_.]+)$")
+
+
+class CanarySpec(Spec):
+    model: str
+    steps: list[Annotated[int, Field(ge=1, le=100)]] = Field(default_factory=lambda: [1, 5, 25, 50, 100])
+    step_interval_s: float = Field(60.0, gt=0)
+    sticky: str = "none"
+    """`header:<name>`, `body:<field>` or `none`."""
+    analysis: AnalysisSpec = Field(default_factory=AnalysisSpec)
+
+    @field_validator("sticky")
+    @classmethod
+    def _sticky_form(cls, value: str) -> str:
+        if not _STICKY.match(value):
+            raise ValueError("must be 'none', 'header:<name>' or 'body:<field>'")
+        return value
+
+    @field_validator("steps")
+    @classmethod
+    def _ascending(cls, value: list[int]) -> list[int]:
+        if not value or any(b <= a for a, b in zip(value, value[1:], strict=False)):
+            raise ValueError("must be a non-empty list of strictly increasing percentages")
+        return value
+
+
+class RouteSpec(Spec):
+    primary: str
+    fallback: str | None = None
+    """Model used when the primary fails before any byte was sent, and after a rollback."""
+    shadows: list[ShadowSpec] = Field(default_factory=list)
+    noise_sample: float = Field(0.0, ge=0, le=1)
+    canary: CanarySpec | None = None
+
+
+CheckType = Literal[
+    "json", "json_schema", "json_path", "regex", "not_regex", "contains", "not_contains",
+    "max_chars", "refusal", "tool_call",
+]  # fmt: skip
+
+
+class CheckSpec(Spec):
+    name: str = Field(pattern=_NAME)
+    type: CheckType
+    pattern: str | None = None
+    path: str | None = None
+    equals: Any = None
+    in_: list[Any] | None = Field(None, alias="in")
+    min: float | None = None
+    max: float | None = None
+    regex: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    value: str | None = None
+    phrases: list[str] | None = None
+    tool: str | None = None
+    arguments_schema: dict[str, Any] | None = None
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _fields_for_type(self) -> CheckSpec:
+        need: dict[str, tuple[str, ...]] = {
+            "regex": ("pattern",), "not_regex": ("pattern",), "json_path": ("path",),
+            "json_schema": ("schema_",), "contains": ("value",), "not_contains": ("value",),
+            "max_chars": ("max",), "tool_call": ("tool",),
+        }  # fmt: skip
+        for attr in need.get(self.type, ()):
+            if getattr(self, attr) is None:
+                raise ValueError(f"a {self.type} check needs '{attr.rstrip('_')}'")
+        if self.type == "json_path" and all(
+            getattr(self, a) is None for a in ("equals", "in_", "min", "max", "regex")
+        ):
+            raise ValueError("a json_path check needs one of equals, in, min, max, regex")
+        for attr in ("pattern", "regex"):
+            source = getattr(self, attr)
+            if source is not None:
+                try:
+                    re.compile(source)
+                except re.error as exc:
+                    raise ValueError(f"'{attr}' is not a valid regular expression: {exc}") from exc
+        return self
+
+
+class RuleVersionSpec(Spec):
+    match_prompt: str | None = None
+    """Regex against the system prompt that identifies this version when no header says so."""
+    checks: list[CheckSpec] = Field(default_factory=list)
+
+    @field_validator("match_prompt")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return value
+
+
+class RuleSpec(Spec):
+    routes: list[str] = Field(min_length=1)
+    version: str = "fingerprint"
+    """`header:<name>`, or `fingerprint` of the normalised system prompt (the default)."""
+    checks: list[CheckSpec] = Field(default_factory=list)
+    versions: dict[str, RuleVersionSpec] = Field(default_factory=dict)
+
+    @field_validator("version")
+    @classmethod
+    def _version_source(cls, value: str) -> str:
+        if not re.match(r"^(fingerprint|header:[A-Za-z0-9-]+)$", value):
+            raise ValueError("must be 'fingerprint' or 'header:<name>'")
+        return value
+
+
+class AlertSinkSpec(Spec):
+    type: Literal["webhook", "slack", "alertmanager"]
+    url: str
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+class AlertsSpec(Spec):
+    sinks: list[AlertSinkSpec] = Field(default_factory=list)
+
+
+class TelemetrySpec(Spec):
+    otlp_endpoint: str | None = None
+    """OTLP/HTTP traces endpoint (e.g. http://127.0.0.1:4318/v1/traces). Falls back to the standard
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT variables; none: no tracing."""
+    service_name: str = "mirrorgate"
+
+
+class MirrorgateConfig(Spec):
+    server: ServerSpec = Field(default_factory=ServerSpec)  # type: ignore[arg-type]
+    store: StoreSpec = Field(default_factory=StoreSpec)  # type: ignore[arg-type]
+    models: dict[Annotated[str, Field(pattern=_NAME)], ModelSpec] = Field(min_length=1)
+    routes: dict[Annotated[str, Field(pattern=_NAME)], RouteSpec] = Field(min_length=1)
+    rules: dict[Annotated[str, Field(pattern=_NAME)], RuleSpec] = Field(default_factory=dict)
+    alerts: AlertsSpec = Field(default_factory=AlertsSpec)
+    telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+
+MAX_NODES = 200_000
+"""A document that would expand past this many YAML nodes (an alias bomb) is refused."""
+
+
+def _scan(node: yaml.Node, problems: list[ConfigProblem]) -> int:
+    """Report duplicate keys by path; return how many nodes the document expands to."""
+    sizes: dict[int, int] = {}
+
+    def walk(node: yaml.Node, path: tuple[str | int, ...]) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known  # an alias: counted again, but scanned once
+        size = 1
+        if isinstance(node, yaml.MappingNode):
+            seen: set[str] = set()
+            for key_node, value_node in node.value:
+                key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
+                if key in seen:
+                    problems.append(
+                        ConfigProblem(
+                            _join(path),
+                            f"duplicate key '{key}' (line {key_node.start_mark.line + 1})",
+                        )
+                    )
+                seen.add(key)
+                size += walk(value_node, (*path, key))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                size += walk(item, (*path, i))
+        sizes[id(node)] = size
+        return size
+
+    return walk(node, ())
+
+
+def _join(path: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _interpolate(
+    node: Any, env: Mapping[str, str], path: tuple[str | int, ...], problems: list[ConfigProblem]
+) -> Any:
+    if isinstance(node, dict):
+        return {k: _interpolate(v, env, (*path, str(k)), problems) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_interpolate(v, env, (*path, i), problems) for i, v in enumerate(node)]
+    if isinstance(node, str) and "${" in node:
+
+        def replace(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            problems.append(ConfigProblem(_join(path), f"environment variable {name} is not set"))
+            return ""
+
+        return _ENV_REF.sub(replace, node)
+    return node
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _cross_check(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigProblem]:
+    problems: list[ConfigProblem] = []
+
+    def need_model(path: str, name: str | None) -> None:
+        if name is not None and name not in cfg.models:
+            problems.append(ConfigProblem(path, f"model '{name}' is not defined under models"))
+
+    for rname, route in cfg.routes.items():
+        base = f"routes.{rname}"
+        need_model(f"{base}.primary", route.primary)
+        need_model(f"{base}.fallback", route.fallback)
+        seen: set[str] = set()
+        for i, shadow in enumerate(route.shadows):
+            need_model(f"{base}.shadows[{i}].model", shadow.model)
+            if shadow.model in seen:
+                problems.append(
+                    ConfigProblem(f"{base}.shadows[{i}].model", f"'{shadow.model}' is shadowed twice")
+                )
+            seen.add(shadow.model)
+        if route.canary is not None:
+            need_model(f"{base}.canary.model", route.canary.model)
+            if route.canary.model == route.primary:
+                problems.append(
+                    ConfigProblem(f"{base}.canary.model", "the canary cannot be the primary itself")
+                )
+        if route.fallback is not None and route.fallback in cfg.models and route.primary in cfg.models:
+            if cfg.models[route.fallback].provider != cfg.models[route.primary].provider:
+                problems.append(
+                    ConfigProblem(
+                        f"{base}.fallback",
+                        "the fallback must speak the primary's wire format "
+                        f"({cfg.models[route.primary].provider})",
+                    )
+                )
+    for rule_name, rule in cfg.rules.items():
+        for i, route_name in enumerate(rule.routes):
+            if route_name not in cfg.routes:
+                problems.append(
+                    ConfigProblem(
+                        f"rules.{rule_name}.routes[{i}]", f"route '{route_name}' is not defined"
+                    )
+                )
+        _check_names(f"rules.{rule_name}.checks", rule.checks, problems)
+        for vname, version in rule.versions.items():
+            _check_names(f"rules.{rule_name}.versions.{vname}.checks", version.checks, problems)
+    if not _is_loopback(cfg.server.host) and not env.get(cfg.server.admin_token_env):
+        problems.append(
+            ConfigProblem(
+                "server.admin_token_env",
+                f"{cfg.server.admin_token_env} must be set when listening on {cfg.server.host} "
+                "(the admin API is only open without a token on loopback)",
+            )
+        )
+    return problems
+
+
+def _check_key_env(raw: dict[str, Any], env: Mapping[str, str], problems: list[ConfigProblem]) -> None:
+    """Name every model key variable that is not set (before validation, so all are reported)."""
+    models = raw.get("models")
+    for name, model in (models.items() if isinstance(models, dict) else ()):
+        var = model.get("api_key_env") if isinstance(model, dict) else None
+        if isinstance(var, str) and var and var not in env:
+            problems.append(
+                ConfigProblem(f"models.{name}.api_key_env", f"environment variable {var} is not set")
+            )
+
+
+def _check_names(path: str, checks: list[CheckSpec], problems: list[ConfigProblem]) -> None:
+    seen: set[str] = set()
+    for i, check in enumerate(checks):
+        if check.name in seen:
+            problems.append(ConfigProblem(f"{path}[{i}].name", f"duplicate check name '{check.name}'"))
+        seen.add(check.name)
+
+
+def parse_config(text: str, env: Mapping[str, str] | None = None) -> MirrorgateConfig:
+    """Validate configuration text; raise `ConfigError` naming every problem."""
+    env = os.environ if env is None else env
+    problems: list[ConfigProblem] = []
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            if _scan(node, problems) > MAX_NODES:
+                raise ConfigError(
+                    [ConfigProblem("", f"the document expands to more than {MAX_NODES} nodes")]
+                )
+        raw = loader.construct_document(node) if node is not None else {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigError(
+            [ConfigProblem("", f"not valid YAML: {where}{getattr(exc, 'problem', exc)}")]
+        ) from exc
+    except RecursionError as exc:
+        raise ConfigError([ConfigProblem("", "the document is nested too deeply")]) from exc
+    finally:
+        loader.dispose()
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError([ConfigProblem("", "the configuration must be a mapping of sections")])
+    _check_key_env(raw, env, problems)
+    raw = _interpolate(raw, env, (), problems)
+    try:
+        cfg = MirrorgateConfig.model_validate(raw)
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = tuple(str(p) if not isinstance(p, int) else p for p in err["loc"])
+            message = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                message = "unknown key"
+            elif err["type"] == "missing":
+                message = "required key is missing"
+            problems.append(ConfigProblem(_join(loc), message))
+        raise ConfigError(problems) from exc
+    problems.extend(_cross_check(cfg, env))
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> MirrorgateConfig:
+    """Read and validate a configuration file; raise `ConfigError` naming every problem."""
+    file = Path(path)
+    try:
+        size = file.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError([ConfigProblem("", f"{file}: larger than {MAX_CONFIG_BYTES} bytes")])
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError([ConfigProblem("", f"{file}: no such file")]) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError([ConfigProblem("", f"{file}: not UTF-8 text")]) from exc
+    except OSError as exc:
+        raise ConfigError([ConfigProblem("", f"{file}: cannot read ({exc.strerror})")]) from exc
+    return parse_config(text, env)

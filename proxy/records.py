@@ -1,0 +1,110 @@
+"""The exchange record: one upstream call, as mirrorgate saw it.
+
+Every arm (primary, canary, fallback, shadow) produces one `ExchangeRecord` per upstream call. Records
+are built once, when the exchange ends, and never change afterwards: the recorder, the metrics, the
+analyzers and the store all read the same frozen object.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+class Arm(enum.StrEnum):
+    """Which part of a route served (or shadowed) the request."""
+
+    PRIMARY = "primary"
+    CANARY = "canary"
+    FALLBACK = "fallback"
+    SHADOW = "shadow"
+
+
+class Status(enum.StrEnum):
+    """How an exchange ended. Everything but `OK` is an error of some kind."""
+
+    OK = "ok"
+    """The upstream answered 2xx and the whole answer reached the client."""
+    UPSTREAM_ERROR = "upstream_error"
+    """The upstream answered with an HTTP error status (its body was forwarded)."""
+    CONNECT_ERROR = "connect_error"
+    """The upstream could not be reached, or reset the connection."""
+    TIMEOUT = "timeout"
+    """The upstream did not answer (or stalled mid-stream) within the model's `timeout_s`."""
+    INVALID_RESPONSE = "invalid_response"
+    """The upstream answered 2xx with a body that is not the wire format (garbage, bad chunk)."""
+    CLIENT_DISCONNECTED = "client_disconnected"
+    """The client went away before the answer was complete; the upstream call was cancelled."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts for one exchange, split the way providers bill them."""
+
+    input_tokens: int = 0
+    """Prompt tokens billed at the full input price (cached tokens excluded)."""
+    output_tokens: int = 0
+    """Completion tokens, reasoning tokens included (as OpenAI reports them)."""
+    cached_input_tokens: int = 0
+    """Prompt tokens served from the provider's prompt cache (cheaper)."""
+    cache_write_tokens: int = 0
+    """Anthropic prompt-cache writes (billed at the input price unless priced separately)."""
+    reasoning_tokens: int = 0
+    """The part of `output_tokens` spent on hidden reasoning, where the provider says so."""
+    estimated: bool = False
+    """True when the upstream did not report usage and mirrorgate counted tokens itself."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeRecord:
+    """One upstream call and its outcome. Times are UTC; durations are seconds."""
+
+    request_id: str
+    """The id mirrorgate gave the client request (`x-mirrorgate-request-id`); shared by all arms."""
+    route: str
+    """The route name from config (what the client put in `model`)."""
+    target: str
+    """The model name from config (`models.<target>`) that served this call."""
+    upstream_model: str
+    """The model name sent upstream (`models.<target>.model`)."""
+    arm: Arm
+    """primary, canary, fallback or shadow."""
+    endpoint: str
+    """The wire endpoint: chat.completions, completions, embeddings, responses or messages."""
+    provider: str
+    """The wire format spoken upstream: openai or anthropic."""
+    streamed: bool
+    """True when the answer was streamed (SSE)."""
+    started_at: datetime
+    """When mirrorgate received the client request."""
+    duration_s: float
+    """From receiving the request to the last byte of the answer (or the failure)."""
+    ttft_s: float | None
+    """Time to first token: from receiving the request to the first content chunk (streams only)."""
+    overhead_s: float
+    """Time spent in mirrorgate itself: the duration minus the time spent waiting on the upstream."""
+    status: Status
+    """How the exchange ended."""
+    http_status: int
+    """The HTTP status the client received (or would have, for shadows); 0 if none was sent."""
+    usage: Usage = field(default_factory=Usage)
+    """Token counts, from the upstream's usage report or estimated."""
+    cost_usd: float = 0.0
+    """Price of the call from the model's price table (0 when the model has no price)."""
+    error_class: str | None = None
+    """A short machine-readable cause for a failed exchange, e.g. `ReadTimeout`, `http_503`."""
+    rule: str | None = None
+    """The rule set governing this request (rules issue), if any."""
+    rule_version: str | None = None
+    """The version of that rule set this request carried."""
+    pair_id: str | None = None
+    """Links a shadow record to its primary (shadow issue)."""
+    tags: tuple[str, ...] = ()
+    """Free labels such as `replay`."""
+    request_body: str | None = None
+    """The request as sent upstream, subject to `store.bodies` (None when not kept)."""
+    response_body: str | None = None
+    """The answer as received (for streams: the SSE events as received), subject to `store.bodies`."""
+    response_text: str | None = None
+    """The plain answer text (message content), for analyzers; not stored when bodies is `none`."""

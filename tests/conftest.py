@@ -1,0 +1,166 @@
+"""Shared fixtures: real servers on 127.0.0.1, fresh registries and databases per test."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+import yaml
+from prometheus_client import CollectorRegistry
+
+from proxy.config import MirrorgateConfig, parse_config
+from proxy.mock_upstream.behavior import parse_behavior
+from proxy.mock_upstream.server import MockUpstreamServer
+from proxy.serve import GatewayServer
+
+PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def require_service(name: str, available: bool, why: str = "") -> None:
+    """Skip a test whose service is missing, unless CI demands services (then fail)."""
+    if available:
+        return
+    message = f"{name} is not available{': ' + why if why else ''}"
+    if os.environ.get("MIRRORGATE_REQUIRE_SERVICES") == "1":
+        pytest.fail(message + " (MIRRORGATE_REQUIRE_SERVICES=1)")
+    pytest.skip(message)
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float = 15.0, what: str = "") -> Any:
+    """Poll `predicate` until it returns something truthy; fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what or predicate}")
+        time.sleep(0.02)
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[tuple[str, str]]:
+    """A fresh PostgreSQL schema on the machine's server: (url, schema); dropped afterwards."""
+    require_service("PostgreSQL at 127.0.0.1:5432", _port_open("127.0.0.1", 5432))
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    engine = sa.create_engine(PG_ADMIN_URL)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield f"{PG_ADMIN_URL}?options=-csearch_path%3D{schema}", schema
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        engine.dispose()
+
+
+BEHAVIOR: dict[str, Any] = {
+    "default": {"answer": {"type": "echo"}},
+    "models": {
+        "rule-follower": {
+            "answer": {
+                "type": "regex_from_system",
+                "pattern": r"max_weight\s*=\s*(\d+)",
+                "template": '{"max_weight": {1}}',
+            }
+        },
+        "stale": {"answer": {"type": "fixed", "text": '{"max_weight": 100}'}},
+        "no-usage": {"usage": False},
+        "broken": {"error": {"status": 503, "rate": 1.0}},
+        "garbage": {"garbage": {"rate": 1.0}},
+        "reset": {"reset": {"rate": 1.0}},
+        "stall": {"timeout": {"rate": 1.0}},
+        "slow-stream": {
+            "ttft_ms": 20,
+            "tokens_per_second": 2000,
+            "answer": {"type": "echo", "answer_tokens": 200},
+        },
+        "mid-disconnect": {"disconnect_mid_stream": {"rate": 1.0, "after_chunks": 2}},
+        "bad-chunk": {"malformed_chunk": {"rate": 1.0, "after_chunks": 2}},
+    },
+}
+
+
+@pytest.fixture(scope="session")
+def upstream() -> Iterator[MockUpstreamServer]:
+    """One mock upstream for the session, with every scripted model of BEHAVIOR."""
+    with MockUpstreamServer(parse_behavior(BEHAVIOR)) as server:
+        yield server
+
+
+def gateway_config(
+    upstream_url: str,
+    db_url: str,
+    extra: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+    **store: Any,
+) -> MirrorgateConfig:
+    """A config with one model per scripted mock model and one route per model."""
+    models: dict[str, Any] = {}
+    routes: dict[str, Any] = {}
+    names = ["echo", *BEHAVIOR["models"]]
+    for name in names:
+        models[name] = {
+            "provider": "openai",
+            "base_url": upstream_url + "/v1",
+            "model": name,
+            "timeout_s": 2,
+            "price": {"input_per_mtok": 1.0, "output_per_mtok": 4.0, "cached_input_per_mtok": 0.5},
+        }
+        models[f"{name}-claude"] = {
+            "provider": "anthropic",
+            "base_url": upstream_url,
+            "model": name,
+            "timeout_s": 2,
+            "price": {"input_per_mtok": 3.0, "output_per_mtok": 15.0},
+        }
+        routes[name] = {"primary": name}
+        routes[f"{name}-claude"] = {"primary": f"{name}-claude"}
+    doc: dict[str, Any] = {
+        "store": {"url": db_url, "bodies": "full", **store},
+        "models": models,
+        "routes": routes,
+    }
+    for key, value in (extra or {}).items():
+        if isinstance(value, dict) and isinstance(doc.get(key), dict):
+            doc[key] = {**doc[key], **value}
+        else:
+            doc[key] = value
+    return parse_config(yaml.safe_dump(doc), env=env or {})
+
+
+@pytest.fixture
+def start_gateway(
+    upstream: MockUpstreamServer, tmp_path: Path
+) -> Iterator[Callable[..., GatewayServer]]:
+    """Start gateways in front of the session's mock upstream; each is stopped after the test."""
+    started: list[GatewayServer] = []
+
+    def start(
+        db_url: str | None = None, extra: dict[str, Any] | None = None, **kwargs: Any
+    ) -> GatewayServer:
+        url = db_url or f"sqlite:///{tmp_path / 'gw.db'}"
+        config = gateway_config(upstream.url, url, extra, kwargs.get("env"))
+        kwargs.setdefault("registry", CollectorRegistry())
+        server = GatewayServer(config, **kwargs).__enter__()
+        started.append(server)
+        return server
+
+    yield start
+    for server in reversed(started):
+        server.stop()
