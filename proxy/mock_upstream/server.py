@@ -1,0 +1,150 @@
+"""Running the mock upstream: `serve` for the CLI, `MockUpstreamServer` for tests and benchmarks.
+
+Both run uvicorn with uvloop and httptools, access log off. The HTTP protocol is uvicorn's
+httptools protocol plus one thing: it hands the connection's transport to the app (scope extension
+`mirrorgate.connection`), so the `reset` and `disconnect_mid_stream` faults can really close the
+socket — ASGI has no way to do that.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from proxy.mock_upstream.app import MockUpstreamApp, create_app
+from proxy.mock_upstream.behavior import BehaviorSpec, load_behavior
+from proxy.mock_upstream.connection import CONNECTION_EXTENSION
+
+
+class ConnectionExposingProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, with the transport in each request's scope extensions."""
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        extensions: dict[str, Any] = {CONNECTION_EXTENSION: self.transport}
+        self.scope["extensions"] = extensions
+
+
+def uvicorn_config(app: Any, host: str, port: int, **options: Any) -> uvicorn.Config:
+    """The uvicorn settings the mock always runs with; `options` adds or overrides."""
+    settings: dict[str, Any] = {
+        "loop": "uvloop",
+        "http": ConnectionExposingProtocol,
+        "ws": "none",
+        "lifespan": "on",
+        "access_log": False,
+        "log_level": "warning",
+        "server_header": False,
+        **options,
+    }
+    return uvicorn.Config(app, host=host, port=port, **settings)
+
+
+def serve(host: str, port: int, behavior_path: str | None) -> None:
+    """Run the mock upstream in the foreground until interrupted (`mirrorgate mock-upstream`).
+
+    Raises `BehaviorError` (naming every problem by key path) before listening when the behaviour
+    file is invalid.
+    """
+    behavior = load_behavior(behavior_path) if behavior_path else BehaviorSpec()
+    uvicorn.Server(uvicorn_config(create_app(behavior), host, port)).run()
+
+
+class _SignallingServer(uvicorn.Server):
+    """A uvicorn server that sets `ready` once startup is over, successful or not."""
+
+    def __init__(self, config: uvicorn.Config, ready: threading.Event) -> None:
+        super().__init__(config)
+        self.ready = ready
+
+    async def startup(self, sockets: Any = None) -> None:
+        try:
+            await super().startup(sockets)
+        finally:
+            self.ready.set()
+
+
+class MockUpstreamServer:
+    """A real mock upstream on `host:port` (port 0: any free port) in a background thread.
+
+        with MockUpstreamServer(BehaviorSpec()) as upstream:
+            client = openai.OpenAI(base_url=upstream.url + "/v1", api_key="x")
+
+    `url` is `http://host:port` (Anthropic SDKs take it as is, OpenAI SDKs add `/v1`). `app`
+    gives direct access to the recorder and fault counters.
+    """
+
+    def __init__(
+        self,
+        behavior: BehaviorSpec | str | Path | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        startup_timeout_s: float = 10.0,
+        shutdown_timeout_s: float = 1.0,
+    ) -> None:
+        if behavior is None:
+            behavior = BehaviorSpec()
+        elif not isinstance(behavior, BehaviorSpec):
+            behavior = load_behavior(behavior)
+        self.app: MockUpstreamApp = create_app(behavior)
+        self.host = host
+        self._startup_timeout_s = startup_timeout_s
+        self._ready = threading.Event()
+        config = uvicorn_config(
+            self.app, host, port, log_config=None, timeout_graceful_shutdown=shutdown_timeout_s
+        )
+        self._server = _SignallingServer(config, self._ready)
+        self._thread = threading.Thread(target=self._run, name="mock-upstream", daemon=True)
+        self._failure: BaseException | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        """`http://host:port`: the Anthropic SDK's `base_url`."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def openai_url(self) -> str:
+        """`http://host:port/v1`: the OpenAI SDK's `base_url`."""
+        return self.url + "/v1"
+
+    def start(self) -> MockUpstreamServer:
+        """Start serving; returns once the socket is bound and the app has started."""
+        self._thread.start()
+        if not self._ready.wait(self._startup_timeout_s):
+            self.stop()
+            raise RuntimeError(f"mock upstream did not start within {self._startup_timeout_s}s")
+        if self._failure is not None or not self._server.started:
+            self.stop()
+            raise RuntimeError("mock upstream failed to start") from self._failure
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and wait for the thread to end."""
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            self._server.run()
+        except BaseException as exc:  # a failed startup calls sys.exit() in this thread
+            self._failure = exc
+            self._ready.set()
+
+    def __enter__(self) -> MockUpstreamServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
