@@ -1,8 +1,8 @@
 """Startup wiring: the one place that knows every part of the gateway.
 
-`Gateway` owns the long-lived parts (upstream clients, store, recorder, metrics, tracer) and exposes
-an ASGI app. The proxied endpoints are served by raw ASGI (`ProxyHandler`) for speed; everything else
-(/v1/models, health, metrics, admin) goes through a FastAPI app.
+`Gateway` owns the long-lived parts (upstream clients, store, recorder, metrics, tracer) and
+exposes an ASGI app. The proxied endpoints are served by raw ASGI (`ProxyHandler`) for speed;
+everything else (/v1/models, health, metrics, admin) goes through a FastAPI app.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from opentelemetry.sdk.trace import TracerProvider
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from proxy.asgi import Receive, Scope, Send
 from proxy.config import MirrorgateConfig
@@ -102,7 +102,11 @@ class Gateway:
 
     def _build_api(self) -> FastAPI:
         api = FastAPI(
-            title="mirrorgate", lifespan=self.lifespan, docs_url=None, redoc_url=None, openapi_url=None
+            title="mirrorgate",
+            lifespan=self.lifespan,
+            docs_url=None,
+            redoc_url=None,
+            openapi_url=None,
         )
 
         @api.get("/v1/models")
@@ -110,13 +114,18 @@ class Gateway:
             names = self.routes.names()
             if request.headers.get("anthropic-version"):
                 data = [
-                    {"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"}
+                    {
+                        "type": "model",
+                        "id": n,
+                        "display_name": n,
+                        "created_at": "1970-01-01T00:00:00Z",
+                    }
                     for n in names
                 ]
+                first, last = (names[0], names[-1]) if names else (None, None)
                 return JSONResponse(
-                    {"data": data, "has_more": False,
-                     "first_id": names[0] if names else None, "last_id": names[-1] if names else None}
-                )  # fmt: skip
+                    {"data": data, "has_more": False, "first_id": first, "last_id": last}
+                )
             return JSONResponse(
                 {"object": "list",
                  "data": [{"id": n, "object": "model", "created": 0, "owned_by": "mirrorgate"}

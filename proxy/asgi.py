@@ -50,7 +50,9 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
             return b"".join(chunks) if len(chunks) != 1 else chunks[0]
 
 
-async def send_bytes(send: Send, status: int, body: bytes, headers: Iterable[tuple[bytes, bytes]]) -> None:
+async def send_bytes(
+    send: Send, status: int, body: bytes, headers: Iterable[tuple[bytes, bytes]]
+) -> None:
     """A complete response in one go."""
     out = [*headers, (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": out})

@@ -80,7 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the gateway")
-    serve.add_argument("--config", help="config file (default: $MIRRORGATE_CONFIG, ./mirrorgate.yaml)")
+    serve.add_argument(
+        "--config", help="config file (default: $MIRRORGATE_CONFIG, ./mirrorgate.yaml)"
+    )
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.set_defaults(func=cmd_serve)
@@ -90,7 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--config")
     check.set_defaults(func=cmd_check_config)
 
-    mock = sub.add_parser("mock-upstream", help="run the built-in fake OpenAI/Anthropic model server")
+    mock = sub.add_parser(
+        "mock-upstream", help="run the built-in fake OpenAI/Anthropic model server"
+    )
     mock.add_argument("--host", default="127.0.0.1")
     mock.add_argument("--port", type=int, default=9999)
     mock.add_argument("--behavior", help="behaviour file (docs/mock-upstream.md)")
@@ -98,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run a complete local scene with no setup")
     demo.add_argument("--port", type=int, default=8080, help="gateway port (0: any free port)")
-    demo.add_argument("--duration", type=float, default=0.0, help="stop after N seconds (0: Ctrl-C)")
+    demo.add_argument(
+        "--duration", type=float, default=0.0, help="stop after N seconds (0: Ctrl-C)"
+    )
     demo.set_defaults(func=cmd_demo)
     return parser
 
@@ -109,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    for chatty in ("httpx", "httpx2", "httpcore", "openai", "anthropic"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)  # one line per request otherwise
     code: int = args.func(args)
     return code
 

@@ -13,6 +13,7 @@ Loading runs in three passes, each collecting problems instead of stopping at th
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import os
 import re
 from collections.abc import Mapping
@@ -69,7 +70,7 @@ class StoreSpec(Spec):
     url: str = "sqlite:///mirrorgate.db"
     """SQLAlchemy URL: `sqlite:///path.db` or `postgresql+psycopg://user@host/db`."""
     bodies: Literal["full", "redacted", "none"] = "redacted"
-    """Keep request/response bodies as they are, with secrets and e-mail addresses masked, or not at all."""
+    """Keep bodies as they are (full), with secrets and e-mail addresses masked, or not at all."""
     retention_days: int = Field(14, ge=1)
     """Records older than this are deleted (checked hourly and at start)."""
     queue_size: int = Field(50_000, ge=100)
@@ -102,7 +103,7 @@ class ModelSpec(Spec):
     provider: Literal["openai", "anthropic"]
     """Wire format spoken upstream."""
     base_url: str
-    """As the provider's SDK takes it: OpenAI-style ends in /v1; Anthropic-style is the bare host."""
+    """As the provider's SDK takes it: OpenAI-style ends in /v1; Anthropic's is the bare host."""
     model: str = Field(min_length=1)
     """Model name sent upstream."""
     api_key_env: str | None = None
@@ -144,7 +145,9 @@ _STICKY = re.compile(r"^(none|header:[A-Za-z0-9-]+|body:[A-Za-z0-9_.]+)$")
 
 class CanarySpec(Spec):
     model: str
-    steps: list[Annotated[int, Field(ge=1, le=100)]] = Field(default_factory=lambda: [1, 5, 25, 50, 100])
+    steps: list[Annotated[int, Field(ge=1, le=100)]] = Field(
+        default_factory=lambda: [1, 5, 25, 50, 100]
+    )
     step_interval_s: float = Field(60.0, gt=0)
     sticky: str = "none"
     """`header:<name>`, `body:<field>` or `none`."""
@@ -160,7 +163,7 @@ class CanarySpec(Spec):
     @field_validator("steps")
     @classmethod
     def _ascending(cls, value: list[int]) -> list[int]:
-        if not value or any(b <= a for a, b in zip(value, value[1:], strict=False)):
+        if not value or any(b <= a for a, b in itertools.pairwise(value)):
             raise ValueError("must be a non-empty list of strictly increasing percentages")
         return value
 
@@ -271,8 +274,8 @@ class TelemetrySpec(Spec):
 
 
 class MirrorgateConfig(Spec):
-    server: ServerSpec = Field(default_factory=ServerSpec)  # type: ignore[arg-type]
-    store: StoreSpec = Field(default_factory=StoreSpec)  # type: ignore[arg-type]
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    store: StoreSpec = Field(default_factory=StoreSpec)
     models: dict[Annotated[str, Field(pattern=_NAME)], ModelSpec] = Field(min_length=1)
     routes: dict[Annotated[str, Field(pattern=_NAME)], RouteSpec] = Field(min_length=1)
     rules: dict[Annotated[str, Field(pattern=_NAME)], RuleSpec] = Field(default_factory=dict)
@@ -358,46 +361,30 @@ def _is_loopback(host: str) -> bool:
 
 def _cross_check(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigProblem]:
     problems: list[ConfigProblem] = []
-
-    def need_model(path: str, name: str | None) -> None:
-        if name is not None and name not in cfg.models:
-            problems.append(ConfigProblem(path, f"model '{name}' is not defined under models"))
-
     for rname, route in cfg.routes.items():
         base = f"routes.{rname}"
-        need_model(f"{base}.primary", route.primary)
-        need_model(f"{base}.fallback", route.fallback)
         seen: set[str] = set()
         for i, shadow in enumerate(route.shadows):
-            need_model(f"{base}.shadows[{i}].model", shadow.model)
             if shadow.model in seen:
                 problems.append(
-                    ConfigProblem(f"{base}.shadows[{i}].model", f"'{shadow.model}' is shadowed twice")
+                    ConfigProblem(
+                        f"{base}.shadows[{i}].model", f"'{shadow.model}' is shadowed twice"
+                    )
                 )
             seen.add(shadow.model)
-        if route.canary is not None:
-            need_model(f"{base}.canary.model", route.canary.model)
-            if route.canary.model == route.primary:
-                problems.append(
-                    ConfigProblem(f"{base}.canary.model", "the canary cannot be the primary itself")
+        if route.canary is not None and route.canary.model == route.primary:
+            problems.append(
+                ConfigProblem(f"{base}.canary.model", "the canary cannot be the primary itself")
+            )
+        primary, fallback = cfg.models.get(route.primary), cfg.models.get(route.fallback or "")
+        if primary is not None and fallback is not None and fallback.provider != primary.provider:
+            problems.append(
+                ConfigProblem(
+                    f"{base}.fallback",
+                    f"the fallback must speak the primary's wire format ({primary.provider})",
                 )
-        if route.fallback is not None and route.fallback in cfg.models and route.primary in cfg.models:
-            if cfg.models[route.fallback].provider != cfg.models[route.primary].provider:
-                problems.append(
-                    ConfigProblem(
-                        f"{base}.fallback",
-                        "the fallback must speak the primary's wire format "
-                        f"({cfg.models[route.primary].provider})",
-                    )
-                )
+            )
     for rule_name, rule in cfg.rules.items():
-        for i, route_name in enumerate(rule.routes):
-            if route_name not in cfg.routes:
-                problems.append(
-                    ConfigProblem(
-                        f"rules.{rule_name}.routes[{i}]", f"route '{route_name}' is not defined"
-                    )
-                )
         _check_names(f"rules.{rule_name}.checks", rule.checks, problems)
         for vname, version in rule.versions.items():
             _check_names(f"rules.{rule_name}.versions.{vname}.checks", version.checks, problems)
@@ -412,14 +399,49 @@ def _cross_check(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigPr
     return problems
 
 
-def _check_key_env(raw: dict[str, Any], env: Mapping[str, str], problems: list[ConfigProblem]) -> None:
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _check_references(raw: dict[str, Any], problems: list[ConfigProblem]) -> None:
+    """Name every reference to an undefined model or route (before validation: all are found)."""
+    models, routes = _dict(raw.get("models")), _dict(raw.get("routes"))
+
+    def need(path: str, name: Any) -> None:
+        if isinstance(name, str) and name not in models:
+            problems.append(ConfigProblem(path, f"model '{name}' is not defined under models"))
+
+    for rname, route in routes.items():
+        fields = _dict(route)
+        need(f"routes.{rname}.primary", fields.get("primary"))
+        need(f"routes.{rname}.fallback", fields.get("fallback"))
+        shadows = fields.get("shadows")
+        for i, shadow in enumerate(shadows if isinstance(shadows, list) else ()):
+            need(f"routes.{rname}.shadows[{i}].model", _dict(shadow).get("model"))
+        need(f"routes.{rname}.canary.model", _dict(fields.get("canary")).get("model"))
+    for rule_name, rule in _dict(raw.get("rules")).items():
+        names = _dict(rule).get("routes")
+        for i, name in enumerate(names if isinstance(names, list) else ()):
+            if isinstance(name, str) and name not in routes:
+                problems.append(
+                    ConfigProblem(
+                        f"rules.{rule_name}.routes[{i}]", f"route '{name}' is not defined"
+                    )
+                )
+
+
+def _check_key_env(
+    raw: dict[str, Any], env: Mapping[str, str], problems: list[ConfigProblem]
+) -> None:
     """Name every model key variable that is not set (before validation, so all are reported)."""
     models = raw.get("models")
-    for name, model in (models.items() if isinstance(models, dict) else ()):
+    for name, model in models.items() if isinstance(models, dict) else ():
         var = model.get("api_key_env") if isinstance(model, dict) else None
         if isinstance(var, str) and var and var not in env:
             problems.append(
-                ConfigProblem(f"models.{name}.api_key_env", f"environment variable {var} is not set")
+                ConfigProblem(
+                    f"models.{name}.api_key_env", f"environment variable {var} is not set"
+                )
             )
 
 
@@ -427,7 +449,9 @@ def _check_names(path: str, checks: list[CheckSpec], problems: list[ConfigProble
     seen: set[str] = set()
     for i, check in enumerate(checks):
         if check.name in seen:
-            problems.append(ConfigProblem(f"{path}[{i}].name", f"duplicate check name '{check.name}'"))
+            problems.append(
+                ConfigProblem(f"{path}[{i}].name", f"duplicate check name '{check.name}'")
+            )
         seen.add(check.name)
 
 
@@ -438,11 +462,10 @@ def parse_config(text: str, env: Mapping[str, str] | None = None) -> MirrorgateC
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
-        if node is not None:
-            if _scan(node, problems) > MAX_NODES:
-                raise ConfigError(
-                    [ConfigProblem("", f"the document expands to more than {MAX_NODES} nodes")]
-                )
+        if node is not None and _scan(node, problems) > MAX_NODES:
+            raise ConfigError(
+                [ConfigProblem("", f"the document expands to more than {MAX_NODES} nodes")]
+            )
         raw = loader.construct_document(node) if node is not None else {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -459,6 +482,7 @@ def parse_config(text: str, env: Mapping[str, str] | None = None) -> MirrorgateC
     if not isinstance(raw, dict):
         raise ConfigError([ConfigProblem("", "the configuration must be a mapping of sections")])
     _check_key_env(raw, env, problems)
+    _check_references(raw, problems)
     raw = _interpolate(raw, env, (), problems)
     try:
         cfg = MirrorgateConfig.model_validate(raw)

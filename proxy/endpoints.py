@@ -12,13 +12,13 @@ class Endpoint:
     """One proxied API operation."""
 
     name: str
-    """Stable name used in records: chat.completions, completions, embeddings, responses, messages."""
+    """Name used in records: chat.completions, completions, embeddings, responses or messages."""
     path: str
     """The path clients call on mirrorgate."""
     wire: WireFormat
     """The wire format of requests, responses and errors."""
     upstream_path: str
-    """Appended to the model's `base_url` (OpenAI base URLs end in /v1; Anthropic's are bare hosts)."""
+    """Appended to the model's `base_url` (OpenAI's end in /v1; Anthropic's are bare hosts)."""
     operation: str
     """OpenTelemetry `gen_ai.operation.name`."""
     streams: bool = True

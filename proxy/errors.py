@@ -13,8 +13,8 @@
     └── UpstreamError                 502: the upstream failed (unreachable, reset, garbage)
         └── UpstreamTimeout           504: the upstream did not answer in time
 
-Upstream HTTP errors (a 429 or a 400 from the model) are not ours: they pass through unchanged, in the
-upstream's own words, so SDK retry logic keeps working.
+Upstream HTTP errors (a 429 or a 400 from the model) are not ours: they pass through unchanged,
+in the upstream's own words, so SDK retry logic keeps working.
 """
 
 from __future__ import annotations

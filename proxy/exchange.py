@@ -1,9 +1,9 @@
 """One proxied request, from the client's bytes to the upstream and back, ending in records.
 
-The client path is: read and validate the body → plan the route → call the upstream (once more on the
-fallback if the primary fails before any byte was sent) → forward the answer (streams event by event)
-→ hand the record to the recorder, metrics and tracer. Nothing after the last byte is sent delays the
-client; nothing before it waits on the store.
+The client path is: read and validate the body → plan the route → call the upstream (once more on
+the fallback if the primary fails before any byte was sent) → forward the answer (streams event by
+event) → hand the record to the recorder, metrics and tracer. Nothing after the last byte is sent
+delays the client; nothing before it waits on the store.
 """
 
 from __future__ import annotations
@@ -116,7 +116,9 @@ class ProxyHandler:
 
     # --- entry ------------------------------------------------------------------------------------
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint) -> None:
+    async def __call__(
+        self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint
+    ) -> None:
         request_id = uuid.uuid4().hex
         ids = [(b"x-mirrorgate-request-id", request_id.encode())]
         self.metrics.inflight.inc()
@@ -141,9 +143,8 @@ class ProxyHandler:
         content_type = header(scope, b"content-type") or b""
         body = await read_body(scope, receive, self.max_body)
         if b"json" not in content_type.lower():
-            raise UnsupportedMediaType(
-                f"content-type must be application/json, not '{content_type.decode('latin-1')[:100]}'"
-            )
+            given = content_type.decode("latin-1")[:100]
+            raise UnsupportedMediaType(f"content-type must be application/json, not '{given}'")
         try:
             payload = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
@@ -161,7 +162,8 @@ class ProxyHandler:
         provider = self.clients[plan.target].spec.provider
         if provider != endpoint.wire:
             raise WrongWireFormat(
-                f"route '{model}' is served by a {provider} model; {endpoint.path} speaks {endpoint.wire}"
+                f"route '{model}' is served by a {provider} model; "
+                f"{endpoint.path} speaks {endpoint.wire}"
             )
         stream = payload.get("stream", False)
         if not isinstance(stream, bool):
@@ -271,7 +273,7 @@ class ProxyHandler:
             headers = [(b"content-type", b"application/json"), *self._ids(req, attempt)]
             body = error_body(attempt.error, req.endpoint.wire)
         else:
-            assert attempt.response is not None  # noqa: S101 - set whenever error is None
+            assert attempt.response is not None
             status = attempt.response.status_code
             headers = self._response_headers(req, attempt)
             body = attempt.body or b""
@@ -283,7 +285,7 @@ class ProxyHandler:
 
     async def _stream(self, req: _Request, attempt: _Attempt, receive: Receive, send: Send) -> None:
         response = attempt.response
-        assert response is not None  # noqa: S101 - checked by the caller
+        assert response is not None
         observer = StreamObserver(req.endpoint.name, req.strip_usage)
         headers = self._response_headers(req, attempt)
         headers.append((b"x-accel-buffering", b"no"))
@@ -294,7 +296,10 @@ class ProxyHandler:
         finally:
             if not pump.done():
                 pump.cancel()
-                attempt.status, attempt.error_class = Status.CLIENT_DISCONNECTED, "client_disconnected"
+                attempt.status, attempt.error_class = (
+                    Status.CLIENT_DISCONNECTED,
+                    "client_disconnected",
+                )
             watcher.cancel()
             with contextlib.suppress(BaseException):
                 await pump
@@ -315,7 +320,9 @@ class ProxyHandler:
         req: _Request,
     ) -> tuple[Status, str | None]:
         """Forward the stream; return how it ended."""
-        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        await send(
+            {"type": "http.response.start", "status": response.status_code, "headers": headers}
+        )
         try:
             async for chunk in response.aiter_raw():
                 out = observer.feed(chunk)
@@ -360,7 +367,9 @@ class ProxyHandler:
             except Exception:
                 log.exception("record sink %r failed", sink)
 
-    def _record(self, req: _Request, attempt: _Attempt, http_status: int, ended: float) -> ExchangeRecord:
+    def _record(
+        self, req: _Request, attempt: _Attempt, http_status: int, ended: float
+    ) -> ExchangeRecord:
         client = self.clients[attempt.target]
         endpoint = req.endpoint.name
         observer: StreamObserver | None = attempt.extra.get("observer")
@@ -401,9 +410,13 @@ class ProxyHandler:
             usage=usage,
             cost_usd=cost_usd(usage, client.spec.price),
             error_class=attempt.error_class,
-            request_body=attempt.upstream_body.decode("utf-8", "replace") if self.keep_bodies else None,
+            request_body=attempt.upstream_body.decode("utf-8", "replace")
+            if self.keep_bodies
+            else None,
             response_body=(
-                response_raw.decode("utf-8", "replace") if self.keep_bodies and response_raw else None
+                response_raw.decode("utf-8", "replace")
+                if self.keep_bodies and response_raw
+                else None
             ),
             response_text=text if self.keep_bodies else None,
         )

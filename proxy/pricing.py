@@ -11,9 +11,9 @@ _PER_TOKEN = 1e-6
 def cost_usd(usage: Usage, price: PriceSpec) -> float:
     """USD for one exchange.
 
-    Cached input is billed at `cached_input_per_mtok` (default: the input price) and cache writes at
-    `cache_write_per_mtok` (default: the input price). Reasoning tokens are part of the output tokens;
-    they are billed apart only when `reasoning_per_mtok` is set.
+    Cached input is billed at `cached_input_per_mtok` (default: the input price) and cache writes
+    at `cache_write_per_mtok` (default: the input price). Reasoning tokens are part of the output
+    tokens; they are billed apart only when `reasoning_per_mtok` is set.
     """
     cached = price.cached_input_per_mtok
     write = price.cache_write_per_mtok

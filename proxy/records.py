@@ -1,8 +1,8 @@
 """The exchange record: one upstream call, as mirrorgate saw it.
 
-Every arm (primary, canary, fallback, shadow) produces one `ExchangeRecord` per upstream call. Records
-are built once, when the exchange ends, and never change afterwards: the recorder, the metrics, the
-analyzers and the store all read the same frozen object.
+Every arm (primary, canary, fallback, shadow) produces one `ExchangeRecord` per upstream call.
+Records are built once, when the exchange ends, and never change afterwards: the recorder, the
+metrics, the analyzers and the store all read the same frozen object.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class ExchangeRecord:
     ttft_s: float | None
     """Time to first token: from receiving the request to the first content chunk (streams only)."""
     overhead_s: float
-    """Time spent in mirrorgate itself: the duration minus the time spent waiting on the upstream."""
+    """Time spent in mirrorgate itself: the duration minus the time waiting on upstreams."""
     status: Status
     """How the exchange ended."""
     http_status: int
@@ -105,6 +105,6 @@ class ExchangeRecord:
     request_body: str | None = None
     """The request as sent upstream, subject to `store.bodies` (None when not kept)."""
     response_body: str | None = None
-    """The answer as received (for streams: the SSE events as received), subject to `store.bodies`."""
+    """The answer as received (non-streamed answers only), subject to `store.bodies`."""
     response_text: str | None = None
     """The plain answer text (message content), for analyzers; not stored when bodies is `none`."""

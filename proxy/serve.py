@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any
 
 import uvicorn
@@ -14,7 +14,9 @@ from proxy.app import Gateway
 from proxy.config import MirrorgateConfig
 
 
-def _uvicorn_config(gateway: Gateway, host: str, port: int, log_level: str = "warning") -> uvicorn.Config:
+def _uvicorn_config(
+    gateway: Gateway, host: str, port: int, log_level: str = "warning"
+) -> uvicorn.Config:
     return uvicorn.Config(
         gateway.app,
         host=host,
@@ -31,10 +33,24 @@ def _uvicorn_config(gateway: Gateway, host: str, port: int, log_level: str = "wa
     )
 
 
+class _DrainingServer(uvicorn.Server):
+    """uvicorn, except that a shutdown by SIGTERM/SIGINT that drained cleanly exits with 0.
+
+    uvicorn re-raises the captured signal after shutting down, so the process would die by it
+    (status -15) even though nothing was lost; orchestrators and scripts read that as a crash.
+    """
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        self._captured_signals.clear()
+
+
 def run_gateway(config: MirrorgateConfig) -> int:
     """Serve until SIGINT/SIGTERM; on either, stop accepting, finish in-flight requests, drain."""
     gateway = Gateway(config)
-    server = uvicorn.Server(_uvicorn_config(gateway, config.server.host, config.server.port, "info"))
+    server = _DrainingServer(
+        _uvicorn_config(gateway, config.server.host, config.server.port, "info")
+    )
     server.run()
     return 0 if server.started else 1
 
@@ -49,7 +65,6 @@ class GatewayServer:
     def __init__(self, config: MirrorgateConfig, **gateway_kwargs: Any) -> None:
         self.gateway = Gateway(config, **gateway_kwargs)
         self.server = uvicorn.Server(_uvicorn_config(self.gateway, "127.0.0.1", config.server.port))
-        self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
         self._thread = threading.Thread(target=self._run, name="mirrorgate-gateway", daemon=True)
         self._failure: BaseException | None = None
         self.port = 0
@@ -81,6 +96,9 @@ class GatewayServer:
         self._thread.join(60)
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.stop()

@@ -49,7 +49,9 @@ class UpstreamClient:
         self._auth: dict[str, str] = {}
         if key:
             self._auth = (
-                {"x-api-key": key} if spec.provider == "anthropic" else {"authorization": f"Bearer {key}"}
+                {"x-api-key": key}
+                if spec.provider == "anthropic"
+                else {"authorization": f"Bearer {key}"}
             )
         self._extra = {k.lower(): v for k, v in spec.headers.items()}
         self.client = httpx.AsyncClient(

@@ -82,13 +82,13 @@ def response_text(endpoint: str, body: dict[str, Any]) -> str:
             break
     elif endpoint == "responses":
         for item in body.get("output") or ():
-            for content in _dict(item).get("content") or ():
-                content = _dict(content)
+            for raw in _dict(item).get("content") or ():
+                content = _dict(raw)
                 if content.get("type") == "output_text" and isinstance(content.get("text"), str):
                     parts.append(content["text"])
     elif endpoint == "messages":
-        for block in body.get("content") or ():
-            block = _dict(block)
+        for raw in body.get("content") or ():
+            block = _dict(raw)
             if block.get("type") == "text" and isinstance(block.get("text"), str):
                 parts.append(block["text"])
     return "".join(parts)

@@ -143,13 +143,16 @@ def test_completions_embeddings_and_responses(start_gateway: Callable[..., Gatew
     sdk = client(gw)
     text = sdk.completions.create(model="echo", prompt="Say hi").choices[0].text
     streamed = "".join(
-        c.choices[0].text for c in sdk.completions.create(model="echo", prompt="Say hi", stream=True)
+        c.choices[0].text
+        for c in sdk.completions.create(model="echo", prompt="Say hi", stream=True)
     )
     assert streamed == text
     vectors = sdk.embeddings.create(model="echo", input=["a", "b"])
     assert len(vectors.data) == 2 and vectors.usage.prompt_tokens > 0
     answer = sdk.responses.create(model="echo", input="Say hi", instructions="be brief")
-    events = list(sdk.responses.create(model="echo", input="Say hi", instructions="be brief", stream=True))
+    events = list(
+        sdk.responses.create(model="echo", input="Say hi", instructions="be brief", stream=True)
+    )
     deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert deltas == answer.output_text
     assert events[-1].type == "response.completed"

@@ -1,0 +1,123 @@
+"""End-to-end fixtures: mirrorgate's own commands as real processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests.conftest import BEHAVIOR, wait_until
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Process:
+    """A mirrorgate command running as a child process; stopped by its PID only."""
+
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.log = log
+        self._log_file = log.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "proxy.cli", *args],
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_ready(self, url: str, what: str) -> None:
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                pytest.fail(f"{what} exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                return httpx.get(url, timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(ready, timeout_s=30, what=what)
+
+    def terminate(self, timeout_s: float = 30) -> int:
+        """SIGTERM, as an orchestrator would; return the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log_file.close()
+        return int(self.proc.returncode)
+
+
+@pytest.fixture(scope="session")
+def mock_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`mirrorgate mock-upstream` with the shared scripted behaviour; yields its URL."""
+    folder = tmp_path_factory.mktemp("mock")
+    behavior = folder / "behavior.yaml"
+    behavior.write_text(yaml.safe_dump({**BEHAVIOR, "record_requests": False}))
+    port = free_port()
+    process = Process(
+        ["mock-upstream", "--port", str(port), "--behavior", str(behavior)], folder / "mock.log"
+    )
+    url = f"http://127.0.0.1:{port}"
+    process.wait_ready(url + "/_mock/stats", "mock-upstream")
+    yield url
+    process.terminate()
+
+
+class GatewayProcess(Process):
+    """`mirrorgate serve` on a free port."""
+
+    def __init__(self, config: dict[str, Any], folder: Path, env: dict[str, str] | None = None):
+        self.port = free_port()
+        config = {**config, "server": {**config.get("server", {}), "port": self.port}}
+        self.config_path = folder / f"gateway-{self.port}.yaml"
+        self.config_path.write_text(yaml.safe_dump(config))
+        super().__init__(
+            ["serve", "--config", str(self.config_path)], folder / f"gateway-{self.port}.log", env
+        )
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.wait_ready(self.url + "/readyz", "mirrorgate serve")
+
+
+@pytest.fixture
+def start_gateway_process(
+    tmp_path: Path, mock_process: str
+) -> Iterator[Callable[..., GatewayProcess]]:
+    """Start `mirrorgate serve` processes in front of the mock; all are stopped afterwards."""
+    started: list[GatewayProcess] = []
+
+    def start(db_url: str, **store: Any) -> GatewayProcess:
+        config = {
+            "store": {"url": db_url, "bodies": "none", **store},
+            "models": {"echo": {"provider": "openai", "base_url": mock_process + "/v1",
+                                "model": "echo",
+                                "price": {"input_per_mtok": 1, "output_per_mtok": 2}}},
+            "routes": {"echo": {"primary": "echo"}},
+        }  # fmt: skip
+        gateway = GatewayProcess(config, tmp_path)
+        started.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in started:
+        gateway.terminate()

@@ -1,0 +1,61 @@
+"""The command line: exit codes and messages (DESIGN §3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.cli import main
+
+GOOD = """
+models: {prod: {provider: openai, base_url: "http://127.0.0.1:9/v1", model: m}}
+routes: {bot: {primary: prod}}
+"""
+
+
+def test_check_config_accepts_a_good_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "ok.yaml"
+    path.write_text(GOOD)
+    assert main(["check-config", str(path)]) == 0
+    assert "ok (1 models, 1 routes, 0 rules)" in capsys.readouterr().out
+
+
+def test_check_config_names_every_problem_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(GOOD.replace("primary: prod", "primary: nope, colour: red"))
+    assert main(["check-config", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "2 problem(s)" in err
+    assert "routes.bot.primary: model 'nope' is not defined under models" in err
+    assert "routes.bot.colour: unknown key" in err
+
+
+def test_config_defaults_to_the_environment_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "env.yaml"
+    path.write_text(GOOD)
+    monkeypatch.setenv("MIRRORGATE_CONFIG", str(path))
+    assert main(["check-config"]) == 0
+    assert str(path) in capsys.readouterr().out
+
+
+def test_serve_refuses_a_bad_config_before_listening(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["serve", "--config", str(tmp_path / "missing.yaml")]) == 1
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_usage_errors_exit_2() -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["no-such-command"])
+    assert info.value.code == 2
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "--port", "eighty"])
+    assert info.value.code == 2
