@@ -14,7 +14,6 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import httpx
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from opentelemetry.sdk.trace import TracerProvider
@@ -27,6 +26,7 @@ from proxy.exchange import ProxyHandler, RecordSink
 from proxy.metrics import GatewayMetrics
 from proxy.recorder import Recorder
 from proxy.routing import RouteTable
+from proxy.shadow import ShadowDispatcher
 from proxy.store import Store
 from proxy.tracing import ExchangeTracer, build_tracer_provider
 from proxy.upstream import UpstreamClient, shared_ssl_context
@@ -44,7 +44,6 @@ class Gateway:
         registry: CollectorRegistry | None = None,
         env: Mapping[str, str] | None = None,
         tracer_provider: TracerProvider | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.config = config
         self.env = os.environ if env is None else env
@@ -54,10 +53,13 @@ class Gateway:
         self.tracer_provider = provider
         self.tracer = ExchangeTracer(provider)
         self.routes = RouteTable(config)
-        tls = shared_ssl_context()
+        tls = (
+            shared_ssl_context()
+            if any(m.base_url.startswith("https:") for m in config.models.values())
+            else None
+        )
         self.clients = {
-            name: UpstreamClient(name, spec, self.env, transport, tls)
-            for name, spec in config.models.items()
+            name: UpstreamClient(name, spec, self.env, tls) for name, spec in config.models.items()
         }
         self.store = Store(config.store.url)
         self.recorder = Recorder.from_spec(self.store, config.store, registry=self.registry)
@@ -65,6 +67,16 @@ class Gateway:
         self.proxy = ProxyHandler(
             config, self.routes, self.clients, self.metrics, self.tracer, self.sinks
         )
+        self.shadows: ShadowDispatcher | None = None
+        if any(r.shadows or r.noise_sample for r in config.routes.values()):
+            self.shadows = ShadowDispatcher(
+                self.proxy.caller,
+                self.metrics,
+                self.tracer,
+                self.sinks,  # type: ignore[arg-type]
+                max_pending=config.server.max_shadow_calls,
+            )
+            self.proxy.shadows = self.shadows
         self.api = self._build_api()
         self.ready = False
 
@@ -91,6 +103,8 @@ class Gateway:
 
     async def close(self) -> None:
         """Drain the recorder and close every client (SIGTERM lands here through uvicorn)."""
+        if self.shadows is not None:
+            await self.shadows.stop(self.config.server.drain_timeout_s / 2)
         for client in self.clients.values():
             await client.aclose()
         await asyncio.to_thread(self.recorder.stop, self.config.server.drain_timeout_s)

@@ -71,6 +71,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(port=args.port, duration_s=args.duration)
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from proxy.replay import run_replay
+
+    return run_replay(args)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from proxy.report import run_report
+
+    return run_report(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mirrorgate",
@@ -99,6 +111,34 @@ def build_parser() -> argparse.ArgumentParser:
     mock.add_argument("--port", type=int, default=9999)
     mock.add_argument("--behavior", help="behaviour file (docs/mock-upstream.md)")
     mock.set_defaults(func=cmd_mock_upstream)
+
+    replay = sub.add_parser(
+        "replay", help="replay recorded traffic (or an evaluation set) to candidate models offline"
+    )
+    replay.add_argument(
+        "--config", help="config file (default: $MIRRORGATE_CONFIG, ./mirrorgate.yaml)"
+    )
+    replay.add_argument(
+        "--candidate", action="append", required=True, help="a model name from config (repeatable)"
+    )
+    replay.add_argument("--route", help="only exchanges of this route")
+    replay.add_argument("--since", help="only exchanges since (ISO time, or 30m / 6h / 7d ago)")
+    replay.add_argument("--limit", type=int, help="at most N exchanges")
+    replay.add_argument("--from-file", help="JSONL of recorded requests instead of the store")
+    replay.add_argument("--eval-set", help="JSONL evaluation set: score answers against 'expect'")
+    replay.add_argument("--concurrency", type=int, default=8)
+    replay.add_argument("--max-usd", type=float, help="stop a candidate once it has cost this much")
+    replay.set_defaults(func=cmd_replay)
+
+    report = sub.add_parser("report", help="compare arms: latency, ttft, cost, errors, agreement")
+    report.add_argument(
+        "--config", help="config file (default: $MIRRORGATE_CONFIG, ./mirrorgate.yaml)"
+    )
+    report.add_argument("--route", help="only this route")
+    report.add_argument("--since", help="only since (ISO time, or 30m / 6h / 7d ago)")
+    report.add_argument("--format", choices=("md", "html"), default="md")
+    report.add_argument("--output", help="write to FILE instead of stdout")
+    report.set_defaults(func=cmd_report)
 
     demo = sub.add_parser("demo", help="run a complete local scene with no setup")
     demo.add_argument("--port", type=int, default=8080, help="gateway port (0: any free port)")

@@ -64,6 +64,8 @@ class ServerSpec(Spec):
     """Environment variable holding the bearer token for /admin and /hooks."""
     drain_timeout_s: float = Field(10.0, gt=0)
     """On SIGTERM: how long to wait for in-flight requests and the recorder queue."""
+    max_shadow_calls: int = Field(1000, ge=1)
+    """Shadow (and noise-floor) calls in flight at once, all routes together; beyond, dropped."""
 
 
 class StoreSpec(Spec):
@@ -364,7 +366,21 @@ def _cross_check(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigPr
     for rname, route in cfg.routes.items():
         base = f"routes.{rname}"
         seen: set[str] = set()
+        primary = cfg.models.get(route.primary)
         for i, shadow in enumerate(route.shadows):
+            candidate = cfg.models.get(shadow.model)
+            if (
+                primary is not None
+                and candidate is not None
+                and candidate.provider != primary.provider
+            ):
+                problems.append(
+                    ConfigProblem(
+                        f"{base}.shadows[{i}].model",
+                        f"'{shadow.model}' speaks {candidate.provider} but the primary speaks "
+                        f"{primary.provider}; requests are not translated between wire formats",
+                    )
+                )
             if shadow.model in seen:
                 problems.append(
                     ConfigProblem(
@@ -376,7 +392,7 @@ def _cross_check(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigPr
             problems.append(
                 ConfigProblem(f"{base}.canary.model", "the canary cannot be the primary itself")
             )
-        primary, fallback = cfg.models.get(route.primary), cfg.models.get(route.fallback or "")
+        fallback = cfg.models.get(route.fallback or "")
         if primary is not None and fallback is not None and fallback.provider != primary.provider:
             problems.append(
                 ConfigProblem(

@@ -14,15 +14,12 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
 
-import httpx
 import orjson
 
 from proxy.asgi import ClientGone, Headers, Receive, Scope, Send, header, read_body, send_bytes
 from proxy.asgi import send_error as send_gateway_error
+from proxy.caller import Attempt, CallContext, ModelCaller, stream_outcome
 from proxy.config import MirrorgateConfig
 from proxy.endpoints import Endpoint
 from proxy.errors import (
@@ -36,61 +33,18 @@ from proxy.errors import (
     error_body,
 )
 from proxy.metrics import GatewayMetrics
-from proxy.pricing import cost_usd
-from proxy.records import Arm, ExchangeRecord, Status, Usage
+from proxy.records import Arm, ExchangeRecord, Status
 from proxy.routing import RoutePlan, RouteTable
+from proxy.shadow import PrimaryAnswer, ShadowDispatcher
 from proxy.streaming import StreamObserver
-from proxy.tokens import count_tokens
 from proxy.tracing import ExchangeTracer
 from proxy.upstream import HOP_BY_HOP, UpstreamClient
-from proxy.usage import prompt_text, response_text, response_usage
+from proxy.upstream_http import UpstreamHTTPError, UpstreamResponse
+from proxy.upstream_http import UpstreamTimeout as HTTPTimeout
 
 log = logging.getLogger("mirrorgate.exchange")
 
 RecordSink = Callable[[ExchangeRecord], object]
-
-
-@dataclass(slots=True)
-class _Request:
-    """A validated client request, ready to send."""
-
-    request_id: str
-    endpoint: Endpoint
-    payload: dict[str, Any]
-    plan: RoutePlan
-    stream: bool
-    strip_usage: bool
-    started_at: datetime
-    t0: float
-    start_ns: int
-    headers: Headers
-    waited: float = 0.0
-    """Seconds spent waiting on upstreams so far (all attempts), for the overhead metric."""
-
-
-@dataclass(slots=True)
-class _Attempt:
-    """The outcome of one upstream call, before anything was sent to the client."""
-
-    target: str
-    arm: Arm
-    upstream_body: bytes
-    t_sent: float
-    response: httpx.Response | None = None
-    body: bytes | None = None
-    """Non-streamed answers: the whole body, already read."""
-    parsed: dict[str, Any] | None = None
-    status: Status = Status.OK
-    error_class: str | None = None
-    error: GatewayError | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def retryable(self) -> bool:
-        """Failed in a way that a fallback may fix, and nothing reached the client yet."""
-        if self.error is not None:
-            return True
-        return self.response is not None and self.response.status_code >= 500
 
 
 class ProxyHandler:
@@ -108,11 +62,13 @@ class ProxyHandler:
         self.config = config
         self.routes = routes
         self.clients = clients
+        self.caller = ModelCaller(clients, keep_bodies=config.store.bodies != "none")
         self.metrics = metrics
         self.tracer = tracer
         self.sinks = sinks
-        self.keep_bodies = config.store.bodies != "none"
         self.max_body = config.server.max_body_bytes
+        self.shadows: ShadowDispatcher | None = None
+        """Set by the gateway's wiring when any route shadows or samples noise."""
 
     # --- entry ------------------------------------------------------------------------------------
 
@@ -124,22 +80,26 @@ class ProxyHandler:
         self.metrics.inflight.inc()
         try:
             try:
-                request = await self._prepare(scope, receive, endpoint, request_id)
+                ctx, plan = await self._prepare(scope, receive, endpoint, request_id)
             except GatewayError as exc:
                 self.metrics.rejected.labels(endpoint.name, str(exc.status)).inc()
                 await send_gateway_error(send, exc, endpoint.wire, ids)
                 return
             except ClientGone:
                 return
-            await self._serve(request, receive, send)
+            answer = self.shadows.offer(ctx, plan.route) if self.shadows is not None else None
+            try:
+                await self._serve(ctx, plan, receive, send, answer)
+            finally:
+                if answer is not None and not answer.future.done():
+                    answer.future.cancel()  # no primary answer to compare with
         finally:
             self.metrics.inflight.dec()
 
     async def _prepare(
         self, scope: Scope, receive: Receive, endpoint: Endpoint, request_id: str
-    ) -> _Request:
-        t0 = time.perf_counter()
-        start_ns = time.time_ns()
+    ) -> tuple[CallContext, RoutePlan]:
+        ctx_clock = (time.perf_counter(), time.time_ns())
         content_type = header(scope, b"content-type") or b""
         body = await read_body(scope, receive, self.max_body)
         if b"json" not in content_type.lower():
@@ -178,118 +138,66 @@ class ProxyHandler:
             if not (options or {}).get("include_usage"):
                 payload["stream_options"] = {**(options or {}), "include_usage": True}
                 strip = True
-        return _Request(
-            request_id, endpoint, payload, plan, stream, strip,
-            datetime.now(UTC), t0, start_ns, scope["headers"],
+        ctx = CallContext(
+            request_id, plan.route.name, endpoint, payload, stream, strip, scope["headers"],
+            t0=ctx_clock[0], start_ns=ctx_clock[1],
         )  # fmt: skip
-
-    # --- upstream ---------------------------------------------------------------------------------
-
-    async def _open(self, req: _Request, target: str, arm: Arm) -> _Attempt:
-        """Send the request to `target`; for non-streamed answers also read the whole body."""
-        client = self.clients[target]
-        req.payload["model"] = client.spec.model
-        try:
-            upstream_body = orjson.dumps(req.payload)
-        except TypeError as exc:  # e.g. an integer beyond 64 bits
-            raise RequestError(f"request body cannot be forwarded: {exc}") from None
-        attempt = _Attempt(target, arm, upstream_body, time.perf_counter())
-        request = client.build(req.endpoint.upstream_path, upstream_body, req.headers)
-        try:
-            response = await client.client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            req.waited += time.perf_counter() - attempt.t_sent
-            self._fail(attempt, exc)
-            return attempt
-        attempt.response = response
-        if req.stream and response.status_code < 300:
-            return attempt  # the body is forwarded as it arrives
-        try:
-            attempt.body = await response.aread()
-        except httpx.HTTPError as exc:
-            self._fail(attempt, exc)
-        finally:
-            await response.aclose()
-        req.waited += time.perf_counter() - attempt.t_sent
-        if attempt.error is not None:
-            return attempt
-        if response.status_code >= 300:
-            attempt.status = Status.UPSTREAM_ERROR
-            attempt.error_class = f"http_{response.status_code}"
-            return attempt
-        try:
-            parsed = orjson.loads(attempt.body or b"")
-            if not isinstance(parsed, dict):
-                raise ValueError("not an object")
-            attempt.parsed = parsed
-        except ValueError:
-            attempt.status = Status.INVALID_RESPONSE
-            attempt.error_class = "invalid_json"
-            attempt.error = UpstreamError(f"upstream model '{target}' returned an invalid response")
-        return attempt
-
-    @staticmethod
-    def _fail(attempt: _Attempt, exc: httpx.HTTPError) -> None:
-        attempt.error_class = type(exc).__name__
-        if isinstance(exc, httpx.TimeoutException):
-            attempt.status = Status.TIMEOUT
-            attempt.error = UpstreamTimeout(f"upstream model '{attempt.target}' timed out")
-        else:
-            attempt.status = Status.CONNECT_ERROR
-            attempt.error = UpstreamError(
-                f"upstream model '{attempt.target}' failed: {type(exc).__name__}"
-            )
+        return ctx, plan
 
     # --- client -----------------------------------------------------------------------------------
 
-    def _response_headers(self, req: _Request, attempt: _Attempt) -> Headers:
-        out: Headers = []
-        if attempt.response is not None:
-            for name, value in attempt.response.headers.raw:
-                if name.lower().decode("latin-1") not in HOP_BY_HOP:
-                    out.append((name, value))
-        out.extend(self._ids(req, attempt))
-        return out
+    async def _open(self, ctx: CallContext, target: str, arm: Arm) -> Attempt:
+        attempt = await self.caller.open(ctx, target, arm)
+        if not attempt.streaming:
+            ctx.waited += time.perf_counter() - attempt.t_sent
+        return attempt
 
-    @staticmethod
-    def _ids(req: _Request, attempt: _Attempt) -> Headers:
-        return [
-            (b"x-mirrorgate-request-id", req.request_id.encode()),
-            (b"x-mirrorgate-arm", attempt.arm.value.encode()),
-        ]
-
-    async def _serve(self, req: _Request, receive: Receive, send: Send) -> None:
-        plan = req.plan
-        attempt = await self._open(req, plan.target, plan.arm)
+    async def _serve(
+        self,
+        ctx: CallContext,
+        plan: RoutePlan,
+        receive: Receive,
+        send: Send,
+        answer: PrimaryAnswer | None,
+    ) -> None:
+        attempt = await self._open(ctx, plan.target, plan.arm)
         fallback = plan.route.fallback
         if attempt.retryable and fallback is not None and fallback != attempt.target:
-            self._emit(req, attempt, http_status=0, ended=time.perf_counter())
-            attempt = await self._open(req, fallback, Arm.FALLBACK)
-        if req.stream and attempt.response is not None and attempt.response.status_code < 300:
-            await self._stream(req, attempt, receive, send)
+            self._emit(ctx, attempt, http_status=0, ended=time.perf_counter())
+            attempt = await self._open(ctx, fallback, Arm.FALLBACK)
+        if attempt.streaming:
+            await self._stream(ctx, attempt, receive, send, answer)
             return
         if attempt.error is not None:
             status = attempt.error.status
-            headers = [(b"content-type", b"application/json"), *self._ids(req, attempt)]
-            body = error_body(attempt.error, req.endpoint.wire)
+            headers = [(b"content-type", b"application/json"), *_ids(ctx, attempt)]
+            body = error_body(attempt.error, ctx.endpoint.wire)
         else:
-            assert attempt.response is not None
-            status = attempt.response.status_code
-            headers = self._response_headers(req, attempt)
+            response = attempt.response
+            assert response is not None
+            status = response.status_code
+            headers = _response_headers(ctx, attempt, response)
             body = attempt.body or b""
         try:
             await send_bytes(send, status, body, headers)
         except OSError:
             attempt.status, attempt.error_class = Status.CLIENT_DISCONNECTED, "client_disconnected"
-        self._emit(req, attempt, http_status=status, ended=time.perf_counter())
+        self._emit(ctx, attempt, http_status=status, ended=time.perf_counter(), answer=answer)
 
-    async def _stream(self, req: _Request, attempt: _Attempt, receive: Receive, send: Send) -> None:
+    async def _stream(
+        self,
+        ctx: CallContext,
+        attempt: Attempt,
+        receive: Receive,
+        send: Send,
+        answer: PrimaryAnswer | None,
+    ) -> None:
         response = attempt.response
         assert response is not None
-        observer = StreamObserver(req.endpoint.name, req.strip_usage)
-        headers = self._response_headers(req, attempt)
+        observer = attempt.observer = StreamObserver(ctx.endpoint.name, ctx.strip_usage)
+        headers = _response_headers(ctx, attempt, response)
         headers.append((b"x-accel-buffering", b"no"))
-        pump = asyncio.ensure_future(self._pump(response, observer, send, headers, req))
+        pump = asyncio.ensure_future(_pump(response, observer, send, headers, ctx.endpoint.wire))
         watcher = asyncio.ensure_future(_wait_disconnect(receive))
         try:
             await asyncio.wait((pump, watcher), return_when=asyncio.FIRST_COMPLETED)
@@ -303,123 +211,87 @@ class ProxyHandler:
             watcher.cancel()
             with contextlib.suppress(BaseException):
                 await pump
-            await response.aclose()
+            await response.aclose()  # closes the upstream connection unless the answer was complete
         if attempt.status is Status.OK:
             attempt.status, attempt.error_class = _pump_outcome(pump)
         ended = time.perf_counter()
-        req.waited += ended - attempt.t_sent
-        attempt.extra["observer"] = observer
-        self._emit(req, attempt, http_status=response.status_code, ended=ended)
-
-    async def _pump(
-        self,
-        response: httpx.Response,
-        observer: StreamObserver,
-        send: Send,
-        headers: Headers,
-        req: _Request,
-    ) -> tuple[Status, str | None]:
-        """Forward the stream; return how it ended."""
-        await send(
-            {"type": "http.response.start", "status": response.status_code, "headers": headers}
-        )
-        try:
-            async for chunk in response.aiter_raw():
-                out = observer.feed(chunk)
-                if out:
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
-        except httpx.HTTPError as exc:
-            timed_out = isinstance(exc, httpx.TimeoutException)
-            failure: GatewayError = (
-                UpstreamTimeout("upstream stalled mid-stream")
-                if timed_out
-                else UpstreamError(f"upstream stream broke: {type(exc).__name__}")
-            )
-            tail = observer.close() + _stream_error_event(req.endpoint.wire, failure)
-            await send({"type": "http.response.body", "body": tail, "more_body": False})
-            return (Status.TIMEOUT if timed_out else Status.CONNECT_ERROR), type(exc).__name__
-        await send({"type": "http.response.body", "body": observer.close(), "more_body": False})
-        if observer.malformed:
-            return Status.INVALID_RESPONSE, "malformed_event"
-        if observer.error_event is not None:
-            return Status.UPSTREAM_ERROR, "stream_error_event"
-        if not observer.finished:
-            return Status.INVALID_RESPONSE, "stream_incomplete"
-        return Status.OK, None
+        ctx.waited += ended - attempt.t_sent
+        self._emit(ctx, attempt, http_status=response.status_code, ended=ended, answer=answer)
 
     # --- records ----------------------------------------------------------------------------------
 
-    def _emit(self, req: _Request, attempt: _Attempt, http_status: int, ended: float) -> None:
-        """Build the record for one attempt and hand it to every sink. Never raises."""
+    def _emit(
+        self,
+        ctx: CallContext,
+        attempt: Attempt,
+        http_status: int,
+        ended: float,
+        answer: PrimaryAnswer | None = None,
+    ) -> None:
+        """Build the record for one client-path attempt and hand it on (and to the shadows
+        waiting for the answer the client got). Never raises."""
         try:
-            record = self._record(req, attempt, http_status, ended)
+            record = self.caller.record(ctx, attempt, http_status, ended, own_clock=False)
         except Exception:
-            log.exception("could not build the record for request %s", req.request_id)
+            log.exception("could not build the record for request %s", ctx.request_id)
             return
         self.metrics.observe(record)
-        if attempt.arm is not Arm.SHADOW:
-            self.metrics.overhead.labels(record.route).observe(record.overhead_s)
+        self.metrics.overhead.labels(record.route).observe(record.overhead_s)
+        span = None
         if self.tracer.enabled:
-            self.tracer.record(record, req.start_ns, req.endpoint.operation)
+            span = self.tracer.record(record, ctx.start_ns, ctx.endpoint.operation)
+        if answer is not None and not answer.future.done():
+            answer.future.set_result((record, self.caller.answer_text(ctx, attempt), span))
         for sink in self.sinks:
             try:
                 sink(record)
             except Exception:
                 log.exception("record sink %r failed", sink)
 
-    def _record(
-        self, req: _Request, attempt: _Attempt, http_status: int, ended: float
-    ) -> ExchangeRecord:
-        client = self.clients[attempt.target]
-        endpoint = req.endpoint.name
-        observer: StreamObserver | None = attempt.extra.get("observer")
-        usage: Usage | None
-        ttft: float | None = None
-        if observer is not None:
-            usage, text = observer.usage, observer.text
-            if observer.first_token_at is not None:
-                ttft = observer.first_token_at - req.t0
-            response_raw = None  # streams: bodies are kept as text only
-        else:
-            usage = response_usage(endpoint, attempt.parsed) if attempt.parsed else None
-            text = response_text(endpoint, attempt.parsed) if attempt.parsed else ""
-            response_raw = attempt.body
-        if usage is None and attempt.status in (Status.OK, Status.CLIENT_DISCONNECTED):
-            usage = Usage(
-                input_tokens=count_tokens(prompt_text(endpoint, req.payload)),
-                output_tokens=count_tokens(text),
-                estimated=True,
-            )
-        usage = usage or Usage()
-        duration = ended - req.t0
-        return ExchangeRecord(
-            request_id=req.request_id,
-            route=req.plan.route.name,
-            target=attempt.target,
-            upstream_model=client.spec.model,
-            arm=attempt.arm,
-            endpoint=endpoint,
-            provider=client.spec.provider,
-            streamed=req.stream,
-            started_at=req.started_at,
-            duration_s=duration,
-            ttft_s=ttft,
-            overhead_s=max(0.0, duration - req.waited),
-            status=attempt.status,
-            http_status=http_status,
-            usage=usage,
-            cost_usd=cost_usd(usage, client.spec.price),
-            error_class=attempt.error_class,
-            request_body=attempt.upstream_body.decode("utf-8", "replace")
-            if self.keep_bodies
-            else None,
-            response_body=(
-                response_raw.decode("utf-8", "replace")
-                if self.keep_bodies and response_raw
-                else None
-            ),
-            response_text=text if self.keep_bodies else None,
+
+def _ids(ctx: CallContext, attempt: Attempt) -> Headers:
+    return [
+        (b"x-mirrorgate-request-id", ctx.request_id.encode()),
+        (b"x-mirrorgate-arm", attempt.arm.value.encode()),
+    ]
+
+
+def _response_headers(ctx: CallContext, attempt: Attempt, response: UpstreamResponse) -> Headers:
+    out: Headers = [
+        (name, value)
+        for name, value in response.headers
+        if name.lower().decode("latin-1") not in HOP_BY_HOP
+    ]
+    out.extend(_ids(ctx, attempt))
+    return out
+
+
+async def _pump(
+    response: UpstreamResponse,
+    observer: StreamObserver,
+    send: Send,
+    headers: Headers,
+    wire: str,
+) -> tuple[Status, str | None]:
+    """Forward the stream to the client; return how it ended."""
+    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+    try:
+        async for chunk in response.aiter_raw():
+            out = observer.feed(chunk)
+            if out:
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+    except UpstreamHTTPError as exc:
+        timed_out = isinstance(exc, HTTPTimeout)
+        failure: GatewayError = (
+            UpstreamTimeout("upstream stalled mid-stream")
+            if timed_out
+            else UpstreamError(f"upstream stream broke: {type(exc).__name__}")
         )
+        tail = observer.close() + _stream_error_event(wire, failure)
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        return (Status.TIMEOUT if timed_out else Status.CONNECT_ERROR), type(exc).__name__
+    await send({"type": "http.response.body", "body": observer.close(), "more_body": False})
+    return stream_outcome(observer)
 
 
 def _pump_outcome(pump: asyncio.Future[tuple[Status, str | None]]) -> tuple[Status, str | None]:

@@ -139,8 +139,38 @@ def _v1_exchanges(conn: Connection) -> None:
     table.create(conn)
 
 
+def _v2_pairs(conn: Connection) -> None:
+    table = sa.Table(
+        "pairs",
+        sa.MetaData(),
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("pair_id", sa.String(), nullable=False),
+        sa.Column("kind", sa.String(), nullable=False),
+        sa.Column("request_id", sa.String(), nullable=False),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("primary_target", sa.String(), nullable=False),
+        sa.Column("candidate_target", sa.String(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("primary_status", sa.String(), nullable=False),
+        sa.Column("candidate_status", sa.String(), nullable=False),
+        sa.Column("exact_equal", sa.Boolean(), nullable=False),
+        sa.Column("normalized_equal", sa.Boolean(), nullable=False),
+        sa.Column("json_equal", sa.Boolean(), nullable=True),
+        sa.Column("json_fields", sa.Text(), nullable=False),
+        sa.Column("length_ratio", sa.Float(), nullable=True),
+        sa.Column("latency_delta_s", sa.Float(), nullable=True),
+        sa.Column("ttft_delta_s", sa.Float(), nullable=True),
+        sa.Column("cost_delta_usd", sa.Float(), nullable=True),
+        sa.Index("ix_pairs_pair_id", "pair_id", unique=True),
+        sa.Index("ix_pairs_route_created_at", "route", "created_at"),
+        sa.Index("ix_pairs_request_id", "request_id"),
+    )
+    table.create(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "exchanges table and its indexes", _v1_exchanges),
+    Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
 )
 """The schema's whole history, oldest first. Append only."""
 

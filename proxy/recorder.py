@@ -45,13 +45,15 @@ from typing import Literal
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from proxy.config import StoreSpec
-from proxy.records import ExchangeRecord
+from proxy.records import ExchangeRecord, PairRecord
 from proxy.redaction import redact
 from proxy.store import Store, StoreUnavailableError
 
 log = logging.getLogger(__name__)
 
 BodiesPolicy = Literal["full", "redacted", "none"]
+StoredRecord = ExchangeRecord | PairRecord
+"""What the recorder writes: exchanges, and the comparisons of shadow/noise/replay pairs."""
 DropReason = Literal["queue_full", "shutdown", "rejected"]
 _DROP_REASONS: tuple[DropReason, ...] = ("queue_full", "shutdown", "rejected")
 _JOIN_GRACE_S = 1.0
@@ -166,7 +168,7 @@ class Recorder:
             else None
         )
 
-        self._queue: deque[ExchangeRecord] = deque()
+        self._queue: deque[StoredRecord] = deque()
         self._lock = threading.Lock()  # guards the bound, `_accepted` and `_accepting`
         self._accepting = True
         self._accepted = 0
@@ -225,7 +227,7 @@ class Recorder:
 
     # --- event loop side ------------------------------------------------------------------------
 
-    def submit(self, record: ExchangeRecord) -> bool:
+    def submit(self, record: StoredRecord) -> bool:
         """Queue `record` for writing; False if it was dropped (and counted). Never blocks.
 
         Safe to call from any thread, before `start` too.
@@ -309,7 +311,7 @@ class Recorder:
     # --- writer thread --------------------------------------------------------------------------
 
     def _run(self) -> None:
-        batch: list[ExchangeRecord] = []
+        batch: list[StoredRecord] = []
         next_flush = time.monotonic() + self._flush_interval_s
         backoff = self._retry_initial_s
         outage_started: float | None = None
@@ -367,14 +369,16 @@ class Recorder:
             self._wake.wait(next_flush - now)
             self._wake.clear()  # the loop condition re-checks the queue: no wake-up is lost
 
-    def _take(self) -> list[ExchangeRecord]:
+    def _take(self) -> list[StoredRecord]:
         queue = self._queue
         batch = [queue.popleft() for _ in range(min(self._batch_size, len(queue)))]
         if self._bodies_policy == "full":
             return batch
         return [self._apply_bodies_policy(record) for record in batch]
 
-    def _apply_bodies_policy(self, record: ExchangeRecord) -> ExchangeRecord:
+    def _apply_bodies_policy(self, record: StoredRecord) -> StoredRecord:
+        if not isinstance(record, ExchangeRecord):
+            return record
         bodies = (record.request_body, record.response_body, record.response_text)
         if bodies == (None, None, None):
             return record
@@ -389,7 +393,7 @@ class Recorder:
             response_text=None if record.response_text is None else redact(record.response_text),
         )
 
-    def _write(self, batch: list[ExchangeRecord]) -> list[ExchangeRecord]:
+    def _write(self, batch: list[StoredRecord]) -> list[StoredRecord]:
         """Write `batch`; return what is left to retry. Raises `StoreUnavailableError` (nothing was
         written) or returns []. A rejected batch is retried record by record."""
         try:
@@ -402,7 +406,7 @@ class Recorder:
         self._settle_written(len(batch))
         return []
 
-    def _write_one_by_one(self, batch: list[ExchangeRecord]) -> list[ExchangeRecord]:
+    def _write_one_by_one(self, batch: list[StoredRecord]) -> list[StoredRecord]:
         for index, record in enumerate(batch):
             try:
                 self._store.write_batch([record])
@@ -436,7 +440,7 @@ class Recorder:
     def _past_deadline(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline
 
-    def _close(self, held: list[ExchangeRecord] | None = None) -> None:
+    def _close(self, held: list[StoredRecord] | None = None) -> None:
         """Stop accepting; count whatever is left (held by the writer or queued) as shutdown."""
         with self._lock:
             self._accepting = False

@@ -108,3 +108,35 @@ class ExchangeRecord:
     """The answer as received (non-streamed answers only), subject to `store.bodies`."""
     response_text: str | None = None
     """The plain answer text (message content), for analyzers; not stored when bodies is `none`."""
+
+
+@dataclass(frozen=True, slots=True)
+class PairRecord:
+    """A candidate's answer compared with the primary's answer to the same request."""
+
+    pair_id: str
+    """Shared with the candidate's `ExchangeRecord.pair_id`."""
+    kind: str
+    """`shadow` (live mirroring), `noise` (the primary asked twice) or `replay` (offline)."""
+    request_id: str
+    """The client request both answers belong to (for replays: the recorded request's id)."""
+    route: str
+    primary_target: str
+    candidate_target: str
+    created_at: datetime
+    primary_status: str
+    candidate_status: str
+    exact_equal: bool
+    normalized_equal: bool
+    json_equal: bool | None
+    """None when either answer is not JSON."""
+    json_fields: tuple[tuple[str, bool], ...] = ()
+    """Per top-level JSON key: equal in both answers."""
+    length_ratio: float | None = None
+    """len(candidate answer) / len(primary answer)."""
+    latency_delta_s: float | None = None
+    """Candidate duration minus primary duration."""
+    ttft_delta_s: float | None = None
+    """Candidate time to first token minus the primary's (streams only)."""
+    cost_delta_usd: float | None = None
+    """Candidate cost minus primary cost."""

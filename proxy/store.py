@@ -33,7 +33,8 @@ from sqlmodel import Field, SQLModel
 
 from proxy import migrations
 from proxy.migrations import SQLITE_BEGIN_OPTION, SchemaVersionError, StoreError
-from proxy.records import Arm, ExchangeRecord, Status, Usage
+from proxy.pair_rows import pair_to_row, pairs_table, row_to_pair
+from proxy.records import Arm, ExchangeRecord, PairRecord, Status, Usage
 
 __all__ = [
     "RecordRejectedError",
@@ -112,6 +113,7 @@ class ExchangeRow(SQLModel, table=True):
 
 _exchanges: sa.Table = ExchangeRow.__table__  # type: ignore[attr-defined]
 _insert_exchange = sa.insert(_exchanges)
+_insert_pair = sa.insert(pairs_table)
 
 
 class Store:
@@ -154,17 +156,21 @@ class Store:
         except sa_exc.SQLAlchemyError as exc:
             raise _translate(exc, "migrating the schema") from exc
 
-    def write_batch(self, records: Sequence[ExchangeRecord]) -> None:
-        """Insert `records` in one transaction: all of them are stored, or none."""
+    def write_batch(self, records: Sequence[ExchangeRecord | PairRecord]) -> None:
+        """Insert `records` (exchanges and pairs) in one transaction: all are stored, or none."""
         if not records:
             return
         try:
-            rows = [_to_row(record) for record in records]
+            rows = [_to_row(r) for r in records if isinstance(r, ExchangeRecord)]
+            pairs = [pair_to_row(r) for r in records if isinstance(r, PairRecord)]
         except (TypeError, ValueError, AttributeError) as exc:
             raise RecordRejectedError(f"cannot store record: {exc}") from exc
         try:
             with self._engine.begin() as conn:
-                conn.execute(_insert_exchange, rows)
+                if rows:
+                    conn.execute(_insert_exchange, rows)
+                if pairs:
+                    conn.execute(_insert_pair, pairs)
         except sa_exc.SQLAlchemyError as exc:
             raise _translate(exc, f"writing {len(rows)} records", rejected=True) from exc
         except (UnicodeError, OverflowError) as exc:  # raised by the driver, not as DBAPI errors
@@ -234,6 +240,37 @@ class Store:
         except sa_exc.SQLAlchemyError as exc:
             raise _translate(exc, "querying records") from exc
 
+    def query_pairs(
+        self,
+        *,
+        route: str | None = None,
+        kind: str | None = None,
+        candidate: str | None = None,
+        request_id: str | None = None,
+        since: datetime | None = None,
+        limit: int = 100_000,
+    ) -> list[PairRecord]:
+        """Stored pairs matching every filter given, oldest first, at most `limit`."""
+        c = pairs_table.c
+        where = [
+            column == value
+            for column, value in (
+                (c.route, route),
+                (c.kind, kind),
+                (c.candidate_target, candidate),
+                (c.request_id, request_id),
+            )
+            if value is not None
+        ]
+        if since is not None:
+            where.append(c.created_at >= _utc(since))
+        statement = sa.select(pairs_table).where(*where).order_by(c.id).limit(limit)
+        try:
+            with self._engine.connect() as conn:
+                return [row_to_pair(row) for row in conn.execute(statement).mappings()]
+        except sa_exc.SQLAlchemyError as exc:
+            raise _translate(exc, "reading pairs") from exc
+
     def delete_older_than(self, cutoff: datetime, *, limit: int | None = None) -> int:
         """Delete records that started before `cutoff`; return how many were deleted.
 
@@ -248,9 +285,12 @@ class Store:
             statement = sa.delete(_exchanges).where(
                 _exchanges.c.id.in_(oldest.limit(limit).scalar_subquery())
             )
+        old_pairs = sa.delete(pairs_table).where(pairs_table.c.created_at < _utc(cutoff))
         try:
             with self._engine.begin() as conn:
-                return int(conn.execute(statement).rowcount)
+                deleted = int(conn.execute(statement).rowcount)
+                conn.execute(old_pairs)
+                return deleted
         except sa_exc.SQLAlchemyError as exc:
             raise _translate(exc, "deleting old records") from exc
 

@@ -132,6 +132,7 @@ def gateway_config(
         routes[name] = {"primary": name}
         routes[f"{name}-claude"] = {"primary": f"{name}-claude"}
     doc: dict[str, Any] = {
+        "server": {"port": 0},
         "store": {"url": db_url, "bodies": "full", **store},
         "models": models,
         "routes": routes,

@@ -1,0 +1,314 @@
+"""Shadow traffic: copies of live requests sent to candidate models off the client path.
+
+For each client request the exchange handler calls `ShadowDispatcher.offer` once, before calling
+the primary. Every configured shadow of the route, and the noise-floor copy to the primary itself,
+is decided there without waiting on anything:
+
+- sampled or not, deterministically: a hash of the sticky key (when the route's canary has one and
+  the request carries it) or of the request id, per candidate, below `sample`;
+- dropped, and counted in `mirrorgate_shadow_dropped_total{reason}`, when the client opted out
+  (`x-mirrorgate-shadow: off` → `opted_out`), the candidate already has `max_concurrency` calls in
+  flight (`concurrency`), the candidate spent `max_usd_per_hour` in the last hour (`budget`), every
+  shadow slot of the gateway is taken (`queue_full`), or the gateway is stopping (`shutdown`);
+- otherwise started as a background task that calls the candidate (streaming when the primary
+  streams, so its time to first token is real), waits for the primary's answer, and records the
+  candidate's exchange (`arm="shadow"`) and a `PairRecord` comparing the two.
+
+The client never waits for any of it: `offer` is synchronous and O(shadows), and the tasks only
+ever read what the client path already finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from opentelemetry.trace import SpanContext
+
+from analyzers.comparison import compare_text
+from proxy.caller import Attempt, CallContext, ModelCaller
+from proxy.errors import UpstreamTimeout
+from proxy.metrics import GatewayMetrics
+from proxy.records import Arm, ExchangeRecord, PairRecord, Status
+from proxy.routing import RouteState
+from proxy.tasks import TaskSet
+from proxy.tracing import ExchangeTracer
+
+log = logging.getLogger("mirrorgate.shadow")
+
+OPT_OUT_HEADER = b"x-mirrorgate-shadow"
+PRIMARY_WAIT_S = 600.0
+"""The longest a finished shadow waits for its primary's answer before giving up on the pair."""
+
+RecordSink = Callable[[ExchangeRecord | PairRecord], object]
+
+
+def sampled(key: str, salt: str, rate: float) -> bool:
+    """Whether the request keyed `key` is in the `rate` share for `salt` (a candidate's name).
+
+    The same key always gives the same answer, so a user's whole conversation is shadowed or none
+    of it, and tests can compute the exact expected set.
+    """
+    if rate >= 1.0:
+        return True
+    if rate <= 0.0:
+        return False
+    digest = hashlib.blake2b(f"{salt}\x00{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") < rate * 2**64
+
+
+def sticky_key(route: RouteState, ctx: CallContext) -> str:
+    """The key that keeps one user's requests together: the canary's sticky header or body field
+    when the route has one and the request carries it, else the request id."""
+    canary = route.spec.canary
+    if canary is not None and canary.sticky != "none":
+        kind, _, name = canary.sticky.partition(":")
+        if kind == "header":
+            wanted = name.lower().encode()
+            for key, raw in ctx.headers:
+                if key == wanted and raw:
+                    return raw.decode("latin-1")
+        else:
+            field_value: Any = ctx.payload
+            for part in name.split("."):
+                field_value = field_value.get(part) if isinstance(field_value, dict) else None
+            if isinstance(field_value, str | int) and field_value != "":
+                return str(field_value)
+    return ctx.request_id
+
+
+@dataclass(slots=True)
+class PrimaryAnswer:
+    """What a shadow compares itself with; resolved when the client path's final record is built."""
+
+    future: asyncio.Future[tuple[ExchangeRecord, str, SpanContext | None]]
+
+
+@dataclass(slots=True)
+class _Spend:
+    """A candidate's shadow spend over the last hour."""
+
+    window: deque[tuple[float, float]] = field(default_factory=deque)
+    total: float = 0.0
+
+    def add(self, now: float, usd: float) -> None:
+        self.window.append((now, usd))
+        self.total += usd
+
+    def last_hour(self, now: float) -> float:
+        while self.window and self.window[0][0] < now - 3600.0:
+            self.total -= self.window.popleft()[1]
+        return self.total
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    target: str
+    kind: str
+    """`shadow` (a candidate) or `noise` (the primary itself, asked again)."""
+    timeout_s: float | None
+
+
+class ShadowDispatcher:
+    """Decides and runs every shadow call of the gateway (see the module docstring)."""
+
+    def __init__(
+        self,
+        caller: ModelCaller,
+        metrics: GatewayMetrics,
+        tracer: ExchangeTracer,
+        sinks: list[RecordSink],
+        max_pending: int = 1000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.caller = caller
+        self.metrics = metrics
+        self.tracer = tracer
+        self.sinks = sinks
+        self.max_pending = max_pending
+        self.clock = clock
+        self.tasks = TaskSet("shadow")
+        self.inflight: dict[str, int] = {}
+        self.spend: dict[str, _Spend] = {}
+        self.accepting = True
+
+    # --- on the client path -----------------------------------------------------------------------
+
+    def offer(self, ctx: CallContext, route: RouteState) -> PrimaryAnswer | None:
+        """Start the shadow calls this request gets; return the handle to give the primary's
+        answer to (None when no shadow runs). Never blocks."""
+        jobs = self._jobs(ctx, route)
+        if not jobs:
+            return None
+        opted_out = any(
+            key == OPT_OUT_HEADER and value.strip().lower() in (b"off", b"false", b"0")
+            for key, value in ctx.headers
+        )
+        answer: PrimaryAnswer | None = None
+        now = self.clock()
+        for job in jobs:
+            reason = self._refusal(job, route, now, opted_out)
+            if reason is not None:
+                self.metrics.shadow_dropped.labels(route.name, job.target, reason).inc()
+                continue
+            if answer is None:
+                answer = PrimaryAnswer(asyncio.get_running_loop().create_future())
+            self.inflight[job.target] = self.inflight.get(job.target, 0) + 1
+            self.tasks.spawn(self._run(ctx, route, job, answer), f"{job.kind}:{job.target}")
+        return answer
+
+    def _jobs(self, ctx: CallContext, route: RouteState) -> list[_Job]:
+        jobs: list[_Job] = []
+        key: str | None = None
+        for shadow in route.spec.shadows:
+            key = key or sticky_key(route, ctx)
+            if sampled(key, shadow.model, shadow.sample):
+                jobs.append(_Job(shadow.model, "shadow", shadow.timeout_s))
+        noise = route.spec.noise_sample
+        if noise > 0 and sampled(ctx.request_id, "\x00noise", noise):
+            jobs.append(_Job(route.primary, "noise", None))
+        return jobs
+
+    def _refusal(self, job: _Job, route: RouteState, now: float, opted_out: bool) -> str | None:
+        if not self.accepting:
+            return "shutdown"
+        if opted_out:
+            return "opted_out"
+        spec = next((s for s in route.spec.shadows if s.model == job.target), None)
+        limit = spec.max_concurrency if spec is not None else 8
+        if self.inflight.get(job.target, 0) >= limit:
+            return "concurrency"
+        if spec is not None and spec.max_usd_per_hour is not None:
+            spend = self.spend.get(job.target)
+            if spend is not None and spend.last_hour(now) >= spec.max_usd_per_hour:
+                return "budget"
+        if len(self.tasks) >= self.max_pending:
+            return "queue_full"
+        return None
+
+    # --- off the client path ----------------------------------------------------------------------
+
+    async def _run(
+        self, ctx: CallContext, route: RouteState, job: _Job, answer: PrimaryAnswer
+    ) -> None:
+        pair_id = uuid.uuid4().hex
+        shadow_ctx = replace(ctx, tags=(job.kind,) if job.kind == "noise" else ())
+        try:
+            attempt = await self._call(shadow_ctx, job)
+        except asyncio.CancelledError:
+            self.metrics.shadow_dropped.labels(route.name, job.target, "shutdown").inc()
+            raise
+        finally:
+            self.inflight[job.target] -= 1
+        attempt.pair_id = pair_id
+        ended = time.perf_counter()
+        record = self.caller.record(shadow_ctx, attempt, _status(attempt), ended, own_clock=True)
+        spend = self.spend.setdefault(job.target, _Spend())
+        spend.add(self.clock(), record.cost_usd)
+        self.metrics.observe(record)
+        text = self.caller.answer_text(shadow_ctx, attempt)
+        primary: ExchangeRecord | None = None
+        primary_text, span = "", None
+        try:
+            primary, primary_text, span = await asyncio.wait_for(
+                asyncio.shield(answer.future), PRIMARY_WAIT_S
+            )
+        except TimeoutError:
+            log.warning(
+                "shadow %s: no primary answer for %s; pair skipped", pair_id, ctx.request_id
+            )
+        except asyncio.CancelledError:
+            if not answer.future.cancelled():
+                raise  # this task is being cancelled (shutdown)
+        if self.tracer.enabled:
+            self.tracer.record(
+                record, attempt.start_ns, ctx.endpoint.operation, links=[span] if span else ()
+            )
+        self._emit(record)
+        if primary is not None:
+            self._emit(_pair(pair_id, job.kind, primary, primary_text, record, text))
+
+    async def _call(self, ctx: CallContext, job: _Job) -> Attempt:
+        """Call the candidate (reading a stream to its end) within the shadow's `timeout_s`."""
+        started = (time.perf_counter(), datetime.now(UTC), time.time_ns())
+        holder: list[Attempt] = []
+
+        async def call() -> None:
+            attempt = await self.caller.open(ctx, job.target, Arm.SHADOW)
+            holder.append(attempt)
+            await self.caller.consume(ctx, attempt)
+
+        try:
+            await asyncio.wait_for(call(), job.timeout_s)
+        except TimeoutError:
+            attempt = holder[0] if holder else Attempt(job.target, Arm.SHADOW, b"", *started)
+            attempt.status, attempt.error_class = Status.TIMEOUT, "shadow_timeout"
+            attempt.error = UpstreamTimeout(f"shadow '{job.target}' exceeded its timeout_s")
+            if attempt.response is not None:
+                await attempt.response.aclose()
+            return attempt
+        return holder[0]
+
+    def _emit(self, item: ExchangeRecord | PairRecord) -> None:
+        for sink in self.sinks:
+            try:
+                sink(item)
+            except Exception:
+                log.exception("record sink %r failed", sink)
+
+    async def stop(self, timeout_s: float) -> None:
+        """Refuse new shadows, give running ones `timeout_s`, then cancel the rest (counted)."""
+        self.accepting = False
+        await self.tasks.wait(timeout_s)
+        cancelled = await self.tasks.cancel_all()
+        if cancelled:
+            log.info("shadow: %d calls still running at shutdown were cancelled", cancelled)
+
+
+def _status(attempt: Attempt) -> int:
+    if attempt.error is not None:
+        return attempt.error.status
+    return attempt.response.status_code if attempt.response is not None else 0
+
+
+def _pair(
+    pair_id: str,
+    kind: str,
+    primary: ExchangeRecord,
+    primary_text: str,
+    candidate: ExchangeRecord,
+    candidate_text: str,
+) -> PairRecord:
+    comparison = compare_text(primary_text, candidate_text)
+    ttft = (
+        candidate.ttft_s - primary.ttft_s
+        if candidate.ttft_s is not None and primary.ttft_s is not None
+        else None
+    )
+    return PairRecord(
+        pair_id=pair_id,
+        kind=kind,
+        request_id=primary.request_id,
+        route=primary.route,
+        primary_target=primary.target,
+        candidate_target=candidate.target,
+        created_at=datetime.now(UTC),
+        primary_status=primary.status.value,
+        candidate_status=candidate.status.value,
+        exact_equal=comparison.exact,
+        normalized_equal=comparison.normalized,
+        json_equal=comparison.json_equal,
+        json_fields=tuple(sorted(comparison.json_fields.items())),
+        length_ratio=comparison.length_ratio,
+        latency_delta_s=candidate.duration_s - primary.duration_s,
+        ttft_delta_s=ttft,
+        cost_delta_usd=candidate.cost_usd - primary.cost_usd,
+    )
