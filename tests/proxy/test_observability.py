@@ -95,3 +95,17 @@ def test_spans_follow_the_genai_conventions(start_gateway: Callable[..., Gateway
     assert attributes["mirrorgate.arm"] == "primary"
     assert span.end_time is not None and span.start_time is not None
     assert span.end_time - span.start_time == int(record.duration_s * 1e9)
+
+
+def test_tracing_is_off_without_an_endpoint_and_on_with_one() -> None:
+    from proxy.config import TelemetrySpec
+    from proxy.tracing import build_tracer_provider
+
+    assert build_tracer_provider(TelemetrySpec(), env={}) is None
+    provider = build_tracer_provider(
+        TelemetrySpec(service_name="gw-a"),
+        env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"},
+    )
+    assert provider is not None
+    assert provider.resource.attributes["service.name"] == "gw-a"
+    provider.shutdown()
