@@ -1,0 +1,190 @@
+"""The HTML report in a real browser: headless Chromium (Debian's) driven by Playwright.
+
+Needs `apt-get install chromium` and `pip install playwright` (no `playwright install`: the system
+browser is used). Skipped when either is missing, unless MIRRORGATE_REQUIRE_SERVICES=1.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.cli import main
+from proxy.records import Arm, ExchangeRecord, PairRecord, Status, Usage
+from proxy.store import Store
+from tests.conftest import require_service
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ROUTE = "support-bot"
+ARMS = {
+    # label: (arm, target, count, median latency s, cost per request, streamed)
+    "primary · prod": (Arm.PRIMARY, "prod", 400, 0.65, 0.00042, True),
+    "canary · cand-b": (Arm.CANARY, "cand-b", 60, 0.85, 0.00025, True),
+    "shadow · cand-a": (Arm.SHADOW, "cand-a", 120, 0.45, 0.00011, False),
+}
+
+
+def traffic(now: datetime) -> list[ExchangeRecord | PairRecord]:
+    """A few hundred plausible exchanges and pairs (seeded, so every run draws the same)."""
+    rng = random.Random(20250301)
+    records: list[ExchangeRecord | PairRecord] = []
+    for arm, target, count, latency, cost, streamed in ARMS.values():
+        for _ in range(count):
+            failed = rng.random() < 0.03
+            records.append(
+                ExchangeRecord(
+                    request_id=uuid.uuid4().hex,
+                    route=ROUTE,
+                    target=target,
+                    upstream_model=target,
+                    arm=arm,
+                    endpoint="chat.completions",
+                    provider="openai",
+                    streamed=streamed,
+                    started_at=now - timedelta(minutes=rng.uniform(1, 120)),
+                    duration_s=latency * rng.lognormvariate(0, 0.45),
+                    ttft_s=latency / 4 * rng.lognormvariate(0, 0.3) if streamed else None,
+                    overhead_s=0.0004,
+                    status=Status.UPSTREAM_ERROR if failed else Status.OK,
+                    http_status=502 if failed else 200,
+                    usage=Usage(input_tokens=rng.randint(200, 900), output_tokens=120),
+                    cost_usd=cost * rng.uniform(0.8, 1.2),
+                )
+            )
+    for kind, candidate, n, agree in (("shadow", "cand-a", 100, 0.8), ("noise", "prod", 40, 0.95)):
+        for _ in range(n):
+            equal = rng.random() < agree
+            records.append(
+                PairRecord(
+                    pair_id=uuid.uuid4().hex,
+                    kind=kind,
+                    request_id=uuid.uuid4().hex,
+                    route=ROUTE,
+                    primary_target="prod",
+                    candidate_target=candidate,
+                    created_at=now - timedelta(minutes=rng.uniform(1, 120)),
+                    primary_status="ok",
+                    candidate_status="ok",
+                    exact_equal=equal,
+                    normalized_equal=equal,
+                    json_equal=None,
+                    latency_delta_s=rng.gauss(-0.2, 0.1),
+                    cost_delta_usd=-0.0003,
+                )
+            )
+    return records
+
+
+@pytest.fixture
+def html_report(tmp_path: Path) -> Path:
+    """`mirrorgate report --format html --output FILE` over a real SQLite store."""
+    db = tmp_path / "mirrorgate.db"
+    with Store(f"sqlite:///{db}") as store:
+        store.migrate()
+        store.write_batch(traffic(datetime.now(UTC)))
+    config = tmp_path / "mirrorgate.yaml"
+    config.write_text(
+        f'store: {{url: "sqlite:///{db}"}}\n'
+        'models: {prod: {provider: openai, base_url: "http://127.0.0.1:9/v1", model: m}}\n'
+        f"routes: {{{ROUTE}: {{primary: prod}}}}\n"
+    )
+    output = tmp_path / "report.html"
+    assert (
+        main(["report", "--config", str(config), "--format", "html", "--output", str(output)]) == 0
+    )
+    return output
+
+
+def test_the_html_report_renders_offline_in_chromium(html_report: Path, tmp_path: Path) -> None:
+    has_playwright = importlib.util.find_spec("playwright") is not None
+    require_service("Playwright", has_playwright, "pip install playwright")
+    from playwright.sync_api import sync_playwright
+
+    require_service(f"Chromium at {CHROMIUM}", CHROMIUM.exists(), "apt-get install chromium")
+
+    url = html_report.as_uri()
+    requests: list[str] = []
+    problems: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.on("request", lambda request: requests.append(request.url))
+            page.on(
+                "console",
+                lambda message: problems.append(message.text) if message.type == "error" else None,
+            )
+            page.on("pageerror", lambda error: problems.append(str(error)))
+            page.goto(url, wait_until="load")
+
+            assert page.title() == f"mirrorgate report: {ROUTE}"
+            charts = _charts(page)
+            page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+        finally:
+            browser.close()
+
+    assert requests == [url], "the report must load nothing but itself"
+    assert problems == []
+    assert (tmp_path / "report.png").stat().st_size > 10_000
+
+    latency, cost, ttft = charts["latency"], charts["cost"], charts["ttft"]
+    assert latency["lines"] == len(ARMS)
+    assert latency["markers"] == 2 * len(ARMS)  # p50 and p95 per arm
+    assert cost["bars"] == len(ARMS)
+    assert ttft["lines"] == 2  # only the streamed arms
+    for name, chart in charts.items():
+        assert chart["width"] > 300 and chart["height"] > 100, name
+        assert chart["shapes"] > 0, name
+        assert chart["title"], name
+    assert "Latency distribution" in latency["title"]
+    # Bars are drawn to scale: the primary costs about 4x the shadow per request.
+    widths = cost["bar_widths"]
+    assert widths["primary · prod"] > 2.5 * widths["shadow · cand-a"] > 0
+
+
+def _charts(page: Any) -> dict[str, dict[str, Any]]:
+    """Measure each chart of the route as the browser laid it out."""
+    found: dict[str, dict[str, Any]] = {}
+    for kind in ("latency", "cost", "ttft"):
+        svg = page.locator(f'svg.chart.{kind}[data-route="{ROUTE}"]')
+        assert svg.count() == 1, kind
+        box = svg.bounding_box()
+        assert box is not None, kind
+        title_id = svg.get_attribute("aria-labelledby").split()[0]
+        bars = svg.locator("rect.bar")
+        found[kind] = {
+            "width": box["width"],
+            "height": box["height"],
+            "shapes": svg.locator("path, rect").count(),
+            "lines": svg.locator("path.ecdf").count(),
+            "markers": svg.locator("circle.marker").count(),
+            "bars": bars.count(),
+            "bar_widths": {
+                bars.nth(i).get_attribute("data-arm"): bars.nth(i).bounding_box()["width"]
+                for i in range(bars.count())
+            },
+            "title": page.locator(f"#{title_id}").text_content(),
+            "role": svg.get_attribute("role"),
+        }
+        assert found[kind]["role"] == "img", kind
+        # A line or bar really has ink: its own bounding box is not empty.
+        first = svg.locator("path.ecdf, rect.bar").first
+        shape = first.bounding_box()
+        assert shape is not None and shape["width"] > 0 and shape["height"] > 0, kind
+    return found

@@ -1,0 +1,338 @@
+"""`mirrorgate report` against a real SQLite store: the numbers, the filters and the errors."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.cli import main
+from proxy.records import Arm, ExchangeRecord, PairRecord, Status, Usage
+from proxy.store import Store
+
+NOW = datetime.now(UTC)
+
+
+def exchange(route: str = "bot", target: str = "prod", **fields: Any) -> ExchangeRecord:
+    values: dict[str, Any] = {
+        "request_id": f"req-{uuid.uuid4().hex[:12]}",
+        "route": route,
+        "target": target,
+        "upstream_model": "gpt-4o-mini",
+        "arm": Arm.PRIMARY,
+        "endpoint": "chat.completions",
+        "provider": "openai",
+        "streamed": False,
+        "started_at": NOW - timedelta(minutes=5),
+        "duration_s": 0.25,
+        "ttft_s": None,
+        "overhead_s": 0.0004,
+        "status": Status.OK,
+        "http_status": 200,
+        "cost_usd": 0.0,
+    }
+    values.update(fields)
+    return ExchangeRecord(**values)
+
+
+def pair(kind: str, candidate: str, normalized: bool, **fields: Any) -> PairRecord:
+    values: dict[str, Any] = {
+        "pair_id": uuid.uuid4().hex,
+        "kind": kind,
+        "request_id": f"req-{uuid.uuid4().hex[:12]}",
+        "route": "bot",
+        "primary_target": "prod",
+        "candidate_target": candidate,
+        "created_at": NOW - timedelta(minutes=5),
+        "primary_status": "ok",
+        "candidate_status": "ok",
+        "exact_equal": normalized,
+        "normalized_equal": normalized,
+        "json_equal": None,
+        "latency_delta_s": 0.1,
+        "cost_delta_usd": -0.001,
+    }
+    values.update(fields)
+    return PairRecord(**values)
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[tuple[Path, Store]]:
+    """A config naming a fresh, migrated SQLite store; yields (config path, store)."""
+    db = tmp_path / "mirrorgate.db"
+    config = tmp_path / "mirrorgate.yaml"
+    config.write_text(
+        f'store: {{url: "sqlite:///{db}"}}\n'
+        'models: {prod: {provider: openai, base_url: "http://127.0.0.1:9/v1", model: m}}\n'
+        "routes: {bot: {primary: prod}, other: {primary: prod}}\n"
+    )
+    with Store(f"sqlite:///{db}") as store:
+        store.migrate()
+        yield config, store
+
+
+def report(config: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["report", "--config", str(config), *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def table_row(markdown: str, label: str) -> dict[str, str]:
+    """The cells of the Markdown table row whose first cell is `label`, keyed by header."""
+    lines = markdown.splitlines()
+    for index, line in enumerate(lines):
+        if line.startswith(f"| {label} |"):
+            header = next(lines[i] for i in range(index, -1, -1) if lines[i + 1].startswith("|---"))
+            names = [cell.strip() for cell in header.strip("|").split("|")]
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            return dict(zip(names, cells, strict=True))
+    raise AssertionError(f"no row {label!r} in:\n{markdown}")
+
+
+def test_markdown_has_the_numbers_of_each_arm(
+    setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, store = setup
+    usage = Usage(input_tokens=100, output_tokens=20, cached_input_tokens=10)
+    store.write_batch(
+        [
+            *(
+                exchange(duration_s=d, cost_usd=0.002, usage=usage)
+                for d in (0.4, 0.1, 0.3)  # p50 of 0.1, 0.2, 0.3, 0.4 is 0.25 s
+            ),
+            exchange(duration_s=0.2, cost_usd=0.002, status=Status.TIMEOUT, http_status=504),
+            exchange(target="cand", arm=Arm.SHADOW, duration_s=1.0, cost_usd=0.01),
+            exchange(target="cand", arm=Arm.SHADOW, duration_s=3.0, cost_usd=0.03),
+            exchange(target="cand-b", arm=Arm.CANARY, streamed=True, ttft_s=0.05, duration_s=0.5),
+            exchange(target="cand-b", arm=Arm.CANARY, streamed=True, ttft_s=0.15, duration_s=0.7),
+        ]
+    )
+    code, out, _ = report(config, capsys)
+    assert code == 0
+    assert "Exchanges: 8 · pairs: 0" in out
+    assert "## Route bot" in out
+
+    primary = table_row(out, "primary · prod")
+    assert primary["requests"] == "4"
+    assert primary["errors"] == "1"
+    assert primary["error rate (95% CI)"] == "25.0% [4.6, 69.9]"  # Wilson, 1 of 4
+    assert primary["p50"] == "250 ms"
+    assert primary["p95"] == "385 ms"  # 0.3 + 0.85 * 0.1
+    assert primary["cost"] == "$0.00800"
+    assert primary["cost / req"] == "$0.00200"
+    assert primary["cost / 1k req"] == "$2.00"
+    assert primary["tokens in"] == "330"  # 3 * (100 + 10 cached): cached input counts
+    assert primary["tokens out"] == "60"
+    assert primary["ttft p50"] == "—"
+
+    shadow = table_row(out, "shadow · cand")
+    assert shadow["p50"] == "2.00 s"
+    assert shadow["cost / 1k req"] == "$20.00"
+
+    canary = table_row(out, "canary · cand-b")
+    assert canary["ttft p50"] == "100 ms"
+
+    # Arms in a fixed order: primary, canary, fallback, shadow.
+    assert out.index("primary · prod") < out.index("canary · cand-b") < out.index("shadow · cand")
+    assert "Failures: primary · prod: 1 timeout." in out
+
+
+def test_pairs_section_shows_agreement_and_the_noise_floor(
+    setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, store = setup
+    store.write_batch(
+        [
+            exchange(),
+            # cand-a: agrees on 6 of 10; one more pair where the candidate failed is left out.
+            *(pair("shadow", "cand-a", i < 6) for i in range(10)),
+            pair("shadow", "cand-a", False, candidate_status="timeout"),
+            *(pair("replay", "cand-c", True, latency_delta_s=-0.2) for _ in range(3)),
+            # the primary with itself: 1 of 10 differs.
+            *(pair("noise", "prod", i > 0) for i in range(10)),
+        ]
+    )
+    code, out, _ = report(config, capsys)
+    assert code == 0
+    assert "### Pairs: bot" in out
+    shadow = table_row(out, "shadow")
+    assert shadow["candidate"] == "cand-a"
+    assert shadow["pairs (both ok / all)"] == "10 / 11"
+    assert shadow["normalized"] == "60.0% [31.3, 83.2]"
+    assert shadow["Δ latency p50"] == "+100 ms"
+    assert shadow["Δ cost p50"] == "-$0.00100"
+    # 40% - 10% = +30 pp, Newcombe interval.
+    assert shadow["beyond noise"].startswith("+30.0 pp [")
+    replay = table_row(out, "replay")
+    assert replay["candidate"] == "cand-c"
+    assert replay["Δ latency p50"] == "-200 ms"
+    assert "Noise floor (the primary asked twice): 10 pairs, disagreement 10.0%" in out
+
+
+def test_without_noise_pairs_the_report_says_so(
+    setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, store = setup
+    store.write_batch([exchange(), pair("shadow", "cand-a", True)])
+    _, out, _ = report(config, capsys)
+    assert table_row(out, "shadow")["beyond noise"] == "—"
+    assert "no noise pairs" in out
+
+
+def test_route_filters(setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str]) -> None:
+    config, store = setup
+    store.write_batch(
+        [
+            exchange(route="bot"),
+            exchange(route="other", duration_s=2.0),
+            pair("shadow", "cand-a", True, route="bot"),
+        ]
+    )
+    code, out, _ = report(config, capsys, "--route", "other")
+    assert code == 0
+    assert "## Route other" in out
+    assert "## Route bot" not in out
+    assert "Exchanges: 1 · pairs: 0" in out
+    assert table_row(out, "primary · prod")["p50"] == "2.00 s"
+
+
+def test_since_filters_relative_and_iso(
+    setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, store = setup
+    store.write_batch(
+        [
+            exchange(started_at=NOW - timedelta(days=3), duration_s=9.0),
+            exchange(started_at=NOW - timedelta(minutes=10), duration_s=0.1),
+            pair("shadow", "cand-a", True, created_at=NOW - timedelta(days=3)),
+        ]
+    )
+    _, out, _ = report(config, capsys, "--since", "1d")
+    assert table_row(out, "primary · prod")["requests"] == "1"
+    assert table_row(out, "primary · prod")["p50"] == "100 ms"
+    assert "pairs: 0" in out
+
+    since = (NOW - timedelta(days=4)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _, out, _ = report(config, capsys, "--since", since)
+    assert table_row(out, "primary · prod")["requests"] == "2"
+    assert "pairs: 1" in out
+
+    _, out, _ = report(config, capsys, "--since", "30m")
+    assert table_row(out, "primary · prod")["requests"] == "1"
+
+
+def test_an_empty_window_is_a_clear_note_and_exit_0(
+    setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, store = setup
+    store.write_batch([exchange(started_at=NOW - timedelta(days=30))])
+    code, out, err = report(config, capsys, "--since", "7d")
+    assert code == 0
+    assert "No exchanges in this window." in out
+    assert "no exchanges in this window" in err
+
+    code, _, err = report(config, capsys, "--route", "nope")
+    assert code == 0
+    assert "route 'nope' is not in the config" in err
+
+
+def test_a_bad_since_is_exit_1_with_a_clear_message(
+    setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, _ = setup
+    code, out, err = report(config, capsys, "--since", "yesterday")
+    assert code == 1
+    assert out == ""
+    assert "--since 'yesterday'" in err
+    assert "30m, 6h, 7d" in err
+
+
+def test_an_unwritable_output_is_exit_1(
+    setup: tuple[Path, Store], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, store = setup
+    store.write_batch([exchange()])
+    missing = tmp_path / "no-such-dir" / "report.md"
+    code, _, err = report(config, capsys, "--output", str(missing))
+    assert code == 1
+    assert "does not exist" in err
+    assert not missing.parent.exists()
+
+    a_directory = tmp_path / "taken"
+    a_directory.mkdir()
+    code, _, err = report(config, capsys, "--output", str(a_directory))
+    assert code == 1
+    assert f"--output {a_directory}" in err
+
+
+def test_output_file_gets_the_report(
+    setup: tuple[Path, Store], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, store = setup
+    store.write_batch([exchange()])
+    target = tmp_path / "report.md"
+    code, out, err = report(config, capsys, "--output", str(target))
+    assert code == 0
+    assert out == ""
+    assert "report written to" in err
+    assert "## Route bot" in target.read_text()
+
+
+def test_a_missing_database_or_config_is_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "mirrorgate.yaml"
+    config.write_text(
+        f'store: {{url: "sqlite:///{tmp_path / "absent.db"}"}}\n'
+        'models: {prod: {provider: openai, base_url: "http://127.0.0.1:9/v1", model: m}}\n'
+        "routes: {bot: {primary: prod}}\n"
+    )
+    code, _, err = report(config, capsys)
+    assert code == 1
+    assert "no database at" in err
+    assert not (tmp_path / "absent.db").exists()  # the report never creates a store
+
+    code, _, err = report(tmp_path / "missing.yaml", capsys)
+    assert code == 1
+    assert "no such file" in err
+
+
+def test_html_escapes_every_name_from_the_store(
+    setup: tuple[Path, Store], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, store = setup
+    route = "<script>alert('route')</script>"
+    target = '"><img src=x onerror=alert(1)>'
+    store.write_batch(
+        [
+            exchange(route=route, target=target),
+            exchange(route=route, target="ok", arm=Arm.SHADOW, streamed=True, ttft_s=0.1),
+            pair("shadow", target, True, route=route),
+        ]
+    )
+    code, out, _ = report(config, capsys, "--format", "html")
+    assert code == 0
+    assert out.startswith("<!doctype html>")
+    assert "<script" not in out
+    assert "<img" not in out
+    assert "&lt;script&gt;alert(&#x27;route&#x27;)&lt;/script&gt;" in out
+    assert "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in out
+    # The charts are there, labelled, and carry the (escaped) route.
+    assert '<svg class="chart latency" id="latency-0" data-route="&lt;script&gt;' in out
+    assert '<svg class="chart cost" id="cost-0"' in out
+    assert '<svg class="chart ttft" id="ttft-0"' in out
+    assert '<title id="latency-0-title">Latency distribution, route &lt;script&gt;' in out
+
+
+def test_html_of_an_empty_window(
+    setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, _ = setup
+    code, out, _ = report(config, capsys, "--format", "html")
+    assert code == 0
+    assert "No exchanges in this window" in out
+    assert "<svg" not in out
