@@ -683,6 +683,35 @@ async def test_cancelled_stream_closes_its_connection_and_the_pool_recovers() ->
     assert server.connections == 2
 
 
+async def test_cancelled_aread_closes_its_connection() -> None:
+    partial_sent = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
+        await writer.drain()
+        partial_sent.set()
+        await server.read_request(reader)  # returns at EOF: the client closed the connection
+
+    async def read_all() -> None:
+        response = await client.send("POST", "/x", [], b"")
+        try:
+            await response.aread()
+        finally:
+            await response.aclose()
+
+    async with RawServer(handler) as server, client_for(server.url) as client:
+        async with asyncio.TaskGroup() as group:
+            task = group.create_task(read_all())
+            async with asyncio.timeout(DEADLINE_S):
+                await partial_sent.wait()
+            task.cancel()
+        async with asyncio.timeout(DEADLINE_S):
+            await server.closed_by_client.wait()
+        assert task.cancelled()
+        assert client.pool.open_connections == 0
+
+
 async def test_cancel_while_waiting_for_the_head_frees_the_slot() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         request = await server.read_request(reader)
