@@ -32,7 +32,6 @@ time between two batches, so a large purge never holds up writing for long.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -46,7 +45,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from proxy.config import StoreSpec
 from proxy.records import ExchangeRecord, PairRecord
-from proxy.redaction import redact
+from proxy.redaction import apply_bodies_policy
 from proxy.store import Store, StoreUnavailableError
 
 log = logging.getLogger(__name__)
@@ -377,21 +376,7 @@ class Recorder:
         return [self._apply_bodies_policy(record) for record in batch]
 
     def _apply_bodies_policy(self, record: StoredRecord) -> StoredRecord:
-        if not isinstance(record, ExchangeRecord):
-            return record
-        bodies = (record.request_body, record.response_body, record.response_text)
-        if bodies == (None, None, None):
-            return record
-        if self._bodies_policy == "none":
-            return dataclasses.replace(
-                record, request_body=None, response_body=None, response_text=None
-            )
-        return dataclasses.replace(
-            record,
-            request_body=None if record.request_body is None else redact(record.request_body),
-            response_body=None if record.response_body is None else redact(record.response_body),
-            response_text=None if record.response_text is None else redact(record.response_text),
-        )
+        return apply_bodies_policy(record, self._bodies_policy)
 
     def _write(self, batch: list[StoredRecord]) -> list[StoredRecord]:
         """Write `batch`; return what is left to retry. Raises `StoreUnavailableError` (nothing was

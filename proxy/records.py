@@ -117,7 +117,8 @@ class PairRecord:
     pair_id: str
     """Shared with the candidate's `ExchangeRecord.pair_id`."""
     kind: str
-    """`shadow` (live mirroring), `noise` (the primary asked twice) or `replay` (offline)."""
+    """`shadow` (live mirroring), `noise` (the primary asked twice), `replay` (recorded traffic
+    sent again offline) or `eval` (an evaluation-set item; `primary_target` is then `expect`)."""
     request_id: str
     """The client request both answers belong to (for replays: the recorded request's id)."""
     route: str

@@ -15,12 +15,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import exc as sa_exc
@@ -34,7 +33,7 @@ from analyzers.summary import (
     attributable_disagreement,
     median,
 )
-from proxy import migrations
+from proxy import migrations, timewindow
 from proxy.config import ConfigError, MirrorgateConfig, load_config
 from proxy.records import Arm, ExchangeRecord, PairRecord, Status
 from proxy.store import Store, StoreError
@@ -43,8 +42,6 @@ MAX_ROWS = 1_000_000
 """At most this many exchanges (and as many pairs) are read; a larger window is cut, and says so."""
 
 ARM_ORDER = {Arm.PRIMARY: 0, Arm.CANARY: 1, Arm.FALLBACK: 2, Arm.SHADOW: 3}
-_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
 class ReportError(Exception):
@@ -52,20 +49,11 @@ class ReportError(Exception):
 
 
 def parse_since(value: str, now: datetime) -> datetime:
-    """`--since`: an ISO-8601 time (without an offset it is taken as UTC, like the store's times)
-    or a relative `30s`, `30m`, `6h`, `7d`, `2w` meaning that long before `now`."""
-    relative = _RELATIVE.match(value)
-    if relative:
-        amount, unit = float(relative.group(1)), relative.group(2)
-        return now - timedelta(**{_UNITS[unit]: amount})
+    """`--since`, read as `proxy.timewindow.parse_since` reads it; a bad value is a ReportError."""
     try:
-        moment = datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise ReportError(
-            f"--since {value!r}: not an ISO-8601 time (2025-03-01T12:00:00Z) "
-            "or a relative time (30m, 6h, 7d)"
-        ) from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+        return timewindow.parse_since(value, now)
+    except ValueError as exc:
+        raise ReportError(f"--since {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)

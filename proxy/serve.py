@@ -26,6 +26,9 @@ def _uvicorn_config(
         lifespan="on",
         interface="asgi3",
         proxy_headers=False,
+        # Proxied answers carry the upstream's own date; uvicorn would add a second one.
+        server_header=False,
+        date_header=False,
         access_log=False,
         log_level=log_level,
         timeout_graceful_shutdown=int(gateway.config.server.drain_timeout_s),

@@ -42,6 +42,7 @@ def test_chat_non_stream_is_recorded_with_exact_usage_and_cost(
     assert completion.model == "echo"  # the mock echoes the upstream model name
     assert completion.choices[0].message.content
     assert raw.headers["x-mirrorgate-arm"] == "primary"
+    assert raw.headers.get_list("date") == [raw.headers["date"]]  # the upstream's, once
     request_id = raw.headers["x-mirrorgate-request-id"]
     (record,) = records_for(gw, request_id)
     assert record.route == "echo" and record.target == "echo" and record.arm is Arm.PRIMARY

@@ -1,0 +1,465 @@
+"""The benchmark suite: start the rig, run the scenario grid, memory and profile stages, report.
+
+Stages, in order:
+
+1. start mock upstream, mirrorgate and LiteLLM (all at once, each pinned; wait for readiness);
+2. warm every gateway up (c=16, both modes) and read its resident memory;
+3. the grid: {non-stream, stream} x {1, 16, 64} x {direct, mirrorgate, LiteLLM}, interleaved per
+   (mode, concurrency) so that a gateway and its direct baseline are measured seconds apart;
+4. memory: more requests through mirrorgate at c=16, non-streaming, RSS sampled every 0.5 s
+   (LiteLLM: a fixed time at c=16);
+5. profile: py-spy on mirrorgate under load (c=16 non-streaming and streaming, c=1 non-streaming);
+6. stop everything (by PID), write results.json and results.md, print the Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import resource
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import hotpath, targets
+from bench.loadgen import LoadResult
+from bench.processes import ServerProcess, StartupError, machine_busy_seconds, port_free
+from bench.report import (
+    DIRECT,
+    CellResult,
+    Percentiles,
+    SuiteResult,
+    attach_added_latency,
+    markdown,
+)
+
+MB = 1024 * 1024
+LITELLM_KEY_ENV = "BENCH_LITELLM_KEY"
+"""The load generator reads LiteLLM's master key from here (kept out of argv and the results)."""
+PROFILE_RATE_HZ = 250
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long each stage runs."""
+
+    concurrencies: tuple[int, ...]
+    cell_s: float
+    warmup_s: float
+    memory_requests: int
+    memory_cap_s: float
+    """The memory stage stops here even if `memory_requests` were not all sent (0: no cap)."""
+    litellm_memory_s: float
+    profile_s: int
+    profiles: tuple[tuple[bool, int], ...]
+    """(stream, concurrency) of each py-spy profile."""
+    litellm_max_concurrency: int = 64
+    """LiteLLM cells above this are skipped (at 20 req/s a c=64 cell mostly waits for its tail)."""
+
+
+FULL = Plan(
+    (1, 16, 64), cell_s=8, warmup_s=1.5, memory_requests=100_000, memory_cap_s=180,
+    litellm_memory_s=20, profile_s=10, profiles=((False, 16), (True, 16), (False, 1)),
+)  # fmt: skip
+QUICK = Plan(
+    (1, 16, 64), cell_s=1.5, warmup_s=0.5, memory_requests=10_000, memory_cap_s=8,
+    litellm_memory_s=0, profile_s=3, profiles=((False, 16),), litellm_max_concurrency=16,
+)  # fmt: skip
+
+
+@dataclass
+class Target:
+    """Something the load generator can aim at."""
+
+    name: str
+    port: int
+    model: str
+    server: ServerProcess | None
+    """The gateway process whose CPU and memory we watch (None: direct to the mock)."""
+    api_key_env: str = ""
+
+
+STAGES = ("grid", "memory", "profile")
+"""Stages after start-up and warm-up, in the order they run; `--stages` picks a subset."""
+
+
+class Suite:
+    """One benchmark run: owns the servers it starts and the `SuiteResult` it fills."""
+
+    def __init__(
+        self,
+        rig: targets.Rig,
+        plan: Plan,
+        with_litellm: bool,
+        stages: tuple[str, ...] = STAGES,
+    ) -> None:
+        self.rig = rig
+        self.plan = plan
+        self.with_litellm = with_litellm
+        self.stages = stages
+        self.mock = targets.mock_upstream(rig)
+        self.result = SuiteResult(machine_info(), asdict(rig.layout), asdict(plan))
+        self.targets: list[Target] = []
+
+    # --- stages -----------------------------------------------------------------------------------
+
+    def run(self) -> SuiteResult:
+        with contextlib.ExitStack() as stack:
+            self._start(stack)
+            for target in self.targets:
+                self._warm(target)
+            stages = {
+                "grid": self._grid,
+                "memory": self._memory,
+                "profile": self._profiles,
+            }
+            for name in STAGES:
+                if name in self.stages:
+                    stages[name]()
+        attach_added_latency(self.result.cells)
+        return self.result
+
+    def _start(self, stack: contextlib.ExitStack) -> None:
+        servers = [self.mock, targets.mirrorgate(self.rig)]
+        ports = [targets.MOCK_PORT, targets.MIRRORGATE_PORT]
+        if self.with_litellm and targets.litellm_available(self.rig):
+            key = "sk-bench-" + secrets.token_hex(16)
+            os.environ[LITELLM_KEY_ENV] = key
+            servers.append(targets.litellm(self.rig, key))
+            ports.append(targets.LITELLM_PORT)
+        elif self.with_litellm:
+            self.result.failures["litellm"] = f"not installed in {self.rig.litellm_venv}"
+        for server, port in zip(servers, ports, strict=True):
+            if not port_free(targets.HOST, port):
+                raise StartupError(f"{targets.HOST}:{port} is taken; {server.name} needs it")
+        for server in servers:
+            server.launch()
+            stack.callback(server.stop)
+        self.targets.append(Target(DIRECT, targets.MOCK_PORT, targets.UPSTREAM_MODEL, None))
+        for server in servers:
+            try:
+                server.wait_ready()
+            except StartupError as exc:
+                if server.name != "litellm":
+                    raise
+                self.result.failures["litellm"] = str(exc)
+                log(f"litellm did not start; going on without it:\n{exc}")
+                continue
+            self.result.startup_s[server.name] = round(server.startup_s, 2)
+            log(f"{server.name} ready after {server.startup_s:.1f}s (pid {server.pid})")
+            if server.name == "mirrorgate":
+                self.targets.append(
+                    Target(server.name, targets.MIRRORGATE_PORT, targets.ROUTE, server)
+                )
+            elif server.name == "litellm":
+                self.targets.append(
+                    Target(
+                        server.name, targets.LITELLM_PORT, targets.ROUTE, server, LITELLM_KEY_ENV
+                    )
+                )
+
+    def _warm(self, target: Target) -> None:
+        if target.server is None:
+            return
+        memory = self.result.memory.setdefault(target.name, {})
+        memory["rss_idle_mb"] = target.server.rss_bytes() / MB
+        self._load(target, stream=False, concurrency=16, seconds=max(2.0, self.plan.warmup_s * 2))
+        self._load(target, stream=True, concurrency=16, seconds=max(1.0, self.plan.warmup_s))
+        memory["rss_after_warmup_mb"] = target.server.rss_bytes() / MB
+        log(f"{target.name}: {memory['rss_after_warmup_mb']:.0f} MB after warm-up")
+
+    def _grid(self) -> None:
+        for stream in (False, True):
+            for concurrency in self.plan.concurrencies:
+                for target in self.targets:
+                    if target.name == "litellm" and concurrency > self.plan.litellm_max_concurrency:
+                        continue
+                    cell = self._cell(target, stream, concurrency)
+                    self.result.cells.append(cell)
+                    lat = cell.latency_ms
+                    log(
+                        f"{cell.mode:10} c={concurrency:<3} {target.name:10} "
+                        f"{cell.rps:8.0f} req/s  p50 {lat.p50 if lat else float('nan'):8.2f} ms  "
+                        f"p99 {lat.p99 if lat else float('nan'):8.2f} ms  errors {cell.errors}"
+                    )
+        for target in self.targets:
+            if target.server is not None:
+                self.result.memory[target.name]["rss_after_grid_mb"] = (
+                    target.server.rss_bytes() / MB
+                )
+
+    def _memory(self) -> None:
+        for target in self.targets:
+            if target.server is None:
+                continue
+            if target.name == "mirrorgate":
+                self._memory_stage(
+                    target, target.server, self.plan.memory_requests, self.plan.memory_cap_s
+                )
+            elif self.plan.litellm_memory_s > 0:
+                self._memory_stage(target, target.server, 0, self.plan.litellm_memory_s)
+
+    def _memory_stage(
+        self, target: Target, server: ServerProcess, requests: int, seconds: float
+    ) -> None:
+        limit = f"{requests:,} requests" if requests else "no request limit"
+        log(f"{target.name}: memory stage, c=16, {limit}, {seconds}s cap")
+        samples: list[tuple[float, float]] = []
+        t0 = time.monotonic()
+
+        def sample() -> None:
+            samples.append((round(time.monotonic() - t0, 1), server.rss_bytes() / MB))
+
+        load = self._load(target, False, 16, seconds, requests=requests, every=sample)
+        memory = self.result.memory[target.name]
+        memory.update(
+            requests=load.requests,
+            errors=load.errors,
+            seconds=round(load.elapsed_s, 1),
+            rps=load.requests / load.elapsed_s if load.elapsed_s else 0.0,
+            rss_after_mb=server.rss_bytes() / MB,
+            rss_peak_mb=max((mb for _, mb in samples), default=0.0),
+            rss_timeline_mb=samples[:: max(1, len(samples) // 20)],
+        )
+        if target.name == "mirrorgate":
+            memory["served_total"] = mirrorgate_requests()
+        rss = memory["rss_after_mb"]
+        log(f"{target.name}: {rss:.0f} MB after {load.requests:,} more requests")
+
+    def _profiles(self) -> None:
+        gateway = next((t for t in self.targets if t.name == "mirrorgate"), None)
+        py_spy = self.rig.repo / "bench" / ".venv-tools" / "bin" / "py-spy"
+        if gateway is None or gateway.server is None:
+            return
+        if not py_spy.exists():
+            self.result.failures["profile"] = f"py-spy not installed at {py_spy}"
+            return
+        for stream, concurrency in self.plan.profiles:
+            name = f"{'stream' if stream else 'non-stream'}, c={concurrency}"
+            log(f"mirrorgate: py-spy profile, {name}, {self.plan.profile_s}s")
+            self.result.profiles[name] = self._profile(
+                gateway, gateway.server, py_spy, stream, concurrency
+            )
+
+    def _profile(
+        self, target: Target, server: ServerProcess, py_spy: Path, stream: bool, concurrency: int
+    ) -> dict[str, Any]:
+        slug = f"{'stream' if stream else 'non-stream'}-c{concurrency}"
+        output = self.rig.work / f"profile-{slug}.txt"
+        result_path = self.rig.work / "load-profile.json"
+        argv = self._loadgen_argv(
+            target, stream, concurrency, self.plan.profile_s + 3.0, result_path, warmup=1.0
+        )
+        with subprocess.Popen(argv, stdout=subprocess.DEVNULL) as load:
+            time.sleep(1.5)
+            before_requests = mirrorgate_requests()
+            before_cpu, t0 = server.cpu_seconds(), time.monotonic()
+            spy = hotpath.record(py_spy, server.pid, self.plan.profile_s, PROFILE_RATE_HZ, output)
+            cpu, wall = server.cpu_seconds() - before_cpu, time.monotonic() - t0
+            requests = mirrorgate_requests() - before_requests
+            load.wait()
+        if requests <= 0:  # the counter is missing: estimate from the load generator's rate
+            measured = LoadResult(**json.loads(result_path.read_text()))
+            requests = measured.requests * wall / max(measured.elapsed_s, 1e-9)
+        if spy.returncode != 0 or not output.exists():
+            return {"error": (spy.stderr or spy.stdout).strip()[-2000:]}
+        profile = hotpath.fold(output.read_text(), PROFILE_RATE_HZ)
+        cpu_us = cpu * 1e6 / requests if requests else 0.0
+        summary = profile.summary(cpu_us, self.plan.profile_s)
+        summary.update(
+            stream=stream, concurrency=concurrency, requests=requests, rps=requests / wall,
+            raw=str(output),
+        )  # fmt: skip
+        return summary
+
+    # --- load -------------------------------------------------------------------------------------
+
+    def _loadgen_argv(
+        self, target: Target, stream: bool, concurrency: int, seconds: float, output: Path,
+        *, requests: int = 0, warmup: float = 0.0,
+    ) -> list[str]:  # fmt: skip
+        argv = [
+            str(self.rig.python), str(self.rig.repo / "bench" / "loadgen.py"),
+            "--host", targets.HOST, "--port", str(target.port), "--model", target.model,
+            "--concurrency", str(concurrency), "--seconds", str(seconds),
+            "--requests", str(requests), "--warmup", str(warmup), "--output", str(output),
+            "--announce",
+        ]  # fmt: skip
+        if stream:
+            argv.append("--stream")
+        if target.api_key_env:
+            argv += ["--api-key-env", target.api_key_env]
+        return self.rig.layout.pin(self.rig.layout.load, argv)
+
+    def _load(
+        self, target: Target, stream: bool, concurrency: int, seconds: float, *,
+        requests: int = 0, warmup: float = 0.0, on_measure: Callable[[], None] | None = None,
+        every: Callable[[], None] | None = None,
+    ) -> LoadResult:  # fmt: skip
+        """Run one load process to the end and return its result.
+
+        `on_measure` is called when the warm-up is over and the measured phase starts; `every`
+        each 0.5 s while the load runs.
+        """
+        output = self.rig.work / "load.json"
+        output.unlink(missing_ok=True)
+        argv = self._loadgen_argv(
+            target, stream, concurrency, seconds, output, requests=requests, warmup=warmup
+        )
+        with subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as proc:
+            if proc.stdout is not None:
+                proc.stdout.readline()  # "measuring" (or EOF if it failed)
+            if on_measure is not None:
+                on_measure()
+            while every is not None and proc.poll() is None:
+                every()
+                time.sleep(0.5)
+            _, err = proc.communicate()
+        if proc.returncode != 0 or not output.exists():
+            raise RuntimeError(f"load generator failed ({proc.returncode}): {err[-2000:]}")
+        return LoadResult(**json.loads(output.read_text()))
+
+    def _cell(self, target: Target, stream: bool, concurrency: int) -> CellResult:
+        servers = [s for s in (target.server, self.mock) if s is not None]
+        before: dict[str, Any] = {}
+
+        def snapshot() -> None:
+            before.update(
+                cpu=[s.cpu_seconds() for s in servers],
+                busy=machine_busy_seconds(),
+                own=_own_cpu_seconds(),
+                t=time.monotonic(),
+            )
+
+        load = self._load(
+            target, stream, concurrency, self.plan.cell_s, warmup=self.plan.warmup_s,
+            on_measure=snapshot,
+        )  # fmt: skip
+        window = time.monotonic() - before["t"]
+        busy = machine_busy_seconds() - before["busy"]
+        own = _own_cpu_seconds() - before["own"] + load.cpu_s
+        cpu = [s.cpu_seconds() - b for s, b in zip(servers, before["cpu"], strict=True)]
+        wall = load.elapsed_s or 1.0
+        done = max(load.requests, 1)
+        return CellResult(
+            target=target.name,
+            stream=stream,
+            concurrency=concurrency,
+            requests=load.requests,
+            errors=load.errors,
+            error_kinds=load.error_kinds,
+            seconds=round(load.elapsed_s, 2),
+            rps=load.requests / wall,
+            latency_ms=Percentiles.of_seconds(load.latencies),
+            ttft_ms=Percentiles.of_seconds(load.ttfts) if stream else None,
+            server_cpu_us_per_request=cpu[0] * 1e6 / done if target.server is not None else None,
+            mock_cpu_us_per_request=cpu[-1] * 1e6 / done,
+            client_cpu_percent=100 * load.cpu_s / wall,
+            other_cpu_percent=max(0.0, 100 * (busy - sum(cpu) - own) / window),
+        )
+
+
+def _own_cpu_seconds() -> float:
+    """CPU of this process (the load generators report their own)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    return me.ru_utime + me.ru_stime
+
+
+def mirrorgate_requests() -> float:
+    """Sum of mirrorgate_requests_total over all label sets, from the gateway's /metrics."""
+    url = f"http://{targets.HOST}:{targets.MIRRORGATE_PORT}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("mirrorgate_requests_total{")
+    )
+
+
+def machine_info() -> dict[str, Any]:
+    model = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "mirrorgate_sources_sha256": sources_fingerprint(),
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "loadavg_at_start": Path("/proc/loadavg").read_text().split()[:3],
+    }
+
+
+def sources_fingerprint() -> str:
+    """SHA-256 over the gateway's Python sources, to tell which code a result belongs to."""
+    digest = hashlib.sha256()
+    root = targets.Rig.repo_root()
+    for path in sorted((root / "proxy").rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short stages (under 2 minutes)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out")
+    parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM comparison")
+    parser.add_argument("--memory-requests", type=int, help="requests in the memory stage")
+    parser.add_argument("--memory-cap-s", type=float, help="time cap of the memory stage (0: none)")
+    parser.add_argument(
+        "--nice", type=int, default=0,
+        help="niceness of every process the rig starts; negative (root) puts them ahead of "
+        "other work on a shared machine",
+    )  # fmt: skip
+    parser.add_argument(
+        "--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}"
+    )
+    args = parser.parse_args(argv)
+    stages = tuple(s.strip() for s in args.stages.split(",") if s.strip())
+    if unknown := set(stages) - set(STAGES):
+        parser.error(f"unknown stage(s): {', '.join(sorted(unknown))}")
+    plan = QUICK if args.quick else FULL
+    if args.memory_requests is not None:
+        plan = dataclasses.replace(plan, memory_requests=args.memory_requests)
+    if args.memory_cap_s is not None:
+        plan = dataclasses.replace(plan, memory_cap_s=args.memory_cap_s)
+    rig = targets.Rig.create(args.out.resolve(), nice=args.nice)
+    # SIGTERM unwinds like Ctrl-C, so that every server started so far is stopped by its PID.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
+    started = time.monotonic()
+    log(f"{rig.layout}; output in {rig.work}")
+    try:
+        result = Suite(rig, plan, with_litellm=not args.no_litellm, stages=stages).run()
+    except StartupError as exc:
+        log(f"could not start the rig: {exc}")
+        return 1
+    result.machine["total_runtime_s"] = round(time.monotonic() - started, 1)
+    text = markdown(result)
+    (rig.work / "results.json").write_text(json.dumps(asdict(result), indent=2, default=str))
+    (rig.work / "results.md").write_text(text)
+    sys.stdout.write(text)
+    log(f"done in {result.machine['total_runtime_s']}s; {rig.work / 'results.json'}")
+    return 0

@@ -1,0 +1,169 @@
+"""The three servers of the rig — mock upstream, mirrorgate, LiteLLM — and where they run.
+
+Every server listens on 127.0.0.1 only. Config files and logs go to the run's work directory; the
+gateway's SQLite database lives there too, so every run starts from an empty store.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.processes import ServerProcess, http_ok
+
+HOST = "127.0.0.1"
+MOCK_PORT = 18999
+MIRRORGATE_PORT = 18080
+LITELLM_PORT = 18081
+ROUTE = "bench"
+"""The model name clients send: a mirrorgate route, and a LiteLLM model_name."""
+UPSTREAM_MODEL = "fake"
+"""The model name the mock upstream receives (and direct load sends)."""
+
+
+@dataclass(frozen=True)
+class CpuLayout:
+    """Which CPUs each party is pinned to (taskset -c syntax)."""
+
+    gateway: str
+    """The gateway under test (mirrorgate or LiteLLM; only one is under load at a time)."""
+    mock: str
+    load: str
+    nice: int = 0
+    """Scheduling niceness of everything the rig starts (negative: ahead of other work)."""
+
+    def pin(self, cpus: str, argv: Sequence[str]) -> list[str]:
+        """`argv` under `taskset -c cpus` and `nice -n` (both exec: the PID stays the command's)."""
+        out = list(argv)
+        if self.nice:
+            out = ["nice", "-n", str(self.nice), *out]
+        return ["taskset", "-c", cpus, *out] if cpus else out
+
+    @classmethod
+    def for_machine(cls, nice: int = 0) -> CpuLayout:
+        """Give the gateway a core of its own; the mock and the client share what is left.
+
+        On 2 CPUs: gateway on CPU 1, mock upstream and load generator on CPU 0. With 4 or more the
+        load generator gets its own CPUs too.
+        """
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            return cls("", "", "", nice)
+        if len(cpus) < 4:
+            return cls(str(cpus[1]), str(cpus[0]), str(cpus[0]), nice)
+        return cls(str(cpus[1]), str(cpus[0]), ",".join(str(c) for c in cpus[2:]), nice)
+
+
+@dataclass(frozen=True)
+class Rig:
+    """Paths and interpreters of one benchmark run."""
+
+    repo: Path
+    work: Path
+    """Configs, logs, the SQLite database and profiles of this run."""
+    python: Path
+    """The project's interpreter (runs the mock, mirrorgate and the load generator)."""
+    litellm_venv: Path
+    layout: CpuLayout
+
+    @staticmethod
+    def repo_root() -> Path:
+        return Path(__file__).resolve().parent.parent
+
+    @classmethod
+    def create(cls, work: Path, nice: int = 0) -> Rig:
+        repo = cls.repo_root()
+        work.mkdir(parents=True, exist_ok=True)
+        venv_python = repo / ".venv" / "bin" / "python"
+        python = venv_python if venv_python.exists() else Path(sys.executable)
+        layout = CpuLayout.for_machine(nice)
+        return cls(repo, work, python, repo / "bench" / ".venv-litellm", layout)
+
+
+def mock_upstream(rig: Rig) -> ServerProcess:
+    """The mock model server: no request recording, no delays, no faults."""
+    behavior = rig.work / "mock-behavior.yaml"
+    behavior.write_text("record_requests: false\n")
+    argv = [
+        str(rig.python), "-m", "proxy.cli", "--log-level", "warning", "mock-upstream",
+        "--host", HOST, "--port", str(MOCK_PORT), "--behavior", str(behavior),
+    ]  # fmt: skip
+    return ServerProcess(
+        "mock-upstream", rig.layout.pin(rig.layout.mock, argv), cwd=rig.repo, env=_base_env(),
+        ready=http_ok(f"http://{HOST}:{MOCK_PORT}/healthz"), log_path=rig.work / "mock.log",
+    )  # fmt: skip
+
+
+def mirrorgate(rig: Rig) -> ServerProcess:
+    """mirrorgate as a user would run it: `mirrorgate serve --config FILE`, default log level."""
+    config = rig.work / "mirrorgate.yaml"
+    for suffix in ("", "-wal", "-shm"):  # every run starts from an empty store
+        (rig.work / f"gateway.db{suffix}").unlink(missing_ok=True)
+    config.write_text(
+        f"server: {{host: {HOST}, port: {MIRRORGATE_PORT}}}\n"
+        f'store: {{url: "sqlite:///{rig.work / "gateway.db"}", bodies: none}}\n'
+        "models:\n"
+        f"  {UPSTREAM_MODEL}: {{provider: openai, "
+        f'base_url: "http://{HOST}:{MOCK_PORT}/v1", model: {UPSTREAM_MODEL}, '
+        "price: {input_per_mtok: 0.15, output_per_mtok: 0.6}}\n"
+        "routes:\n"
+        f"  {ROUTE}: {{primary: {UPSTREAM_MODEL}}}\n"
+    )
+    argv = [str(rig.python), "-m", "proxy.cli", "serve", "--config", str(config)]
+    return ServerProcess(
+        "mirrorgate", rig.layout.pin(rig.layout.gateway, argv), cwd=rig.repo, env=_base_env(),
+        ready=http_ok(f"http://{HOST}:{MIRRORGATE_PORT}/readyz"),
+        log_path=rig.work / "mirrorgate.log",
+    )  # fmt: skip
+
+
+def litellm_available(rig: Rig) -> bool:
+    return (rig.litellm_venv / "bin" / "litellm").exists()
+
+
+def litellm(rig: Rig, master_key: str) -> ServerProcess:
+    """LiteLLM proxy, one worker, no database, no callbacks, no telemetry, offline cost map.
+
+    Recent LiteLLM refuses to start without a master key (UnsafeMasterKeyError), so it gets a
+    random one and the load generator sends it; without a database the key is checked in memory.
+    """
+    config = rig.work / "litellm.yaml"
+    config.write_text(
+        "model_list:\n"
+        f"  - model_name: {ROUTE}\n"
+        "    litellm_params:\n"
+        f"      model: openai/{UPSTREAM_MODEL}\n"
+        f"      api_base: http://{HOST}:{MOCK_PORT}/v1\n"
+        "      api_key: x\n"
+        "litellm_settings:\n"
+        "  telemetry: false\n"
+    )
+    env = {
+        **_base_env(),
+        "LITELLM_MASTER_KEY": master_key,
+        "LITELLM_TELEMETRY": "False",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "NO_DOCS": "True",
+        "DISABLE_ADMIN_UI": "True",
+    }
+    argv = [
+        str(rig.litellm_venv / "bin" / "litellm"), "--config", str(config),
+        "--host", HOST, "--port", str(LITELLM_PORT), "--num_workers", "1",
+    ]  # fmt: skip
+    return ServerProcess(
+        "litellm", rig.layout.pin(rig.layout.gateway, argv), cwd=rig.work, env=env,
+        startup_timeout_s=180,
+        ready=http_ok(f"http://{HOST}:{LITELLM_PORT}/health/liveliness"),
+        log_path=rig.work / "litellm.log",
+    )  # fmt: skip
+
+
+def _base_env() -> dict[str, str]:
+    """The caller's environment without settings that would send traffic elsewhere."""
+    drop = {"DATABASE_URL", "REDIS_HOST", "REDIS_URL", "LITELLM_MASTER_KEY", "OPENAI_API_KEY"}
+    return {
+        k: v for k, v in os.environ.items() if k not in drop and not k.upper().endswith("_PROXY")
+    }
