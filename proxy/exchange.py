@@ -236,7 +236,7 @@ class ProxyHandler:
             log.exception("could not build the record for request %s", ctx.request_id)
             return
         self.metrics.observe(record)
-        self.metrics.overhead.labels(record.route).observe(record.overhead_s)
+        self.metrics.observe_overhead(record.route, record.overhead_s)
         span = None
         if self.tracer.enabled:
             span = self.tracer.record(record, ctx.start_ns, ctx.endpoint.operation)

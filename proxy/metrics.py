@@ -96,6 +96,14 @@ class GatewayMetrics:
             "mirrorgate_inflight_requests", "Client requests being served now.", registry=registry
         )
         self._children: dict[tuple[str, str, str], _ArmChildren] = {}
+        self._overhead: dict[str, Histogram] = {}
+
+    def observe_overhead(self, route: str, seconds: float) -> None:
+        """Count the time mirrorgate itself spent on one client request of `route`."""
+        child = self._overhead.get(route)
+        if child is None:
+            child = self._overhead[route] = self.overhead.labels(route)
+        child.observe(seconds)
 
     def observe(self, record: ExchangeRecord) -> None:
         """Count one finished exchange."""
