@@ -23,6 +23,7 @@ from proxy.asgi import Receive, Scope, Send
 from proxy.config import MirrorgateConfig
 from proxy.endpoints import ENDPOINTS
 from proxy.exchange import ProxyHandler, RecordSink
+from proxy.feedback import FeedbackService, RecentExchanges
 from proxy.metrics import GatewayMetrics
 from proxy.recorder import Recorder
 from proxy.routing import RouteTable
@@ -63,7 +64,8 @@ class Gateway:
         }
         self.store = Store(config.store.url)
         self.recorder = Recorder.from_spec(self.store, config.store, registry=self.registry)
-        self.sinks: list[RecordSink] = [self.recorder.submit]
+        self.recent = RecentExchanges()
+        self.sinks: list[RecordSink] = [self.recorder.submit, self.recent]
         self.proxy = ProxyHandler(
             config, self.routes, self.clients, self.metrics, self.tracer, self.sinks
         )
@@ -77,6 +79,7 @@ class Gateway:
                 max_pending=config.server.max_shadow_calls,
             )
             self.proxy.shadows = self.shadows
+        self.feedback = FeedbackService(self.store, self.recent, self.metrics)
         self.api = self._build_api()
         self.ready = False
 
@@ -145,6 +148,10 @@ class Gateway:
                  "data": [{"id": n, "object": "model", "created": 0, "owned_by": "mirrorgate"}
                           for n in names]}
             )  # fmt: skip
+
+        @api.post("/v1/feedback")
+        async def feedback(request: Request) -> JSONResponse:
+            return await self.feedback.handle(request)
 
         @api.get("/healthz")
         async def healthz() -> JSONResponse:

@@ -168,9 +168,33 @@ def _v2_pairs(conn: Connection) -> None:
     table.create(conn)
 
 
+def _v3_feedback(conn: Connection) -> None:
+    table = sa.Table(
+        "feedback",
+        sa.MetaData(),
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("request_id", sa.String(), nullable=False),
+        sa.Column("kind", sa.String(), nullable=False),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("target", sa.String(), nullable=False),
+        sa.Column("arm", sa.String(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("corrected", sa.Boolean(), nullable=False),
+        sa.Column("correction", sa.Text(), nullable=True),
+        sa.Column("score", sa.Integer(), nullable=True),
+        sa.Column("label", sa.String(), nullable=True),
+        sa.Column("rule", sa.String(), nullable=True),
+        sa.Column("rule_version", sa.String(), nullable=True),
+        sa.Index("ix_feedback_request_kind", "request_id", "kind", unique=True),
+        sa.Index("ix_feedback_route_created_at", "route", "created_at"),
+    )
+    table.create(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "exchanges table and its indexes", _v1_exchanges),
     Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
+    Migration(3, "feedback table: corrections and ratings joined to exchanges", _v3_feedback),
 )
 """The schema's whole history, oldest first. Append only."""
 

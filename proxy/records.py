@@ -141,3 +141,28 @@ class PairRecord:
     """Candidate time to first token minus the primary's (streams only)."""
     cost_delta_usd: float | None = None
     """Candidate cost minus primary cost."""
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackRecord:
+    """A user's correction or rating of one answer, joined to the exchange that produced it."""
+
+    request_id: str
+    """The `x-mirrorgate-request-id` of the answer."""
+    kind: str
+    """`correction`, `score` or `label`: feedback is idempotent per (request id, kind)."""
+    route: str
+    target: str
+    arm: Arm
+    """The arm that served the answer the user saw."""
+    created_at: datetime
+    corrected: bool = False
+    """The user corrected the answer (with or without saying how)."""
+    correction: str | None = None
+    """What the answer should have been, when the user said."""
+    score: int | None = None
+    """A rating from 1 to 5."""
+    label: str | None = None
+    """A free label such as `wrong-policy` or `rude`."""
+    rule: str | None = None
+    rule_version: str | None = None

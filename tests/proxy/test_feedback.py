@@ -1,0 +1,96 @@
+"""POST /v1/feedback: joined to the exchange, idempotent per kind, counted, bad input refused."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from proxy.feedback_store import FeedbackStore
+from proxy.records import Arm
+from proxy.serve import GatewayServer
+from tests.conftest import wait_until
+from tests.proxy.test_gateway_openai import MESSAGES
+
+
+def answer(gw: GatewayServer) -> str:
+    response = httpx.post(
+        gw.url + "/v1/chat/completions", json={"model": "echo", "messages": MESSAGES}
+    )
+    return response.headers["x-mirrorgate-request-id"]
+
+
+def feedback_total(gw: GatewayServer, kind: str) -> float:
+    value = gw.gateway.registry.get_sample_value(
+        "mirrorgate_feedback_total",
+        {"route": "echo", "target": "echo", "arm": "primary", "kind": kind},
+    )
+    return value or 0.0
+
+
+def test_feedback_joins_the_exchange_and_is_idempotent(
+    start_gateway: Callable[..., GatewayServer],
+) -> None:
+    gw = start_gateway()
+    request_id = answer(gw)  # feedback may arrive before the recorder wrote the exchange
+    body = {"request_id": request_id, "corrected": True, "correction": "150", "score": 1}
+    first = httpx.post(gw.url + "/v1/feedback", json=body)
+    assert first.status_code == 201
+    assert first.json() == {"request_id": request_id, "recorded": ["correction", "score"],
+                            "duplicates": []}  # fmt: skip
+    again = httpx.post(gw.url + "/v1/feedback", json={**body, "label": "wrong-policy"})
+    assert again.json()["recorded"] == ["label"]
+    assert again.json()["duplicates"] == ["correction", "score"]
+    stored = FeedbackStore(gw.gateway.store.engine).query(request_id=request_id)
+    assert sorted(f.kind for f in stored) == ["correction", "label", "score"]
+    correction = next(f for f in stored if f.kind == "correction")
+    assert correction.corrected and correction.correction == "150"
+    assert (correction.route, correction.target, correction.arm) == ("echo", "echo", Arm.PRIMARY)
+    assert feedback_total(gw, "correction") == 1
+    assert feedback_total(gw, "negative") == 1
+    assert feedback_total(gw, "positive") == 0
+
+
+def test_feedback_for_a_written_exchange_after_a_restart_of_the_cache(
+    start_gateway: Callable[..., GatewayServer],
+) -> None:
+    gw = start_gateway()
+    request_id = answer(gw)
+    wait_until(lambda: gw.gateway.store.query(request_id=request_id), what="the exchange written")
+    gw.gateway.recent._by_id.clear()  # as after a restart: the join must come from the store
+    response = httpx.post(gw.url + "/v1/feedback", json={"request_id": request_id, "score": 5})
+    assert response.status_code == 201 and response.json()["recorded"] == ["score"]
+    assert feedback_total(gw, "positive") == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "message"),
+    [
+        (b'{"request_id": "nope", "score": 3}', 404, "no exchange with request id"),
+        (b'{"request_id": "x"}', 400, "give at least one of"),
+        (b'{"request_id": "x", "score": 9}', 400, "score"),
+        (b'{"request_id": "x", "score": "5"}', 400, "score"),
+        (b'{"request_id": "x", "score": 3, "admin": true}', 400, "admin"),
+        (b'{"request_id": ', 400, "not valid JSON"),
+        (b'["request_id"]', 400, "malformed"),
+        (b'{"request_id": "' + b"x" * 200 + b'", "score": 3}', 400, "request_id"),
+        (b'{"request_id": "x", "label": "' + b"y" * (2 * 1024 * 1024) + b'"}', 413, "larger"),
+    ],
+)
+def test_bad_feedback_is_refused_and_changes_nothing(
+    start_gateway: Callable[..., GatewayServer], content: bytes, status: int, message: str
+) -> None:
+    gw = start_gateway()
+    response = httpx.post(
+        gw.url + "/v1/feedback", content=content, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == status
+    assert message in response.json()["error"]["message"]
+    assert FeedbackStore(gw.gateway.store.engine).query() == []
+
+
+def test_feedback_needs_json(start_gateway: Callable[..., GatewayServer]) -> None:
+    gw = start_gateway()
+    response = httpx.post(gw.url + "/v1/feedback", content=b"score=5")
+    assert response.status_code == 415
