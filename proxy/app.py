@@ -19,14 +19,18 @@ from fastapi.responses import JSONResponse
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from proxy.admin import AdminAuth, build_admin_router, gateway_error_response
+from proxy.analysis import CheckWorker, CompiledRules
 from proxy.asgi import Receive, Scope, Send
 from proxy.config import MirrorgateConfig
 from proxy.endpoints import ENDPOINTS
+from proxy.errors import GatewayError
 from proxy.exchange import ProxyHandler, RecordSink
 from proxy.feedback import FeedbackService, RecentExchanges
 from proxy.metrics import GatewayMetrics
 from proxy.recorder import Recorder
 from proxy.routing import RouteTable
+from proxy.rules import RuleTracker
 from proxy.shadow import ShadowDispatcher
 from proxy.store import Store
 from proxy.tracing import ExchangeTracer, build_tracer_provider
@@ -79,6 +83,20 @@ class Gateway:
                 max_pending=config.server.max_shadow_calls,
             )
             self.proxy.shadows = self.shadows
+        self.checks: CheckWorker | None = None
+        if any(
+            r.checks or any(v.checks for v in r.versions.values()) for r in config.rules.values()
+        ):
+            self.checks = CheckWorker(
+                CompiledRules(config), self.metrics, self.registry, self.recorder.submit
+            )
+            self.proxy.checks = self.checks
+            if self.shadows is not None:
+                self.shadows.checks = self.checks
+        self.rule_tracker = RuleTracker(
+            self.store.engine, keep_prompts=config.store.bodies != "none"
+        )
+        self.proxy.rule_tracker = self.rule_tracker
         self.feedback = FeedbackService(self.store, self.recent, self.metrics)
         self.api = self._build_api()
         self.ready = False
@@ -96,6 +114,9 @@ class Gateway:
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Any = None) -> AsyncIterator[None]:
         await asyncio.to_thread(self.store.migrate)
+        await asyncio.to_thread(self.rule_tracker.load)
+        if self.checks is not None:
+            self.checks.start()
         self.recorder.start()
         self.ready = True
         try:
@@ -108,6 +129,8 @@ class Gateway:
         """Drain the recorder and close every client (SIGTERM lands here through uvicorn)."""
         if self.shadows is not None:
             await self.shadows.stop(self.config.server.drain_timeout_s / 2)
+        if self.checks is not None:
+            await asyncio.to_thread(self.checks.stop, self.config.server.drain_timeout_s / 2)
         for client in self.clients.values():
             await client.aclose()
         await asyncio.to_thread(self.recorder.stop, self.config.server.drain_timeout_s)
@@ -148,6 +171,19 @@ class Gateway:
                  "data": [{"id": n, "object": "model", "created": 0, "owned_by": "mirrorgate"}
                           for n in names]}
             )  # fmt: skip
+
+        @api.exception_handler(GatewayError)
+        async def gateway_error(_request: Request, exc: GatewayError) -> JSONResponse:
+            return gateway_error_response(exc)
+
+        api.include_router(
+            build_admin_router(
+                AdminAuth(self.config.server.admin_token_env, self.env),
+                self.routes,
+                self.rule_tracker,
+                self.store,
+            )
+        )
 
         @api.post("/v1/feedback")
         async def feedback(request: Request) -> JSONResponse:

@@ -47,6 +47,9 @@ class CallContext:
     waited: float = 0.0
     """Seconds the client path spent waiting on upstreams (all attempts), for the overhead."""
     tags: tuple[str, ...] = ()
+    rule: str | None = None
+    """The rule set governing the request (rules issue), if any."""
+    rule_version: str | None = None
 
 
 @dataclass(slots=True)
@@ -213,6 +216,8 @@ class ModelCaller:
             usage=usage,
             cost_usd=cost_usd(usage, client.spec.price),
             error_class=attempt.error_class,
+            rule=ctx.rule,
+            rule_version=ctx.rule_version,
             pair_id=attempt.pair_id,
             tags=ctx.tags,
             request_body=attempt.upstream_body.decode("utf-8", "replace") if keep else None,

@@ -24,6 +24,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from analyzers.checks import compile_check
+from analyzers.errors import SpecError
+
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
@@ -400,7 +403,18 @@ def _cross_check(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigPr
                     f"the fallback must speak the primary's wire format ({primary.provider})",
                 )
             )
+    governed: dict[str, str] = {}
     for rule_name, rule in cfg.rules.items():
+        for i, route_name in enumerate(rule.routes):
+            if route_name in governed:
+                problems.append(
+                    ConfigProblem(
+                        f"rules.{rule_name}.routes[{i}]",
+                        f"route '{route_name}' is already governed by rule set "
+                        f"'{governed[route_name]}' (one rule set per route; put every check in it)",
+                    )
+                )
+            governed.setdefault(route_name, rule_name)
         _check_names(f"rules.{rule_name}.checks", rule.checks, problems)
         for vname, version in rule.versions.items():
             _check_names(f"rules.{rule_name}.versions.{vname}.checks", version.checks, problems)
@@ -464,6 +478,11 @@ def _check_key_env(
 def _check_names(path: str, checks: list[CheckSpec], problems: list[ConfigProblem]) -> None:
     seen: set[str] = set()
     for i, check in enumerate(checks):
+        try:
+            compile_check(check.model_dump(by_alias=True, exclude_none=True))
+        except SpecError as exc:
+            where = f"{path}[{i}].{exc.field}" if exc.field else f"{path}[{i}]"
+            problems.append(ConfigProblem(where, exc.message))
         if check.name in seen:
             problems.append(
                 ConfigProblem(f"{path}[{i}].name", f"duplicate check name '{check.name}'")

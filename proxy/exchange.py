@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import orjson
 
+from proxy.analysis import CheckWorker, answer_of
 from proxy.asgi import ClientGone, Headers, Receive, Scope, Send, header, read_body, send_bytes
 from proxy.asgi import send_error as send_gateway_error
 from proxy.caller import Attempt, CallContext, ModelCaller, stream_outcome
@@ -35,6 +36,7 @@ from proxy.errors import (
 from proxy.metrics import GatewayMetrics
 from proxy.records import Arm, ExchangeRecord, Status
 from proxy.routing import RoutePlan, RouteTable
+from proxy.rules import RuleResolver, RuleTracker
 from proxy.shadow import PrimaryAnswer, ShadowDispatcher
 from proxy.streaming import StreamObserver
 from proxy.tracing import ExchangeTracer
@@ -69,6 +71,11 @@ class ProxyHandler:
         self.max_body = config.server.max_body_bytes
         self.shadows: ShadowDispatcher | None = None
         """Set by the gateway's wiring when any route shadows or samples noise."""
+        self.rules = RuleResolver(config)
+        self.rule_tracker: RuleTracker | None = None
+        """Set by the gateway's wiring: records each rule version's first exchange."""
+        self.checks: CheckWorker | None = None
+        """Set by the gateway's wiring when rules have checks: runs them off the client path."""
 
     # --- entry ------------------------------------------------------------------------------------
 
@@ -138,9 +145,13 @@ class ProxyHandler:
             if not (options or {}).get("include_usage"):
                 payload["stream_options"] = {**(options or {}), "include_usage": True}
                 strip = True
+        match = self.rules.resolve(plan.route.name, endpoint.name, payload, scope["headers"])
+        if match is not None and self.rule_tracker is not None:
+            self.rule_tracker.observe(match, plan.route.name, request_id)
         ctx = CallContext(
             request_id, plan.route.name, endpoint, payload, stream, strip, scope["headers"],
             t0=ctx_clock[0], start_ns=ctx_clock[1],
+            rule=match.rule if match else None, rule_version=match.version if match else None,
         )  # fmt: skip
         return ctx, plan
 
@@ -240,8 +251,11 @@ class ProxyHandler:
         span = None
         if self.tracer.enabled:
             span = self.tracer.record(record, ctx.start_ns, ctx.endpoint.operation)
+        text = self.caller.answer_text(ctx, attempt)
         if answer is not None and not answer.future.done():
-            answer.future.set_result((record, self.caller.answer_text(ctx, attempt), span))
+            answer.future.set_result((record, text, span))
+        if self.checks is not None and record.rule is not None:
+            self.checks.submit(record, answer_of(ctx.endpoint.name, text, attempt.parsed))
         for sink in self.sinks:
             try:
                 sink(record)
@@ -250,10 +264,13 @@ class ProxyHandler:
 
 
 def _ids(ctx: CallContext, attempt: Attempt) -> Headers:
-    return [
+    ids = [
         (b"x-mirrorgate-request-id", ctx.request_id.encode()),
         (b"x-mirrorgate-arm", attempt.arm.value.encode()),
     ]
+    if ctx.rule_version is not None:
+        ids.append((b"x-mirrorgate-rule-version", ctx.rule_version.encode("latin-1", "replace")))
+    return ids
 
 
 def _response_headers(ctx: CallContext, attempt: Attempt, response: UpstreamResponse) -> Headers:

@@ -191,10 +191,52 @@ def _v3_feedback(conn: Connection) -> None:
     table.create(conn)
 
 
+def _v4_rule_events(conn: Connection) -> None:
+    table = sa.Table(
+        "rule_events",
+        sa.MetaData(),
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("rule", sa.String(), nullable=False),
+        sa.Column("version", sa.String(), nullable=False),
+        sa.Column("previous_version", sa.String(), nullable=True),
+        sa.Column("first_seen_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("request_id", sa.String(), nullable=False),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("prompt_diff", sa.Text(), nullable=True),
+        sa.Index("ix_rule_events_rule_version", "rule", "version", unique=True),
+    )
+    table.create(conn)
+
+
+def _v5_check_results(conn: Connection) -> None:
+    table = sa.Table(
+        "check_results",
+        sa.MetaData(),
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("request_id", sa.String(), nullable=False),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("target", sa.String(), nullable=False),
+        sa.Column("arm", sa.String(), nullable=False),
+        sa.Column("rule", sa.String(), nullable=False),
+        sa.Column("rule_version", sa.String(), nullable=False),
+        sa.Column("check_name", sa.String(), nullable=False),
+        sa.Column("result", sa.String(), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("pair_id", sa.String(), nullable=True),
+        sa.Index("ix_check_results_route_created_at", "route", "created_at"),
+        sa.Index("ix_check_results_rule_version", "rule", "rule_version"),
+        sa.Index("ix_check_results_request_id", "request_id"),
+    )
+    table.create(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "exchanges table and its indexes", _v1_exchanges),
     Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
     Migration(3, "feedback table: corrections and ratings joined to exchanges", _v3_feedback),
+    Migration(4, "rule_events table: the first exchange of each rule version", _v4_rule_events),
+    Migration(5, "check_results table: rule check verdicts per answer", _v5_check_results),
 )
 """The schema's whole history, oldest first. Append only."""
 

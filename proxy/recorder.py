@@ -44,14 +44,14 @@ from typing import Literal
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from proxy.config import StoreSpec
-from proxy.records import ExchangeRecord, PairRecord
+from proxy.records import CheckRecord, ExchangeRecord, PairRecord
 from proxy.redaction import apply_bodies_policy
 from proxy.store import Store, StoreUnavailableError
 
 log = logging.getLogger(__name__)
 
 BodiesPolicy = Literal["full", "redacted", "none"]
-StoredRecord = ExchangeRecord | PairRecord
+StoredRecord = ExchangeRecord | PairRecord | CheckRecord
 """What the recorder writes: exchanges, and the comparisons of shadow/noise/replay pairs."""
 DropReason = Literal["queue_full", "shutdown", "rejected"]
 _DROP_REASONS: tuple[DropReason, ...] = ("queue_full", "shutdown", "rejected")

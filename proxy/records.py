@@ -166,3 +166,21 @@ class FeedbackRecord:
     """A free label such as `wrong-policy` or `rude`."""
     rule: str | None = None
     rule_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRecord:
+    """One rule check's verdict on one answer."""
+
+    request_id: str
+    route: str
+    target: str
+    arm: Arm
+    rule: str
+    rule_version: str
+    check: str
+    result: str
+    """`pass`, `fail` or `error` (a check that crashed is `error`, never `pass`)."""
+    reason: str
+    created_at: datetime
+    pair_id: str | None = None

@@ -34,6 +34,7 @@ from typing import Any
 from opentelemetry.trace import SpanContext
 
 from analyzers.comparison import compare_text
+from proxy.analysis import CheckWorker, answer_of
 from proxy.caller import Attempt, CallContext, ModelCaller
 from proxy.errors import UpstreamTimeout
 from proxy.metrics import GatewayMetrics
@@ -139,6 +140,8 @@ class ShadowDispatcher:
         self.inflight: dict[str, int] = {}
         self.spend: dict[str, _Spend] = {}
         self.accepting = True
+        self.checks: CheckWorker | None = None
+        """Set by the gateway's wiring: shadows' answers are checked like the primary's."""
 
     # --- on the client path -----------------------------------------------------------------------
 
@@ -233,6 +236,8 @@ class ShadowDispatcher:
                 record, attempt.start_ns, ctx.endpoint.operation, links=[span] if span else ()
             )
         self._emit(record)
+        if self.checks is not None and record.rule is not None:
+            self.checks.submit(record, answer_of(ctx.endpoint.name, text, attempt.parsed))
         if primary is not None:
             self._emit(_pair(pair_id, job.kind, primary, primary_text, record, text))
 

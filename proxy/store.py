@@ -32,9 +32,10 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlmodel import Field, SQLModel
 
 from proxy import migrations
+from proxy.check_rows import check_to_row, checks_table, row_to_check
 from proxy.migrations import SQLITE_BEGIN_OPTION, SchemaVersionError, StoreError
 from proxy.pair_rows import pair_to_row, pairs_table, row_to_pair
-from proxy.records import Arm, ExchangeRecord, PairRecord, Status, Usage
+from proxy.records import Arm, CheckRecord, ExchangeRecord, PairRecord, Status, Usage
 
 __all__ = [
     "RecordRejectedError",
@@ -114,6 +115,7 @@ class ExchangeRow(SQLModel, table=True):
 _exchanges: sa.Table = ExchangeRow.__table__  # type: ignore[attr-defined]
 _insert_exchange = sa.insert(_exchanges)
 _insert_pair = sa.insert(pairs_table)
+_insert_check = sa.insert(checks_table)
 
 
 class Store:
@@ -156,13 +158,15 @@ class Store:
         except sa_exc.SQLAlchemyError as exc:
             raise _translate(exc, "migrating the schema") from exc
 
-    def write_batch(self, records: Sequence[ExchangeRecord | PairRecord]) -> None:
-        """Insert `records` (exchanges and pairs) in one transaction: all are stored, or none."""
+    def write_batch(self, records: Sequence[ExchangeRecord | PairRecord | CheckRecord]) -> None:
+        """Insert `records` (exchanges, pairs, check results) in one transaction: all are
+        stored, or none."""
         if not records:
             return
         try:
             rows = [_to_row(r) for r in records if isinstance(r, ExchangeRecord)]
             pairs = [pair_to_row(r) for r in records if isinstance(r, PairRecord)]
+            checks = [check_to_row(r) for r in records if isinstance(r, CheckRecord)]
         except (TypeError, ValueError, AttributeError) as exc:
             raise RecordRejectedError(f"cannot store record: {exc}") from exc
         try:
@@ -171,6 +175,8 @@ class Store:
                     conn.execute(_insert_exchange, rows)
                 if pairs:
                     conn.execute(_insert_pair, pairs)
+                if checks:
+                    conn.execute(_insert_check, checks)
         except sa_exc.SQLAlchemyError as exc:
             raise _translate(exc, f"writing {len(rows)} records", rejected=True) from exc
         except (UnicodeError, OverflowError) as exc:  # raised by the driver, not as DBAPI errors
@@ -271,6 +277,31 @@ class Store:
         except sa_exc.SQLAlchemyError as exc:
             raise _translate(exc, "reading pairs") from exc
 
+    def query_checks(
+        self,
+        *,
+        route: str | None = None,
+        rule: str | None = None,
+        request_id: str | None = None,
+        since: datetime | None = None,
+        limit: int = 1_000_000,
+    ) -> list[CheckRecord]:
+        """Stored check results matching every filter given, oldest first, at most `limit`."""
+        c = checks_table.c
+        where = [
+            column == value
+            for column, value in ((c.route, route), (c.rule, rule), (c.request_id, request_id))
+            if value is not None
+        ]
+        if since is not None:
+            where.append(c.created_at >= _utc(since))
+        statement = sa.select(checks_table).where(*where).order_by(c.id).limit(limit)
+        try:
+            with self._engine.connect() as conn:
+                return [row_to_check(row) for row in conn.execute(statement).mappings()]
+        except sa_exc.SQLAlchemyError as exc:
+            raise _translate(exc, "reading check results") from exc
+
     def delete_older_than(self, cutoff: datetime, *, limit: int | None = None) -> int:
         """Delete records that started before `cutoff`; return how many were deleted.
 
@@ -286,10 +317,12 @@ class Store:
                 _exchanges.c.id.in_(oldest.limit(limit).scalar_subquery())
             )
         old_pairs = sa.delete(pairs_table).where(pairs_table.c.created_at < _utc(cutoff))
+        old_checks = sa.delete(checks_table).where(checks_table.c.created_at < _utc(cutoff))
         try:
             with self._engine.begin() as conn:
                 deleted = int(conn.execute(statement).rowcount)
                 conn.execute(old_pairs)
+                conn.execute(old_checks)
                 return deleted
         except sa_exc.SQLAlchemyError as exc:
             raise _translate(exc, "deleting old records") from exc

@@ -1,0 +1,180 @@
+"""Which version of a rule set a request carries, found from its headers and system prompt.
+
+`resolve_version` tries, in order:
+
+1. **header** — with `version: header:<name>`, a non-empty header value of at most 64 characters
+   from `[A-Za-z0-9._:-]` is the version as given (anything else is ignored: it would become a
+   metric label);
+2. **match_prompt** — the first version, in config order, whose regex is found in the system
+   prompt (searched in its first `MATCH_MAX_CHARS` characters, like the regex checks);
+3. **fingerprint** — `fingerprint(system_prompt)`: so that a prompt edit is a new rule version
+   with no configuration at all.
+
+`fingerprint` normalises before hashing: Unicode NFC, every run of whitespace collapsed to one
+space, leading and trailing whitespace stripped; case is kept (`MAX_WEIGHT` and `max_weight` may
+mean different things to a model). The fingerprint is the first 12 hex digits of SHA-256 of the
+UTF-8 bytes (lone surrogates are kept with `surrogatepass`, never an error). An empty system
+prompt has a fingerprint too (`e3b0c44298fc`, the hash of nothing).
+
+`extract_system_prompt` reads the system prompt of each wire format; `system_prompt_diff` shows
+what changed between two versions, bounded in size.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+MATCH_MAX_CHARS = 16_384
+"""`match_prompt` regexes look at this many leading characters of the system prompt."""
+DIFF_MAX_LINES = 2_000
+"""`system_prompt_diff` compares at most this many lines of each prompt."""
+DIFF_MAX_CHARS = 20_000
+"""`system_prompt_diff` output is cut to this many characters."""
+
+_SPACE = re.compile(r"\s+")
+_HEADER_VERSION = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+
+
+def normalize_prompt(system_prompt: str) -> str:
+    """The form that is fingerprinted (see the module docstring)."""
+    return _SPACE.sub(" ", unicodedata.normalize("NFC", system_prompt)).strip()
+
+
+def fingerprint(system_prompt: str) -> str:
+    """12 hex digits identifying the normalised system prompt."""
+    data = normalize_prompt(system_prompt).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()[:12]
+
+
+VersionPattern = str | re.Pattern[str] | None
+"""A version's `match_prompt`: source, compiled, or None for a version found only by header."""
+
+
+def match_version(system_prompt: str, versions: Mapping[str, VersionPattern]) -> str | None:
+    """The first version (in mapping order) whose pattern is found in the system prompt's first
+    `MATCH_MAX_CHARS` characters; None when none is. Pass compiled patterns on the hot path."""
+    head = system_prompt[:MATCH_MAX_CHARS]
+    for name, pattern in versions.items():
+        if pattern is not None and re.search(pattern, head):
+            return name
+    return None
+
+
+VersionSource = Literal["header", "match_prompt", "fingerprint"]
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedVersion:
+    """A request's rule version and how it was found."""
+
+    version: str
+    """The version name (`v2`), the header's value, or the prompt's fingerprint."""
+    source: VersionSource
+    """header, match_prompt or fingerprint."""
+
+
+def resolve_version(
+    rule_version_setting: str,
+    headers: Mapping[str, str],
+    system_prompt: str,
+    versions: Mapping[str, VersionPattern],
+) -> ResolvedVersion:
+    """The version of one request under one rule set. `rule_version_setting` is the rule's
+    `version` (`fingerprint` or `header:<name>`); `headers` are the request's, any case."""
+    if rule_version_setting.startswith("header:"):
+        wanted = rule_version_setting.removeprefix("header:").lower()
+        for key, raw in headers.items():
+            if key.lower() == wanted:
+                value = raw.strip()
+                if _HEADER_VERSION.match(value):
+                    return ResolvedVersion(value, "header")
+                break
+    matched = match_version(system_prompt, versions)
+    if matched is not None:
+        return ResolvedVersion(matched, "match_prompt")
+    return ResolvedVersion(fingerprint(system_prompt), "fingerprint")
+
+
+def extract_system_prompt(endpoint: str, body: Mapping[str, Any]) -> str:
+    """The system prompt of a request body, for the record's endpoint name:
+
+    - `chat.completions`: every `system` and `developer` message, in order;
+    - `responses`: `instructions`, then every `system` and `developer` item of `input`;
+    - `messages` (Anthropic): the top-level `system`;
+    - anything else (`completions`, `embeddings`): none.
+
+    Content may be a string or a list of parts; the text of `text`/`input_text` parts is kept,
+    other parts (images, files) are skipped. Parts join with a newline, messages with a blank
+    line. A malformed body yields what could be read (often ""); this never raises.
+    """
+    if not isinstance(body, Mapping):
+        return ""
+    texts: list[str] = []
+    if endpoint == "chat.completions":
+        texts.extend(_role_texts(body.get("messages")))
+    elif endpoint == "responses":
+        texts.append(_content_text(body.get("instructions")))
+        texts.extend(_role_texts(body.get("input")))
+    elif endpoint == "messages":
+        texts.append(_content_text(body.get("system")))
+    return "\n\n".join(text for text in texts if text)
+
+
+def _role_texts(messages: Any) -> Iterable[str]:
+    if not isinstance(messages, list):
+        return
+    for message in messages:
+        if isinstance(message, Mapping) and message.get("role") in ("system", "developer"):
+            yield _content_text(message.get("content"))
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    parts = []
+    for part in content:
+        if isinstance(part, str):
+            parts.append(part)
+        elif (
+            isinstance(part, Mapping)
+            and part.get("type", "text") in ("text", "input_text")
+            and isinstance(part.get("text"), str)
+        ):
+            parts.append(part["text"])
+    return "\n".join(parts)
+
+
+def system_prompt_diff(old: str, new: str) -> str:
+    """A unified diff from `old` to `new` (`previous` → `current`), over at most
+    `DIFF_MAX_LINES` lines of each and cut to about `DIFF_MAX_CHARS` characters with a closing
+    note. "" when the prompts are equal."""
+    if old == new:
+        return ""
+    old_lines, new_lines = old.splitlines(), new.splitlines()
+    note = ""
+    if len(old_lines) > DIFF_MAX_LINES or len(new_lines) > DIFF_MAX_LINES:
+        note = f"… (compared the first {DIFF_MAX_LINES} lines only)\n"
+        old_lines, new_lines = old_lines[:DIFF_MAX_LINES], new_lines[:DIFF_MAX_LINES]
+    lines = difflib.unified_diff(old_lines, new_lines, "previous", "current", lineterm="")
+    out: list[str] = []
+    size = 0
+    for line in lines:
+        if size + len(line) + 1 > DIFF_MAX_CHARS:
+            out.append(line[: max(0, DIFF_MAX_CHARS - size)])
+            out.append(f"… (diff cut at {DIFF_MAX_CHARS} characters)")
+            break
+        out.append(line)
+        size += len(line) + 1
+    text = "\n".join(out) + "\n" if out else ""
+    if not text:  # only whitespace at line ends differs: splitlines made them equal
+        text = "(the prompts differ only in line endings)\n"
+    # Stored and shown as UTF-8: escape lone surrogates rather than fail there.
+    return (text + note).encode("utf-8", "backslashreplace").decode("utf-8")

@@ -1,0 +1,66 @@
+"""The `check_results` table's ORM row and conversions (used by the store)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Field, SQLModel
+
+from proxy.records import Arm, CheckRecord
+
+
+class CheckRow(SQLModel, table=True):
+    """One row of `check_results` (schema: migration 5)."""
+
+    __tablename__ = "check_results"
+
+    id: int | None = Field(default=None, primary_key=True)
+    request_id: str
+    route: str
+    target: str
+    arm: str
+    rule: str
+    rule_version: str
+    check_name: str
+    result: str
+    reason: str = Field(sa_column=sa.Column(sa.Text(), nullable=False))
+    created_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    pair_id: str | None = None
+
+
+checks_table: sa.Table = CheckRow.__table__  # type: ignore[attr-defined]
+
+
+def check_to_row(record: CheckRecord) -> dict[str, Any]:
+    return {
+        "request_id": record.request_id,
+        "route": record.route,
+        "target": record.target,
+        "arm": record.arm.value,
+        "rule": record.rule,
+        "rule_version": record.rule_version,
+        "check_name": record.check,
+        "result": record.result,
+        "reason": record.reason.replace("\x00", "\ufffd"),
+        "created_at": record.created_at.astimezone(UTC),
+        "pair_id": record.pair_id,
+    }
+
+
+def row_to_check(row: sa.RowMapping) -> CheckRecord:
+    created = row["created_at"]
+    return CheckRecord(
+        request_id=row["request_id"],
+        route=row["route"],
+        target=row["target"],
+        arm=Arm(row["arm"]),
+        rule=row["rule"],
+        rule_version=row["rule_version"],
+        check=row["check_name"],
+        result=row["result"],
+        reason=row["reason"],
+        created_at=created.replace(tzinfo=created.tzinfo or UTC),
+        pair_id=row["pair_id"],
+    )

@@ -1,0 +1,194 @@
+"""Rule versions on every exchange, rule-change events, and the admin API that lists them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.config import ConfigError, parse_config
+from proxy.mock_upstream.server import MockUpstreamServer
+from proxy.serve import GatewayServer
+from tests.conftest import wait_until
+
+RULES = {
+    "rules": {
+        "shipping-policy": {
+            "routes": ["rule-follower", "stale"],
+            "version": "header:x-rule-version",
+            "checks": [{"name": "valid-json", "type": "json"}],
+            "versions": {
+                "v1": {"match_prompt": r"max_weight\s*=\s*100"},
+                "v2": {
+                    "match_prompt": r"max_weight\s*=\s*150",
+                    "checks": [{"name": "max-weight", "type": "json_path",
+                                "path": "$.max_weight", "equals": 150}],
+                },
+            },
+        }
+    }
+}  # fmt: skip
+
+
+def ask(gw: GatewayServer, route: str, limit: int | str, **headers: str) -> httpx.Response:
+    body: dict[str, Any] = {
+        "model": route,
+        "messages": [
+            {"role": "system", "content": f"Answer in JSON. max_weight = {limit}"},
+            {"role": "user", "content": "How heavy can a parcel be?"},
+        ],
+    }
+    response = httpx.post(gw.url + "/v1/chat/completions", json=body, headers=headers)
+    response.raise_for_status()
+    return response
+
+
+def test_versions_by_header_prompt_and_fingerprint_and_one_event_per_version(
+    start_gateway: Callable[..., GatewayServer],
+) -> None:
+    gw = start_gateway(extra=RULES)
+    assert ask(gw, "rule-follower", 100).headers["x-mirrorgate-rule-version"] == "v1"
+    assert ask(gw, "stale", 100).headers["x-mirrorgate-rule-version"] == "v1"
+    v2 = ask(gw, "rule-follower", 150)
+    assert v2.headers["x-mirrorgate-rule-version"] == "v2"
+    assert (
+        ask(gw, "rule-follower", 150, **{"x-rule-version": "v3-beta"}).headers[
+            "x-mirrorgate-rule-version"
+        ]
+        == "v3-beta"
+    )
+    unknown = ask(gw, "rule-follower", 999).headers["x-mirrorgate-rule-version"]
+    assert unknown.startswith("fp-") and len(unknown) == 15
+    assert ask(gw, "rule-follower", 999).headers["x-mirrorgate-rule-version"] == unknown
+    assert ask(gw, "rule-follower", 100).headers["x-mirrorgate-rule-version"] == "v1"
+    (record,) = wait_until(
+        lambda: gw.gateway.store.query(request_id=v2.headers["x-mirrorgate-request-id"]),
+        what="the v2 record",
+    )
+    assert (record.rule, record.rule_version) == ("shipping-policy", "v2")
+    # Routes outside the rule set carry no version.
+    plain = httpx.post(
+        gw.url + "/v1/chat/completions",
+        json={"model": "echo", "messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert "x-mirrorgate-rule-version" not in plain.headers
+
+    def listed() -> list[dict[str, Any]]:
+        versions: list[dict[str, Any]] = httpx.get(gw.url + "/admin/rules").json()["rule_versions"]
+        counts = [v["exchanges"] for v in versions]
+        return versions if counts == [3, 1, 1, 2] else []  # every exchange written
+
+    versions = wait_until(listed, what="four rule versions with their exchanges")
+    assert [(v["version"], v["previous_version"]) for v in versions] == [
+        ("v1", None), ("v2", "v1"), ("v3-beta", "v2"), (unknown, "v3-beta"),
+    ]  # fmt: skip
+    by_version = {v["version"]: v for v in versions}
+    assert by_version["v1"]["exchanges"] == 3 and by_version[unknown]["exchanges"] == 2
+    assert by_version["v2"]["first_request_id"] == v2.headers["x-mirrorgate-request-id"]
+    assert "-Answer in JSON. max_weight = 100" in by_version["v2"]["prompt_diff"]
+    assert "+Answer in JSON. max_weight = 150" in by_version["v2"]["prompt_diff"]
+
+
+def test_events_survive_a_restart_and_are_not_repeated(
+    start_gateway: Callable[..., GatewayServer], upstream: MockUpstreamServer, tmp_path: Any
+) -> None:
+    url = f"sqlite:///{tmp_path / 'rules.db'}"
+    gw = start_gateway(db_url=url, extra=RULES)
+    ask(gw, "rule-follower", 100)
+    wait_until(lambda: httpx.get(gw.url + "/admin/rules").json()["rule_versions"], what="event")
+    gw.stop()
+    again = start_gateway(db_url=url, extra=RULES)
+    ask(again, "rule-follower", 100)
+    ask(again, "rule-follower", 150)
+    versions = wait_until(
+        lambda: len(v := httpx.get(again.url + "/admin/rules").json()["rule_versions"]) == 2 and v,
+        what="two versions",
+    )
+    assert [v["version"] for v in versions] == ["v1", "v2"]
+    assert versions[1]["previous_version"] == "v1"
+
+
+def test_admin_api_needs_the_token_when_one_is_set(
+    start_gateway: Callable[..., GatewayServer],
+) -> None:
+    env = {"MIRRORGATE_ADMIN_TOKEN": "s3cret-token"}
+    gw = start_gateway(extra=RULES, env=env)
+    assert httpx.get(gw.url + "/admin/rules").status_code == 401
+    wrong = httpx.get(gw.url + "/admin/rules", headers={"authorization": "Bearer nope"})
+    assert wrong.status_code == 403 and "s3cret" not in wrong.text
+    assert wrong.json()["error"]["type"] == "permission_error"
+    ok = httpx.get(gw.url + "/admin/routes", headers={"authorization": "Bearer s3cret-token"})
+    assert ok.status_code == 200
+    assert {r["name"] for r in ok.json()["routes"]} >= {"echo", "rule-follower"}
+
+
+def test_one_rule_set_per_route() -> None:
+    text = """
+models: {prod: {provider: openai, base_url: "http://h/v1", model: m}}
+routes: {bot: {primary: prod}}
+rules:
+  a: {routes: [bot]}
+  b: {routes: [bot]}
+"""
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, {})
+    assert [str(p) for p in info.value.problems] == [
+        "rules.b.routes[0]: route 'bot' is already governed by rule set 'a' "
+        "(one rule set per route; put every check in it)"
+    ]
+
+
+def check_count(gw: GatewayServer, route: str, version: str, check: str, result: str) -> float:
+    value = gw.gateway.registry.get_sample_value(
+        "mirrorgate_check_results_total",
+        {"route": route, "target": route, "arm": "primary", "rule": "shipping-policy",
+         "rule_version": version, "check": check, "result": result},
+    )  # fmt: skip
+    return value or 0.0
+
+
+def test_the_rule_change_story_a_stale_model_fails_only_under_the_new_rule(
+    start_gateway: Callable[..., GatewayServer],
+) -> None:
+    gw = start_gateway(extra=RULES)
+    for _ in range(3):
+        ask(gw, "rule-follower", 100)
+        ask(gw, "stale", 100)
+        ask(gw, "rule-follower", 150)
+        ask(gw, "stale", 150)
+    checks = wait_until(
+        lambda: len(c := gw.gateway.store.query_checks()) == 18 and c, what="18 check results"
+    )
+    by = {(c.route, c.rule_version, c.check): c for c in checks}
+    assert by[("rule-follower", "v2", "max-weight")].result == "pass"
+    assert by[("stale", "v2", "max-weight")].result == "fail"
+    assert "100" in by[("stale", "v2", "max-weight")].reason
+    assert ("stale", "v1", "max-weight") not in by  # the v2 check does not apply to v1
+    assert all(c.result == "pass" for c in checks if c.check == "valid-json")
+    assert check_count(gw, "stale", "v2", "max-weight", "fail") == 3
+    assert check_count(gw, "rule-follower", "v2", "max-weight", "pass") == 3
+    assert check_count(gw, "stale", "v1", "valid-json", "pass") == 3
+    events = httpx.get(gw.url + "/admin/rules").json()["rule_versions"]
+    assert [e["version"] for e in events] == ["v1", "v2"]  # the change is recorded once
+
+
+def test_checks_that_cannot_compile_fail_at_start_naming_the_key() -> None:
+    text = """
+models: {prod: {provider: openai, base_url: "http://h/v1", model: m}}
+routes: {bot: {primary: prod}}
+rules:
+  p:
+    routes: [bot]
+    versions:
+      v2:
+        checks:
+          - {name: weight, type: json_path, path: "$.[[", equals: 1}
+          - {name: shape, type: json_schema, schema: {type: 12}}
+"""
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, {})
+    paths = [p.path for p in info.value.problems]
+    assert paths[0].startswith("rules.p.versions.v2.checks[0]")
+    assert paths[1].startswith("rules.p.versions.v2.checks[1]")
