@@ -98,8 +98,10 @@ def agree(primary_text: str, candidate_text: str, spec: AgreementSpec) -> bool |
     """Whether two answers agree under `spec`; None when the comparison does not apply."""
     if spec.mode == "exact":
         return primary_text == candidate_text
-    if spec.mode == "normalized":
-        return normalize(primary_text) == normalize(candidate_text)
+    if spec.mode == "normalized":  # equal texts need no normalising (it costs ~0.1 µs/char)
+        return primary_text == candidate_text or normalize(primary_text) == normalize(
+            candidate_text
+        )
     if spec.mode == "numeric" and not spec.fields:
         return _numbers_agree(primary_text, candidate_text, spec.tolerance)
     a, b = parse_json(primary_text), parse_json(candidate_text)

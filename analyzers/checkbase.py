@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 from analyzers.answer import Answer
+from analyzers.errors import SpecError
 from analyzers.refusal import DEFAULT_REFUSAL_WINDOW
 
 Outcome = Literal["pass", "fail", "error"]
@@ -54,6 +55,12 @@ class CheckLimits:
     answers must not be stored (`store.bodies: none`): reasons then give only types and sizes."""
     quote_max_chars: int = 40
     """Longest quoted value; longer ones are cut with an ellipsis."""
+
+    def __post_init__(self) -> None:
+        for key in ("regex_max_chars", "refusal_window_chars", "quote_max_chars"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SpecError(key, f"must be a whole number >= 1, not {value!r}")
 
 
 DEFAULT_LIMITS = CheckLimits()

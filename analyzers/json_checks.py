@@ -14,13 +14,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from jsonschema.protocols import Validator
-
 from analyzers.answer import Answer, text_problem
 from analyzers.checkbase import BaseCheck, Outcome
 from analyzers.jsonpath import JSONPath
 from analyzers.jsonvalue import JSONDocument, describe, is_number, json_equal, parse_json
-from analyzers.schema import SchemaReferenceError, first_violation
+from analyzers.schema import SchemaUndecidedError, Validator, first_violation
 from analyzers.text_checks import search_head
 
 
@@ -71,7 +69,7 @@ class JSONSchemaCheck(BaseCheck):
             return document
         try:
             violation = first_violation(self.validator, document.value, quote=self.quote)
-        except SchemaReferenceError as exc:
+        except SchemaUndecidedError as exc:
             return "error", str(exc)
         if violation is not None:
             return "fail", f"does not match the schema: {violation}"
@@ -121,12 +119,11 @@ class Bound:
     upper: bool
 
     def test(self, value: Any, quote: bool) -> tuple[Outcome, str]:
-        shown = describe(value, quote=quote)
         if not is_number(value):
-            return "fail", f"is {shown}, not a number"
+            return "fail", f"is {describe(value, quote=quote)}, not a number"
         if value > self.limit if self.upper else value < self.limit:
             word = "more than the maximum" if self.upper else "less than the minimum"
-            return "fail", f"is {shown}, {word} {self.limit:g}"
+            return "fail", f"is {describe(value, quote=quote)}, {word} {self.limit:g}"
         return "pass", ""
 
 
@@ -223,7 +220,7 @@ class ToolCallCheck(BaseCheck):
             if self.validator is not None:
                 try:
                     violation = first_violation(self.validator, document.value, quote=self.quote)
-                except SchemaReferenceError as exc:
+                except SchemaUndecidedError as exc:
                     return "error", str(exc)
                 if violation is not None:
                     return (

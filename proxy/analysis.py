@@ -1,11 +1,18 @@
-"""Rule checks on every arm's answers, off the client path.
+"""Rule checks and analyzer plugins on every arm's answers, off the client path.
 
-Each finished exchange whose request carried a rule version is handed to `CheckWorker.submit`
-with its answer (text and tool calls). The worker runs on its own thread, so even a slow check
-never holds up the event loop: it runs the rule set's checks for every version plus the version's
-own (`rules.<r>.checks` + `rules.<r>.versions.<v>.checks`), counts each verdict in
-`mirrorgate_check_results_total`, and records it (`check_results` table). A full queue drops the
-answer and counts it in `mirrorgate_analysis_dropped_total`; it never blocks the client.
+Each finished exchange is handed to `AnalysisWorker.submit` with its answer (text and tool
+calls), and each shadow pair to `submit_pair`. The worker runs on its own thread, so even a slow
+check or plugin never holds up the event loop:
+
+- for a request that carried a rule version it runs the rule set's checks for every version plus
+  the version's own (`rules.<r>.checks` + `rules.<r>.versions.<v>.checks`), counts each verdict in
+  `mirrorgate_check_results_total` and records it (`check_results` table);
+- it runs every analyzer plugin named in `analyzers:` (`analyze_exchange`, `analyze_pair`),
+  records their findings (`findings` table, `mirrorgate_analyzer_findings_total`); a plugin that
+  raises is logged and counted in `mirrorgate_analyzer_errors_total`, and nothing else is affected.
+
+A full queue drops the work and counts it in `mirrorgate_analysis_dropped_total`; it never blocks
+the client.
 
 Metric labels stay bounded: a version named in config is its own label; other versions
 (fingerprints, header values) are labelled as they come for the first `MAX_VERSION_LABELS` of a
@@ -17,7 +24,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,9 +34,11 @@ from prometheus_client import CollectorRegistry, Counter
 from analyzers.answer import Answer, ToolCall
 from analyzers.checkbase import Check
 from analyzers.checks import compile_check, run_checks
+from analyzers.plugins import Analyzer, AnalyzerFailure, run_safely
+from analyzers.views import ExchangeView, Finding, PairView
 from proxy.config import MirrorgateConfig
 from proxy.metrics import GatewayMetrics
-from proxy.records import CheckRecord, ExchangeRecord
+from proxy.records import CheckRecord, ExchangeRecord, FindingRecord
 
 log = logging.getLogger("mirrorgate.analysis")
 
@@ -89,48 +98,77 @@ def answer_of(endpoint: str, text: str, body: Mapping[str, Any] | None) -> Answe
     return Answer(text=text, tool_calls=tuple(calls))
 
 
-class CheckWorker:
-    """Runs rule checks on a thread of its own; see the module docstring."""
+class AnalysisWorker:
+    """Runs rule checks and analyzer plugins on a thread of its own (see the module docstring)."""
 
     def __init__(
         self,
         rules: CompiledRules,
+        analyzers: Sequence[Analyzer],
         metrics: GatewayMetrics,
         registry: CollectorRegistry,
-        sink: Callable[[CheckRecord], object],
+        sink: Callable[[CheckRecord | FindingRecord], object],
         queue_size: int = 10_000,
     ) -> None:
         self.rules = rules
+        self.analyzers = list(analyzers)
         self.metrics = metrics
         self.sink = sink
         self._queue: queue.Queue[Any] = queue.Queue(queue_size)
         self._labels: dict[str, set[str]] = {}
         self._dropped = Counter(
             "mirrorgate_analysis_dropped",
-            "Answers not checked because the analysis queue was full.",
+            "Answers not analysed because the analysis queue was full.",
             registry=registry,
         )
-        self._thread = threading.Thread(target=self._run, name="mirrorgate-checks", daemon=True)
-        self.checked = 0
-        """Answers checked so far (read by tests and the demo)."""
+        self._errors = Counter(
+            "mirrorgate_analyzer_errors",
+            "Analyzer plugin calls that raised or returned something that is not findings.",
+            ("analyzer",),
+            registry=registry,
+        )
+        self._findings = Counter(
+            "mirrorgate_analyzer_findings",
+            "Findings produced by analyzer plugins.",
+            ("analyzer", "finding"),
+            registry=registry,
+        )
+        self._thread = threading.Thread(target=self._run, name="mirrorgate-analysis", daemon=True)
+        self.analysed = 0
+        """Exchanges and pairs analysed so far (read by tests and the demo)."""
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self, timeout_s: float) -> None:
-        """Check what is queued (up to `timeout_s`), then end the thread."""
+        """Analyse what is queued (up to `timeout_s`), then end the thread."""
         try:
             self._queue.put(_STOP, timeout=timeout_s)
         except queue.Full:
             return
         self._thread.join(timeout_s)
 
-    def submit(self, record: ExchangeRecord, answer: Answer) -> None:
-        """Queue one answer for checking; never blocks (a full queue drops and counts)."""
-        if record.rule is None or record.rule_version is None:
+    def submit(self, record: ExchangeRecord, answer: Answer, system_prompt: str = "") -> None:
+        """Queue one answer; never blocks (a full queue drops and counts)."""
+        if record.rule is None and not self.analyzers:
             return
+        self._put(("exchange", record, answer, system_prompt))
+
+    def submit_pair(
+        self,
+        primary: ExchangeRecord,
+        primary_answer: Answer,
+        candidate: ExchangeRecord,
+        candidate_answer: Answer,
+        kind: str,
+    ) -> None:
+        """Queue one pair for the analyzer plugins; never blocks."""
+        if self.analyzers:
+            self._put(("pair", primary, primary_answer, candidate, candidate_answer, kind))
+
+    def _put(self, item: tuple[Any, ...]) -> None:
         try:
-            self._queue.put_nowait((record, answer))
+            self._queue.put_nowait(item)
         except queue.Full:
             self._dropped.inc()
 
@@ -140,15 +178,73 @@ class CheckWorker:
             if item is _STOP:
                 return
             try:
-                self._check(*item)
+                if item[0] == "exchange":
+                    self._exchange(*item[1:])
+                else:
+                    self._pair(*item[1:])
             except Exception:
-                log.exception("rule checks failed for one answer")
+                log.exception("analysis failed for one answer")
+            self.analysed += 1
+
+    def _exchange(self, record: ExchangeRecord, answer: Answer, system_prompt: str) -> None:
+        if record.rule is not None and record.rule_version is not None:
+            self._check(record, answer)
+        if self.analyzers:
+            view = _view(record, answer, system_prompt)
+            for analyzer in self.analyzers:
+                findings, failure = run_safely(analyzer, "exchange", view)
+                self._keep(record, analyzer, findings, failure, None)
+
+    def _pair(
+        self,
+        primary: ExchangeRecord,
+        primary_answer: Answer,
+        candidate: ExchangeRecord,
+        candidate_answer: Answer,
+        kind: str,
+    ) -> None:
+        view = PairView(
+            _view(primary, primary_answer, ""),
+            _view(candidate, candidate_answer, ""),
+            "noise" if kind == "noise" else "shadow",
+        )
+        for analyzer in self.analyzers:
+            findings, failure = run_safely(analyzer, "pair", view)
+            self._keep(candidate, analyzer, findings, failure, candidate.pair_id)
+
+    def _keep(
+        self,
+        record: ExchangeRecord,
+        analyzer: Analyzer,
+        findings: Sequence[Finding],
+        failure: AnalyzerFailure | None,
+        pair_id: str | None,
+    ) -> None:
+        if failure is not None:
+            self._errors.labels(failure.analyzer).inc()
+            log.warning(
+                "analyzer %s failed on %s (%s)",
+                failure.analyzer,
+                record.request_id,
+                failure.message,
+            )
+            return
+        now = datetime.now(UTC)
+        for finding in findings:
+            self._findings.labels(finding.analyzer, finding.name).inc()
+            self.sink(
+                FindingRecord(
+                    request_id=record.request_id, route=record.route, target=record.target,
+                    arm=record.arm, analyzer=finding.analyzer, name=finding.name, created_at=now,
+                    value=finding.value, label=finding.label, detail=finding.detail,
+                    pair_id=pair_id,
+                )
+            )  # fmt: skip
 
     def _check(self, record: ExchangeRecord, answer: Answer) -> None:
         rule, version = record.rule or "", record.rule_version or ""
         checks = self.rules.checks_for(rule, version)
         if not checks:
-            self.checked += 1
             return
         label = self._version_label(rule, version)
         now = datetime.now(UTC)
@@ -165,7 +261,6 @@ class CheckWorker:
                     pair_id=record.pair_id,
                 )
             )  # fmt: skip
-        self.checked += 1
 
     def _version_label(self, rule: str, version: str) -> str:
         if self.rules.is_named(rule, version):
@@ -177,3 +272,24 @@ class CheckWorker:
             seen.add(version)
             return version
         return "other"
+
+
+def _view(record: ExchangeRecord, answer: Answer, system_prompt: str) -> ExchangeView:
+    usage = record.usage
+    return ExchangeView(
+        route=record.route,
+        target=record.target,
+        arm=record.arm.value,
+        answer=answer,
+        endpoint=record.endpoint,
+        rule=record.rule,
+        rule_version=record.rule_version,
+        system_prompt=system_prompt,
+        status=record.status.value,
+        http_status=record.http_status,
+        duration_s=record.duration_s,
+        ttft_s=record.ttft_s,
+        cost_usd=record.cost_usd,
+        input_tokens=usage.input_tokens + usage.cached_input_tokens + usage.cache_write_tokens,
+        output_tokens=usage.output_tokens,
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -19,8 +20,9 @@ from fastapi.responses import JSONResponse
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from analyzers.plugins import ENTRY_POINT_GROUP, available_analyzers, load_analyzers
 from proxy.admin import AdminAuth, build_admin_router, gateway_error_response
-from proxy.analysis import CheckWorker, CompiledRules
+from proxy.analysis import AnalysisWorker, CompiledRules
 from proxy.asgi import Receive, Scope, Send
 from proxy.config import MirrorgateConfig
 from proxy.endpoints import ENDPOINTS
@@ -37,6 +39,11 @@ from proxy.tracing import ExchangeTracer, build_tracer_provider
 from proxy.upstream import UpstreamClient, shared_ssl_context
 
 log = logging.getLogger("mirrorgate")
+
+
+def _entry_points() -> list[Any]:
+    """Third-party analyzers installed in this environment (discovery is I/O: it stays here)."""
+    return list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
 
 
 class Gateway:
@@ -83,16 +90,17 @@ class Gateway:
                 max_pending=config.server.max_shadow_calls,
             )
             self.proxy.shadows = self.shadows
-        self.checks: CheckWorker | None = None
-        if any(
+        self.analysis: AnalysisWorker | None = None
+        plugins = load_analyzers(config.analyzers, available_analyzers(_entry_points()))
+        if plugins or any(
             r.checks or any(v.checks for v in r.versions.values()) for r in config.rules.values()
         ):
-            self.checks = CheckWorker(
-                CompiledRules(config), self.metrics, self.registry, self.recorder.submit
+            self.analysis = AnalysisWorker(
+                CompiledRules(config), plugins, self.metrics, self.registry, self.recorder.submit
             )
-            self.proxy.checks = self.checks
+            self.proxy.analysis = self.analysis
             if self.shadows is not None:
-                self.shadows.checks = self.checks
+                self.shadows.analysis = self.analysis
         self.rule_tracker = RuleTracker(
             self.store.engine, keep_prompts=config.store.bodies != "none"
         )
@@ -115,8 +123,8 @@ class Gateway:
     async def lifespan(self, _app: Any = None) -> AsyncIterator[None]:
         await asyncio.to_thread(self.store.migrate)
         await asyncio.to_thread(self.rule_tracker.load)
-        if self.checks is not None:
-            self.checks.start()
+        if self.analysis is not None:
+            self.analysis.start()
         self.recorder.start()
         self.ready = True
         try:
@@ -129,8 +137,8 @@ class Gateway:
         """Drain the recorder and close every client (SIGTERM lands here through uvicorn)."""
         if self.shadows is not None:
             await self.shadows.stop(self.config.server.drain_timeout_s / 2)
-        if self.checks is not None:
-            await asyncio.to_thread(self.checks.stop, self.config.server.drain_timeout_s / 2)
+        if self.analysis is not None:
+            await asyncio.to_thread(self.analysis.stop, self.config.server.drain_timeout_s / 2)
         for client in self.clients.values():
             await client.aclose()
         await asyncio.to_thread(self.recorder.stop, self.config.server.drain_timeout_s)

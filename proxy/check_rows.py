@@ -1,4 +1,4 @@
-"""The `check_results` table's ORM row and conversions (used by the store)."""
+"""The `check_results` and `findings` tables' rows and conversions (used by the store)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
-from proxy.records import Arm, CheckRecord
+from proxy.records import Arm, CheckRecord, FindingRecord
 
 
 class CheckRow(SQLModel, table=True):
@@ -62,5 +62,58 @@ def row_to_check(row: sa.RowMapping) -> CheckRecord:
         result=row["result"],
         reason=row["reason"],
         created_at=created.replace(tzinfo=created.tzinfo or UTC),
+        pair_id=row["pair_id"],
+    )
+
+
+_findings = sa.Table(
+    "findings",
+    sa.MetaData(),
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("request_id", sa.String()),
+    sa.Column("route", sa.String()),
+    sa.Column("target", sa.String()),
+    sa.Column("arm", sa.String()),
+    sa.Column("analyzer", sa.String()),
+    sa.Column("name", sa.String()),
+    sa.Column("created_at", sa.DateTime(timezone=True)),
+    sa.Column("value", sa.Float()),
+    sa.Column("label", sa.String()),
+    sa.Column("detail", sa.Text()),
+    sa.Column("pair_id", sa.String()),
+)
+findings_table: sa.Table = _findings
+"""The `findings` table (schema: migration 6), written with core inserts."""
+
+
+def finding_to_row(record: FindingRecord) -> dict[str, Any]:
+    return {
+        "request_id": record.request_id,
+        "route": record.route,
+        "target": record.target,
+        "arm": record.arm.value,
+        "analyzer": record.analyzer,
+        "name": record.name,
+        "created_at": record.created_at.astimezone(UTC),
+        "value": record.value,
+        "label": record.label,
+        "detail": record.detail.replace("\x00", "\ufffd"),
+        "pair_id": record.pair_id,
+    }
+
+
+def row_to_finding(row: sa.RowMapping) -> FindingRecord:
+    created = row["created_at"]
+    return FindingRecord(
+        request_id=row["request_id"],
+        route=row["route"],
+        target=row["target"],
+        arm=Arm(row["arm"]),
+        analyzer=row["analyzer"],
+        name=row["name"],
+        created_at=created.replace(tzinfo=created.tzinfo or UTC),
+        value=row["value"],
+        label=row["label"],
+        detail=row["detail"],
         pair_id=row["pair_id"],
     )

@@ -12,6 +12,7 @@ Loading runs in three passes, each collecting problems instead of stopping at th
 
 from __future__ import annotations
 
+import importlib.metadata
 import ipaddress
 import itertools
 import os
@@ -24,8 +25,10 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from analyzers.agreement import AgreementSpec
 from analyzers.checks import compile_check
 from analyzers.errors import SpecError
+from analyzers.plugins import ENTRY_POINT_GROUP, available_analyzers
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
@@ -173,6 +176,16 @@ class CanarySpec(Spec):
         return value
 
 
+class AgreementConfig(Spec):
+    """How a candidate's answer is compared with the primary's for `mirrorgate_agreement_total`."""
+
+    mode: Literal["exact", "normalized", "json_fields", "numeric"] = "normalized"
+    fields: list[str] = Field(default_factory=list)
+    """JSONPaths (or top-level keys) compared in json_fields and numeric modes."""
+    tolerance: float = Field(0.0, ge=0)
+    """Largest absolute difference between two numbers that still agree."""
+
+
 class RouteSpec(Spec):
     primary: str
     fallback: str | None = None
@@ -180,6 +193,7 @@ class RouteSpec(Spec):
     shadows: list[ShadowSpec] = Field(default_factory=list)
     noise_sample: float = Field(0.0, ge=0, le=1)
     canary: CanarySpec | None = None
+    agreement: AgreementConfig = Field(default_factory=AgreementConfig)
 
 
 CheckType = Literal[
@@ -286,6 +300,9 @@ class MirrorgateConfig(Spec):
     rules: dict[Annotated[str, Field(pattern=_NAME)], RuleSpec] = Field(default_factory=dict)
     alerts: AlertsSpec = Field(default_factory=AlertsSpec)
     telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
+    analyzers: list[str] = Field(default_factory=list)
+    """Analyzer plugins to run on every exchange and pair, by name: built-ins, or third-party
+    ones registered in the entry-point group `mirrorgate.analyzers`."""
 
 
 # --- loading -----------------------------------------------------------------------------------
@@ -368,6 +385,10 @@ def _cross_check(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigPr
     problems: list[ConfigProblem] = []
     for rname, route in cfg.routes.items():
         base = f"routes.{rname}"
+        try:
+            agreement_spec(route.agreement)
+        except SpecError as exc:
+            problems.append(ConfigProblem(f"{base}.agreement.{exc.field}", exc.message))
         seen: set[str] = set()
         primary = cfg.models.get(route.primary)
         for i, shadow in enumerate(route.shadows):
@@ -403,6 +424,16 @@ def _cross_check(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigPr
                     f"the fallback must speak the primary's wire format ({primary.provider})",
                 )
             )
+    if cfg.analyzers:
+        available = available_analyzers(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+        for i, name in enumerate(cfg.analyzers):
+            if name not in available:
+                problems.append(
+                    ConfigProblem(
+                        f"analyzers[{i}]",
+                        f"unknown analyzer '{name}'; available: {', '.join(sorted(available))}",
+                    )
+                )
     governed: dict[str, str] = {}
     for rule_name, rule in cfg.rules.items():
         for i, route_name in enumerate(rule.routes):
@@ -427,6 +458,11 @@ def _cross_check(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigPr
             )
         )
     return problems
+
+
+def agreement_spec(config: AgreementConfig) -> AgreementSpec:
+    """The pure comparison spec for a route's `agreement` section (raises SpecError)."""
+    return AgreementSpec(config.mode, tuple(config.fields), config.tolerance)
 
 
 def _dict(value: Any) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from collections.abc import Callable
 
 import orjson
 
-from proxy.analysis import CheckWorker, answer_of
+from analyzers.rule_version import extract_system_prompt
+from proxy.analysis import AnalysisWorker, answer_of
 from proxy.asgi import ClientGone, Headers, Receive, Scope, Send, header, read_body, send_bytes
 from proxy.asgi import send_error as send_gateway_error
 from proxy.caller import Attempt, CallContext, ModelCaller, stream_outcome
@@ -74,8 +75,8 @@ class ProxyHandler:
         self.rules = RuleResolver(config)
         self.rule_tracker: RuleTracker | None = None
         """Set by the gateway's wiring: records each rule version's first exchange."""
-        self.checks: CheckWorker | None = None
-        """Set by the gateway's wiring when rules have checks: runs them off the client path."""
+        self.analysis: AnalysisWorker | None = None
+        """Set by the gateway's wiring: runs rule checks and analyzers off the client path."""
 
     # --- entry ------------------------------------------------------------------------------------
 
@@ -254,8 +255,13 @@ class ProxyHandler:
         text = self.caller.answer_text(ctx, attempt)
         if answer is not None and not answer.future.done():
             answer.future.set_result((record, text, span))
-        if self.checks is not None and record.rule is not None:
-            self.checks.submit(record, answer_of(ctx.endpoint.name, text, attempt.parsed))
+        if self.analysis is not None:
+            prompt = (
+                extract_system_prompt(ctx.endpoint.name, ctx.payload)
+                if self.analysis.analyzers
+                else ""
+            )
+            self.analysis.submit(record, answer_of(ctx.endpoint.name, text, attempt.parsed), prompt)
         for sink in self.sinks:
             try:
                 sink(record)

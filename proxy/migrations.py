@@ -231,12 +231,35 @@ def _v5_check_results(conn: Connection) -> None:
     table.create(conn)
 
 
+def _v6_findings(conn: Connection) -> None:
+    table = sa.Table(
+        "findings",
+        sa.MetaData(),
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("request_id", sa.String(), nullable=False),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("target", sa.String(), nullable=False),
+        sa.Column("arm", sa.String(), nullable=False),
+        sa.Column("analyzer", sa.String(), nullable=False),
+        sa.Column("name", sa.String(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("value", sa.Float(), nullable=True),
+        sa.Column("label", sa.String(), nullable=True),
+        sa.Column("detail", sa.Text(), nullable=False),
+        sa.Column("pair_id", sa.String(), nullable=True),
+        sa.Index("ix_findings_route_created_at", "route", "created_at"),
+        sa.Index("ix_findings_request_id", "request_id"),
+    )
+    table.create(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "exchanges table and its indexes", _v1_exchanges),
     Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
     Migration(3, "feedback table: corrections and ratings joined to exchanges", _v3_feedback),
     Migration(4, "rule_events table: the first exchange of each rule version", _v4_rule_events),
     Migration(5, "check_results table: rule check verdicts per answer", _v5_check_results),
+    Migration(6, "findings table: analyzer plugins' observations", _v6_findings),
 )
 """The schema's whole history, oldest first. Append only."""
 

@@ -44,15 +44,15 @@ from typing import Literal
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from proxy.config import StoreSpec
-from proxy.records import CheckRecord, ExchangeRecord, PairRecord
+from proxy.records import CheckRecord, ExchangeRecord, FindingRecord, PairRecord
 from proxy.redaction import apply_bodies_policy
 from proxy.store import Store, StoreUnavailableError
 
 log = logging.getLogger(__name__)
 
 BodiesPolicy = Literal["full", "redacted", "none"]
-StoredRecord = ExchangeRecord | PairRecord | CheckRecord
-"""What the recorder writes: exchanges, and the comparisons of shadow/noise/replay pairs."""
+StoredRecord = ExchangeRecord | PairRecord | CheckRecord | FindingRecord
+"""What the recorder writes: exchanges, pair comparisons, check verdicts and findings."""
 DropReason = Literal["queue_full", "shutdown", "rejected"]
 _DROP_REASONS: tuple[DropReason, ...] = ("queue_full", "shutdown", "rejected")
 _JOIN_GRACE_S = 1.0

@@ -184,3 +184,22 @@ class CheckRecord:
     reason: str
     created_at: datetime
     pair_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FindingRecord:
+    """One analyzer plugin's scored observation about an answer (or a pair of answers)."""
+
+    request_id: str
+    route: str
+    target: str
+    """The answer's model (for a pair: the candidate's)."""
+    arm: Arm
+    analyzer: str
+    name: str
+    created_at: datetime
+    value: float | None = None
+    label: str | None = None
+    detail: str = ""
+    pair_id: str | None = None
+    """Set when the finding is about a pair (the candidate compared with the primary)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from types import FrameType, TracebackType
@@ -10,6 +11,7 @@ from typing import Any
 
 import uvicorn
 
+from analyzers.errors import PluginError
 from proxy.app import Gateway
 from proxy.config import MirrorgateConfig
 
@@ -50,7 +52,11 @@ class _DrainingServer(uvicorn.Server):
 
 def run_gateway(config: MirrorgateConfig) -> int:
     """Serve until SIGINT/SIGTERM; on either, stop accepting, finish in-flight requests, drain."""
-    gateway = Gateway(config)
+    try:
+        gateway = Gateway(config)
+    except PluginError as exc:
+        print(f"mirrorgate: analyzers: {exc}", file=sys.stderr)
+        return 1
     server = _DrainingServer(
         _uvicorn_config(gateway, config.server.host, config.server.port, "info")
     )

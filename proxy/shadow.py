@@ -33,9 +33,12 @@ from typing import Any
 
 from opentelemetry.trace import SpanContext
 
+from analyzers.agreement import AgreementSpec, agree
+from analyzers.answer import Answer
 from analyzers.comparison import compare_text
-from proxy.analysis import CheckWorker, answer_of
+from proxy.analysis import AnalysisWorker, answer_of
 from proxy.caller import Attempt, CallContext, ModelCaller
+from proxy.config import agreement_spec
 from proxy.errors import UpstreamTimeout
 from proxy.metrics import GatewayMetrics
 from proxy.records import Arm, ExchangeRecord, PairRecord, Status
@@ -140,8 +143,9 @@ class ShadowDispatcher:
         self.inflight: dict[str, int] = {}
         self.spend: dict[str, _Spend] = {}
         self.accepting = True
-        self.checks: CheckWorker | None = None
-        """Set by the gateway's wiring: shadows' answers are checked like the primary's."""
+        self._agreements: dict[str, AgreementSpec] = {}
+        self.analysis: AnalysisWorker | None = None
+        """Set by the gateway's wiring: shadows' answers are analysed like the primary's."""
 
     # --- on the client path -----------------------------------------------------------------------
 
@@ -236,10 +240,21 @@ class ShadowDispatcher:
                 record, attempt.start_ns, ctx.endpoint.operation, links=[span] if span else ()
             )
         self._emit(record)
-        if self.checks is not None and record.rule is not None:
-            self.checks.submit(record, answer_of(ctx.endpoint.name, text, attempt.parsed))
+        candidate_answer = answer_of(ctx.endpoint.name, text, attempt.parsed)
+        if self.analysis is not None:
+            self.analysis.submit(record, candidate_answer)
         if primary is not None:
             self._emit(_pair(pair_id, job.kind, primary, primary_text, record, text))
+            if primary.status is Status.OK and record.status is Status.OK:
+                verdict = agree(primary_text, text, self._agreement(route))
+                if verdict is not None:
+                    self.metrics.agreement.labels(
+                        route.name, job.target, "agree" if verdict else "disagree"
+                    ).inc()
+            if self.analysis is not None:
+                self.analysis.submit_pair(
+                    primary, Answer(text=primary_text), record, candidate_answer, job.kind
+                )
 
     async def _call(self, ctx: CallContext, job: _Job) -> Attempt:
         """Call the candidate (reading a stream to its end) within the shadow's `timeout_s`."""
@@ -261,6 +276,12 @@ class ShadowDispatcher:
                 await attempt.response.aclose()
             return attempt
         return holder[0]
+
+    def _agreement(self, route: RouteState) -> AgreementSpec:
+        spec = self._agreements.get(route.name)
+        if spec is None:
+            spec = self._agreements[route.name] = agreement_spec(route.spec.agreement)
+        return spec
 
     def _emit(self, item: ExchangeRecord | PairRecord) -> None:
         for sink in self.sinks:

@@ -32,10 +32,25 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlmodel import Field, SQLModel
 
 from proxy import migrations
-from proxy.check_rows import check_to_row, checks_table, row_to_check
+from proxy.check_rows import (
+    check_to_row,
+    checks_table,
+    finding_to_row,
+    findings_table,
+    row_to_check,
+    row_to_finding,
+)
 from proxy.migrations import SQLITE_BEGIN_OPTION, SchemaVersionError, StoreError
 from proxy.pair_rows import pair_to_row, pairs_table, row_to_pair
-from proxy.records import Arm, CheckRecord, ExchangeRecord, PairRecord, Status, Usage
+from proxy.records import (
+    Arm,
+    CheckRecord,
+    ExchangeRecord,
+    FindingRecord,
+    PairRecord,
+    Status,
+    Usage,
+)
 
 __all__ = [
     "RecordRejectedError",
@@ -158,7 +173,9 @@ class Store:
         except sa_exc.SQLAlchemyError as exc:
             raise _translate(exc, "migrating the schema") from exc
 
-    def write_batch(self, records: Sequence[ExchangeRecord | PairRecord | CheckRecord]) -> None:
+    def write_batch(
+        self, records: Sequence[ExchangeRecord | PairRecord | CheckRecord | FindingRecord]
+    ) -> None:
         """Insert `records` (exchanges, pairs, check results) in one transaction: all are
         stored, or none."""
         if not records:
@@ -167,6 +184,7 @@ class Store:
             rows = [_to_row(r) for r in records if isinstance(r, ExchangeRecord)]
             pairs = [pair_to_row(r) for r in records if isinstance(r, PairRecord)]
             checks = [check_to_row(r) for r in records if isinstance(r, CheckRecord)]
+            findings = [finding_to_row(r) for r in records if isinstance(r, FindingRecord)]
         except (TypeError, ValueError, AttributeError) as exc:
             raise RecordRejectedError(f"cannot store record: {exc}") from exc
         try:
@@ -177,6 +195,8 @@ class Store:
                     conn.execute(_insert_pair, pairs)
                 if checks:
                     conn.execute(_insert_check, checks)
+                if findings:
+                    conn.execute(sa.insert(findings_table), findings)
         except sa_exc.SQLAlchemyError as exc:
             raise _translate(exc, f"writing {len(rows)} records", rejected=True) from exc
         except (UnicodeError, OverflowError) as exc:  # raised by the driver, not as DBAPI errors
@@ -302,6 +322,22 @@ class Store:
         except sa_exc.SQLAlchemyError as exc:
             raise _translate(exc, "reading check results") from exc
 
+    def query_findings(
+        self, *, route: str | None = None, request_id: str | None = None, limit: int = 1_000_000
+    ) -> list[FindingRecord]:
+        """Stored analyzer findings, oldest first, filtered by route and/or request id."""
+        c = findings_table.c
+        statement = sa.select(findings_table).order_by(c.id).limit(limit)
+        if route is not None:
+            statement = statement.where(c.route == route)
+        if request_id is not None:
+            statement = statement.where(c.request_id == request_id)
+        try:
+            with self._engine.connect() as conn:
+                return [row_to_finding(row) for row in conn.execute(statement).mappings()]
+        except sa_exc.SQLAlchemyError as exc:
+            raise _translate(exc, "reading findings") from exc
+
     def delete_older_than(self, cutoff: datetime, *, limit: int | None = None) -> int:
         """Delete records that started before `cutoff`; return how many were deleted.
 
@@ -318,11 +354,13 @@ class Store:
             )
         old_pairs = sa.delete(pairs_table).where(pairs_table.c.created_at < _utc(cutoff))
         old_checks = sa.delete(checks_table).where(checks_table.c.created_at < _utc(cutoff))
+        old_findings = sa.delete(findings_table).where(findings_table.c.created_at < _utc(cutoff))
         try:
             with self._engine.begin() as conn:
                 deleted = int(conn.execute(statement).rowcount)
                 conn.execute(old_pairs)
                 conn.execute(old_checks)
+                conn.execute(old_findings)
                 return deleted
         except sa_exc.SQLAlchemyError as exc:
             raise _translate(exc, "deleting old records") from exc

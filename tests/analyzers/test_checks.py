@@ -21,6 +21,7 @@ from analyzers.checks import (
     compile_check,
     run_checks,
 )
+from analyzers.errors import SpecError
 from analyzers.jsonvalue import MAX_JSON_CHARS, parse_json
 
 MB10 = 10 * 1024 * 1024
@@ -170,7 +171,8 @@ def test_all_given_conditions_must_hold() -> None:
         ({"type": "json_schema", "schema": {"properties": {"w": {"minimum": "1"}}}},
          "schema.properties.w.minimum"),
         ({"type": "json_schema", "schema": {"required": "w"}}, "schema.required"),
-        ({"type": "json_schema", "schema": {"$ref": "#/$defs/missing"}}, "schema.$ref"),
+        ({"type": "json_schema", "schema": {"$ref": "#/$defs/missing"}}, "schema"),
+        ({"type": "json_schema", "schema": {"pattern": "("}}, "schema.pattern"),
         ({"type": "json_schema", "schema": [1]}, "schema"),
         ({"type": "tool_call", "tool": "ship", "arguments_schema": {"type": 3}},
          "arguments_schema.type"),
@@ -195,30 +197,32 @@ def test_config_that_cannot_compile_names_the_field(spec: dict[str, Any], field:
     assert isinstance(caught.value, ValueError)  # pydantic validators wrap it as a field error
 
 
+def test_limits_must_be_positive() -> None:
+    with pytest.raises(SpecError) as caught:
+        CheckLimits(regex_max_chars=0)
+    assert caught.value.field == "regex_max_chars"
+
+
 def test_a_check_that_is_not_a_mapping_is_refused() -> None:
     with pytest.raises(CheckConfigError):
         compile_check(["json"])  # type: ignore[arg-type]
 
 
-def test_remote_schema_references_are_refused_without_fetching(
+def test_schema_references_that_need_the_network_are_refused_without_fetching(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     def no_network(*args: object, **kwargs: object) -> None:
         raise AssertionError("a check tried to fetch a schema")
 
     monkeypatch.setattr(urllib.request, "urlopen", no_network)
-    with pytest.raises(CheckConfigError) as caught:
-        compile_check(
-            {"name": "c", "type": "json_schema",
-             "schema": {"properties": {"w": {"$ref": "https://example.invalid/w.json"}}}}
-        )  # fmt: skip
-    assert caught.value.field == "schema.properties.w.$ref"
-    # Under a nested $id the reference is left to validation, which reports an error, not a pass.
+    remote = {"properties": {"w": {"$ref": "https://example.invalid/w.json"}}}
     nested = {"$id": "https://example.invalid/root.json",
               "properties": {"w": {"$id": "w.json", "$ref": "other.json"}}}  # fmt: skip
-    result = run({"type": "json_schema", "schema": nested}, '{"w": 1}')
-    assert result.result == "error"
-    assert "cannot be resolved" in result.reason
+    for schema in (remote, nested):
+        with pytest.raises(CheckConfigError) as caught:
+            compile_check({"name": "c", "type": "json_schema", "schema": schema})
+        assert caught.value.field == "schema"
+        assert "remote references are never fetched" in caught.value.message
 
 
 def test_local_references_and_draft_selection_work() -> None:

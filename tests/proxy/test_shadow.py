@@ -140,8 +140,15 @@ def test_each_candidate_gets_exactly_its_sample_and_clients_only_primary_answers
         assert candidate.request_id == pair.request_id
         if candidate.streamed:
             assert candidate.ttft_s is not None and candidate.ttft_s > 0
-    # Shadow spend is counted under arm="shadow", never mixed into the primary's.
     registry = gw.gateway.registry
+
+    def agreement(target: str, result: str) -> float:
+        labels = {"route": "shadowed", "target": target, "result": result}
+        return registry.get_sample_value("mirrorgate_agreement_total", labels) or 0.0
+
+    assert (agreement("cand-stale", "disagree"), agreement("cand-stale", "agree")) == (40, 0)
+    assert agreement("cand-echo", "agree") == expected_echo  # normalised text: the same echo
+    # Shadow spend is counted under arm="shadow", never mixed into the primary's.
     shadow_cost = registry.get_sample_value(
         "mirrorgate_cost_usd_total", {"route": "shadowed", "target": "cand-stale", "arm": "shadow"}
     )
@@ -255,6 +262,10 @@ def test_noise_floor_asks_the_primary_twice_off_the_client_path(
     assert received(upstream, marker) == {"echo": 8}
     noise = [r for r in shadow_records(gw, 4) if r.tags == ("noise",)]
     assert len(noise) == 4
+    noise_agree = gw.gateway.registry.get_sample_value(
+        "mirrorgate_agreement_total", {"route": "shadowed", "target": "echo", "result": "agree"}
+    )
+    assert noise_agree == 4  # the primary agrees with itself: the noise floor is zero here
 
 
 def test_shadow_span_links_to_the_primary_span(
