@@ -29,6 +29,7 @@ from proxy.endpoints import ENDPOINTS
 from proxy.errors import GatewayError
 from proxy.exchange import ProxyHandler, RecordSink
 from proxy.feedback import FeedbackService, RecentExchanges
+from proxy.judge import Judge
 from proxy.metrics import GatewayMetrics
 from proxy.recorder import Recorder
 from proxy.routing import RouteTable
@@ -90,6 +91,8 @@ class Gateway:
                 max_pending=config.server.max_shadow_calls,
             )
             self.proxy.shadows = self.shadows
+        if self.shadows is not None and config.judge is not None:
+            self.shadows.judge = Judge(config.judge, self.proxy.caller, self.recorder.submit)
         self.analysis: AnalysisWorker | None = None
         plugins = load_analyzers(config.analyzers, available_analyzers(_entry_points()))
         if plugins or any(

@@ -292,6 +292,20 @@ class TelemetrySpec(Spec):
     service_name: str = "mirrorgate"
 
 
+class JudgeSpec(Spec):
+    """LLM-as-judge on shadow pairs (off unless this section is present)."""
+
+    model: str
+    """A model from `models` (OpenAI chat or Anthropic messages format) that scores answers."""
+    sample: float = Field(0.1, ge=0, le=1)
+    """Share of shadow pairs judged (each costs two calls: both answer orders)."""
+    max_usd_per_hour: float | None = Field(1.0, gt=0)
+    """Judge spend limit; beyond it pairs are not judged until the hour rolls on."""
+    rubric: str | None = None
+    """Replaces the built-in rubric (which asks for {"score_a", "score_b"} from 1 to 10 and
+    penalises length); yours must ask for the same JSON."""
+
+
 class MirrorgateConfig(Spec):
     server: ServerSpec = Field(default_factory=ServerSpec)
     store: StoreSpec = Field(default_factory=StoreSpec)
@@ -300,6 +314,7 @@ class MirrorgateConfig(Spec):
     rules: dict[Annotated[str, Field(pattern=_NAME)], RuleSpec] = Field(default_factory=dict)
     alerts: AlertsSpec = Field(default_factory=AlertsSpec)
     telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
+    judge: JudgeSpec | None = None
     analyzers: list[str] = Field(default_factory=list)
     """Analyzer plugins to run on every exchange and pair, by name: built-ins, or third-party
     ones registered in the entry-point group `mirrorgate.analyzers`."""
@@ -424,6 +439,10 @@ def _cross_check(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigPr
                     f"the fallback must speak the primary's wire format ({primary.provider})",
                 )
             )
+    if cfg.judge is not None and cfg.judge.model not in cfg.models:
+        problems.append(
+            ConfigProblem("judge.model", f"model '{cfg.judge.model}' is not defined under models")
+        )
     if cfg.analyzers:
         available = available_analyzers(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
         for i, name in enumerate(cfg.analyzers):

@@ -30,6 +30,7 @@ from proxy.config import MirrorgateConfig, RuleSpec
 from proxy.tasks import TaskSet
 
 log = logging.getLogger("mirrorgate.rules")
+_HEADER_VERSION = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 _events = sa.Table(
     "rule_events",
@@ -95,8 +96,11 @@ class RuleResolver:
         prompt = extract_system_prompt(endpoint, payload)
         if binding.header is not None:
             for key, value in headers:
-                if key == binding.header and value.strip():
-                    return RuleMatch(binding.name, value.strip().decode("latin-1")[:100], prompt)
+                if key == binding.header:
+                    given = value.strip().decode("latin-1")
+                    if _HEADER_VERSION.fullmatch(given):  # anything else would be a metric label
+                        return RuleMatch(binding.name, given, prompt)
+                    break
         for version, pattern in binding.patterns:
             if pattern.search(prompt):
                 return RuleMatch(binding.name, version, prompt)

@@ -21,13 +21,11 @@ ever read what the client path already finished.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,12 +35,15 @@ from analyzers.agreement import AgreementSpec, agree
 from analyzers.answer import Answer
 from analyzers.comparison import compare_text
 from proxy.analysis import AnalysisWorker, answer_of
+from proxy.budget import HourlySpend
 from proxy.caller import Attempt, CallContext, ModelCaller
 from proxy.config import agreement_spec
 from proxy.errors import UpstreamTimeout
+from proxy.judge import Judge
 from proxy.metrics import GatewayMetrics
 from proxy.records import Arm, ExchangeRecord, PairRecord, Status
 from proxy.routing import RouteState
+from proxy.sampling import sampled
 from proxy.tasks import TaskSet
 from proxy.tracing import ExchangeTracer
 
@@ -53,20 +54,6 @@ PRIMARY_WAIT_S = 600.0
 """The longest a finished shadow waits for its primary's answer before giving up on the pair."""
 
 RecordSink = Callable[[ExchangeRecord | PairRecord], object]
-
-
-def sampled(key: str, salt: str, rate: float) -> bool:
-    """Whether the request keyed `key` is in the `rate` share for `salt` (a candidate's name).
-
-    The same key always gives the same answer, so a user's whole conversation is shadowed or none
-    of it, and tests can compute the exact expected set.
-    """
-    if rate >= 1.0:
-        return True
-    if rate <= 0.0:
-        return False
-    digest = hashlib.blake2b(f"{salt}\x00{key}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") < rate * 2**64
 
 
 def sticky_key(route: RouteState, ctx: CallContext) -> str:
@@ -94,23 +81,6 @@ class PrimaryAnswer:
     """What a shadow compares itself with; resolved when the client path's final record is built."""
 
     future: asyncio.Future[tuple[ExchangeRecord, str, SpanContext | None]]
-
-
-@dataclass(slots=True)
-class _Spend:
-    """A candidate's shadow spend over the last hour."""
-
-    window: deque[tuple[float, float]] = field(default_factory=deque)
-    total: float = 0.0
-
-    def add(self, now: float, usd: float) -> None:
-        self.window.append((now, usd))
-        self.total += usd
-
-    def last_hour(self, now: float) -> float:
-        while self.window and self.window[0][0] < now - 3600.0:
-            self.total -= self.window.popleft()[1]
-        return self.total
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,11 +111,13 @@ class ShadowDispatcher:
         self.clock = clock
         self.tasks = TaskSet("shadow")
         self.inflight: dict[str, int] = {}
-        self.spend: dict[str, _Spend] = {}
+        self.spend: dict[str, HourlySpend] = {}
         self.accepting = True
         self._agreements: dict[str, AgreementSpec] = {}
         self.analysis: AnalysisWorker | None = None
         """Set by the gateway's wiring: shadows' answers are analysed like the primary's."""
+        self.judge: Judge | None = None
+        """Set by the gateway's wiring when `judge:` is configured."""
 
     # --- on the client path -----------------------------------------------------------------------
 
@@ -218,7 +190,7 @@ class ShadowDispatcher:
         attempt.pair_id = pair_id
         ended = time.perf_counter()
         record = self.caller.record(shadow_ctx, attempt, _status(attempt), ended, own_clock=True)
-        spend = self.spend.setdefault(job.target, _Spend())
+        spend = self.spend.setdefault(job.target, HourlySpend())
         spend.add(self.clock(), record.cost_usd)
         self.metrics.observe(record)
         text = self.caller.answer_text(shadow_ctx, attempt)
@@ -255,6 +227,8 @@ class ShadowDispatcher:
                 self.analysis.submit_pair(
                     primary, Answer(text=primary_text), record, candidate_answer, job.kind
                 )
+            if self.judge is not None and job.kind == "shadow":
+                self.judge.offer(ctx.payload, primary, primary_text, record, text)
 
     async def _call(self, ctx: CallContext, job: _Job) -> Attempt:
         """Call the candidate (reading a stream to its end) within the shadow's `timeout_s`."""
@@ -295,6 +269,8 @@ class ShadowDispatcher:
         self.accepting = False
         await self.tasks.wait(timeout_s)
         cancelled = await self.tasks.cancel_all()
+        if self.judge is not None:
+            await self.judge.stop(timeout_s)
         if cancelled:
             log.info("shadow: %d calls still running at shutdown were cancelled", cancelled)
 

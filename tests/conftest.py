@@ -80,6 +80,9 @@ BEHAVIOR: dict[str, Any] = {
             }
         },
         "stale": {"answer": {"type": "fixed", "text": '{"max_weight": 100}'}},
+        "judge": {
+            "answer": {"type": "fixed", "text": '{"score_a": 8, "score_b": 5, "reason": "A"}'}
+        },
         "no-usage": {"usage": False},
         "broken": {"error": {"status": 503, "rate": 1.0}},
         "garbage": {"garbage": {"rate": 1.0}},

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import uuid
 from collections.abc import Callable
 
 import httpx
@@ -22,8 +23,13 @@ from tests.proxy.test_gateway_openai import MESSAGES, records_for
 CHAT = {"model": "echo", "messages": MESSAGES}
 
 
-def forwarded(upstream: MockUpstreamServer) -> int:
-    return len(upstream.app.recorder.requests())
+MARKER = "x-test-marker"
+
+
+def forwarded(upstream: MockUpstreamServer, marker: str) -> int:
+    """Requests the mock received that carry this test's marker header (other tests' background
+    shadow calls may still arrive while this one runs)."""
+    return sum(r["headers"].get(MARKER) == marker for r in upstream.app.recorder.requests())
 
 
 BAD_REQUESTS = [
@@ -64,8 +70,9 @@ def test_malformed_requests_are_refused_in_the_callers_format_and_never_forwarde
     path = "/v1/chat/completions" if wire == "openai" else "/v1/messages"
     if wire == "anthropic":
         body = body.replace(b'"echo"', b'"echo-claude"')
-    before = forwarded(upstream)
-    response = httpx.post(gw.url + path, content=body, headers={"content-type": content_type})
+    marker = uuid.uuid4().hex
+    headers = {"content-type": content_type, MARKER: marker}
+    response = httpx.post(gw.url + path, content=body, headers=headers)
     assert response.status_code == status
     assert response.headers["x-mirrorgate-request-id"]
     error = response.json()
@@ -75,7 +82,7 @@ def test_malformed_requests_are_refused_in_the_callers_format_and_never_forwarde
     else:
         assert message in error["error"]["message"]
         assert error["error"]["type"] == "invalid_request_error"
-    assert forwarded(upstream) == before
+    assert forwarded(upstream, marker) == 0
     metrics = generate_latest(gw.gateway.registry).decode()
     assert 'mirrorgate_rejected_requests_total{endpoint="' in metrics
 
@@ -84,11 +91,10 @@ def test_oversized_bodies_get_413_without_being_read(
     start_gateway: Callable[..., GatewayServer], upstream: MockUpstreamServer
 ) -> None:
     gw = start_gateway(extra={"server": {"max_body_bytes": 4096}})
-    before = forwarded(upstream)
+    marker = uuid.uuid4().hex
+    headers = {"content-type": "application/json", MARKER: marker}
     big = orjson.dumps({**CHAT, "pad": "x" * 10_000})
-    response = httpx.post(
-        gw.url + "/v1/chat/completions", content=big, headers={"content-type": "application/json"}
-    )
+    response = httpx.post(gw.url + "/v1/chat/completions", content=big, headers=headers)
     assert response.status_code == 413
     assert "larger than 4096" in response.json()["error"]["message"]
 
@@ -96,11 +102,7 @@ def test_oversized_bodies_get_413_without_being_read(
         yield big[:3000]
         yield big[3000:]
 
-    response = httpx.post(
-        gw.url + "/v1/chat/completions",
-        content=chunks(),
-        headers={"content-type": "application/json"},
-    )
+    response = httpx.post(gw.url + "/v1/chat/completions", content=chunks(), headers=headers)
     assert response.status_code == 413
     # A client that declares 10 GB and sends nothing gets its answer at once.
     with socket.create_connection(("127.0.0.1", gw.port)) as sock:
@@ -109,7 +111,7 @@ def test_oversized_bodies_get_413_without_being_read(
             b"content-length: 10000000000\r\n\r\n"
         )
         assert sock.recv(4096).startswith(b"HTTP/1.1 413")
-    assert forwarded(upstream) == before
+    assert forwarded(upstream, marker) == 0
 
 
 @pytest.mark.parametrize(

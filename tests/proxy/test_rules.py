@@ -59,6 +59,13 @@ def test_versions_by_header_prompt_and_fingerprint_and_one_event_per_version(
         ]
         == "v3-beta"
     )
+    # A header value that is not a plain version name is ignored (it would become a label).
+    assert (
+        ask(gw, "rule-follower", 100, **{"x-rule-version": "v1 <script>"}).headers[
+            "x-mirrorgate-rule-version"
+        ]
+        == "v1"
+    )
     unknown = ask(gw, "rule-follower", 999).headers["x-mirrorgate-rule-version"]
     assert unknown.startswith("fp-") and len(unknown) == 15
     assert ask(gw, "rule-follower", 999).headers["x-mirrorgate-rule-version"] == unknown
@@ -78,14 +85,14 @@ def test_versions_by_header_prompt_and_fingerprint_and_one_event_per_version(
     def listed() -> list[dict[str, Any]]:
         versions: list[dict[str, Any]] = httpx.get(gw.url + "/admin/rules").json()["rule_versions"]
         counts = [v["exchanges"] for v in versions]
-        return versions if counts == [3, 1, 1, 2] else []  # every exchange written
+        return versions if counts == [4, 1, 1, 2] else []  # every exchange written
 
     versions = wait_until(listed, what="four rule versions with their exchanges")
     assert [(v["version"], v["previous_version"]) for v in versions] == [
         ("v1", None), ("v2", "v1"), ("v3-beta", "v2"), (unknown, "v3-beta"),
     ]  # fmt: skip
     by_version = {v["version"]: v for v in versions}
-    assert by_version["v1"]["exchanges"] == 3 and by_version[unknown]["exchanges"] == 2
+    assert by_version["v1"]["exchanges"] == 4 and by_version[unknown]["exchanges"] == 2
     assert by_version["v2"]["first_request_id"] == v2.headers["x-mirrorgate-request-id"]
     assert "-Answer in JSON. max_weight = 100" in by_version["v2"]["prompt_diff"]
     assert "+Answer in JSON. max_weight = 150" in by_version["v2"]["prompt_diff"]

@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from proxy.config import ConfigError, parse_config
 from proxy.mock_upstream.server import MockUpstreamServer
 from proxy.records import Arm, ExchangeRecord, PairRecord, Status
+from proxy.sampling import sampled
 from proxy.serve import GatewayServer
-from proxy.shadow import sampled
 from tests.conftest import wait_until
 
 
