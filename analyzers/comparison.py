@@ -8,13 +8,10 @@ Latency, time-to-first-token and cost deltas are plain subtractions done by the 
 from __future__ import annotations
 
 import json
-import re
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
-_SPACE = re.compile(r"\s+")
-_EDGE_PUNCT = re.compile(r"^[\W_]+|[\W_]+$")
 MAX_COMPARED_CHARS = 1_000_000
 """Answers longer than this are compared on their first million characters (and flagged)."""
 
@@ -40,8 +37,15 @@ class TextComparison:
 
 def normalize(text: str) -> str:
     """The normal form used for `normalized` equality."""
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    return _EDGE_PUNCT.sub("", _SPACE.sub(" ", folded).strip())
+    folded = " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+    # Trim punctuation and spaces at both ends by walking inwards: a regex anchored at the end
+    # would be tried at every position of a long answer.
+    start, end = 0, len(folded)
+    while start < end and not folded[start].isalnum():
+        start += 1
+    while end > start and not folded[end - 1].isalnum():
+        end -= 1
+    return folded[start:end]
 
 
 def _json(text: str) -> tuple[bool, Any]:

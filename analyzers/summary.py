@@ -17,6 +17,7 @@ What `mirrorgate report` prints, and what the rollout judge can reuse:
 - `AgreementSummary`: how often a candidate's answers equal the primary's (exact, normalised,
   JSON), and `attributable_disagreement`: the candidate's disagreement beyond the noise floor, the
   disagreement of the primary with itself when asked the same question twice.
+- `CheckSummary`: one rule check's verdicts on one arm's answers, and its pass rate.
 
 Everything here takes sequences of floats, ints and bools; the caller decides which records go in.
 """
@@ -50,6 +51,13 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 def median(values: Sequence[float]) -> float | None:
     """The 0.5 percentile; None for no values."""
     return percentile(values, 0.5)
+
+
+def mean(values: Sequence[float]) -> float | None:
+    """The arithmetic mean (summed with `math.fsum`); None for no values."""
+    if not values:
+        return None
+    return math.fsum(values) / len(values)
 
 
 def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -234,3 +242,27 @@ def attributable_disagreement(candidate: AgreementSummary, noise: AgreementSumma
     they are independent. An interval above 0 means the candidate differs more than sampling
     noise explains; an interval containing 0 means its differences look like the primary's own."""
     return newcombe_difference(candidate.disagreement, noise.disagreement)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckSummary:
+    """One rule check's verdicts on one arm's answers. A check that crashed (`error`) counts
+    against the pass rate like a failure: an answer nobody could verify is not a passing one."""
+
+    passed: int
+    failed: int
+    errors: int
+    pass_rate: Rate
+    """passed / (passed + failed + errors), with its Wilson interval."""
+
+    @property
+    def count(self) -> int:
+        """Verdicts of every kind."""
+        return self.pass_rate.n
+
+    @classmethod
+    def from_results(cls, results: Sequence[str]) -> CheckSummary:
+        """One verdict per answer: `pass`, `fail`, or anything else, which counts as `error`."""
+        passed = sum(1 for result in results if result == "pass")
+        failed = sum(1 for result in results if result == "fail")
+        return cls(passed, failed, len(results) - passed - failed, Rate.of(passed, len(results)))

@@ -130,7 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--max-usd", type=float, help="stop a candidate once it has cost this much")
     replay.set_defaults(func=cmd_replay)
 
-    report = sub.add_parser("report", help="compare arms: latency, ttft, cost, errors, agreement")
+    report = sub.add_parser(
+        "report", help="compare arms: latency, ttft, cost, errors, agreement, checks, corrections"
+    )
     report.add_argument(
         "--config", help="config file (default: $MIRRORGATE_CONFIG, ./mirrorgate.yaml)"
     )

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from proxy.cli import main
-from proxy.records import Arm, ExchangeRecord, PairRecord, Status, Usage
+from proxy.records import Arm, CheckRecord, ExchangeRecord, PairRecord, Status, Usage
 from proxy.store import Store
 from tests.conftest import require_service
 
@@ -40,10 +40,18 @@ ARMS = {
 }
 
 
-def traffic(now: datetime) -> list[ExchangeRecord | PairRecord]:
-    """A few hundred plausible exchanges and pairs (seeded, so every run draws the same)."""
+CHECKS = {
+    # check: pass probability per arm label
+    "no-pii": {"primary · prod": 0.97, "canary · cand-b": 0.95, "shadow · cand-a": 0.96},
+    "cites-policy": {"primary · prod": 0.95, "canary · cand-b": 0.9, "shadow · cand-a": 0.5},
+}
+
+
+def traffic(now: datetime) -> list[ExchangeRecord | PairRecord | CheckRecord]:
+    """A few hundred plausible exchanges, pairs and rule checks (seeded, so every run draws the
+    same)."""
     rng = random.Random(20250301)
-    records: list[ExchangeRecord | PairRecord] = []
+    records: list[ExchangeRecord | PairRecord | CheckRecord] = []
     for arm, target, count, latency, cost, streamed in ARMS.values():
         for _ in range(count):
             failed = rng.random() < 0.03
@@ -87,6 +95,24 @@ def traffic(now: datetime) -> list[ExchangeRecord | PairRecord]:
                     latency_delta_s=rng.gauss(-0.2, 0.1),
                     cost_delta_usd=-0.0003,
                 )
+            )
+    for check, pass_rates in CHECKS.items():
+        for label, rate in pass_rates.items():
+            arm, target, count, *_ = ARMS[label]
+            records.extend(
+                CheckRecord(
+                    request_id=uuid.uuid4().hex,
+                    route=ROUTE,
+                    target=target,
+                    arm=arm,
+                    rule="support-policy",
+                    rule_version="v2",
+                    check=check,
+                    result="pass" if rng.random() < rate else "fail",
+                    reason="",
+                    created_at=now - timedelta(minutes=rng.uniform(1, 120)),
+                )
+                for _ in range(count)
             )
     return records
 
@@ -143,7 +169,7 @@ def test_the_html_report_renders_offline_in_chromium(html_report: Path, tmp_path
     assert problems == []
     assert (tmp_path / "report.png").stat().st_size > 10_000
 
-    latency, cost, ttft = charts["latency"], charts["cost"], charts["ttft"]
+    latency, cost, ttft, checks = (charts[k] for k in ("latency", "cost", "ttft", "checks"))
     assert latency["lines"] == len(ARMS)
     assert latency["markers"] == 2 * len(ARMS)  # p50 and p95 per arm
     assert cost["bars"] == len(ARMS)
@@ -156,12 +182,24 @@ def test_the_html_report_renders_offline_in_chromium(html_report: Path, tmp_path
     # Bars are drawn to scale: the primary costs about 4x the shadow per request.
     widths = cost["bar_widths"]
     assert widths["primary · prod"] > 2.5 * widths["shadow · cand-a"] > 0
+    # One bar per check and arm, each with ink and a whisker; the shadow is flagged on the check
+    # it fails half the time (its bar about half the primary's), and every flagged bar has a mark.
+    assert checks["bars"] == len(CHECKS) * len(ARMS)
+    assert checks["whiskers"] == 3 * checks["bars"]
+    assert ("cites-policy", "shadow · cand-a") in checks["below"]
+    assert checks["flags"] == len(checks["below"])
+    assert "Pass rate by check" in checks["title"]
+    cites = checks["check_widths"]["cites-policy"]
+    assert 0 < cites["shadow · cand-a"] < 0.7 * cites["primary · prod"]
+    assert all(
+        width > 0 for per_arm in checks["check_widths"].values() for width in per_arm.values()
+    )
 
 
 def _charts(page: Any) -> dict[str, dict[str, Any]]:
     """Measure each chart of the route as the browser laid it out."""
     found: dict[str, dict[str, Any]] = {}
-    for kind in ("latency", "cost", "ttft"):
+    for kind in ("latency", "cost", "ttft", "checks"):
         svg = page.locator(f'svg.chart.{kind}[data-route="{ROUTE}"]')
         assert svg.count() == 1, kind
         box = svg.bounding_box()
@@ -179,6 +217,13 @@ def _charts(page: Any) -> dict[str, dict[str, Any]]:
                 bars.nth(i).get_attribute("data-arm"): bars.nth(i).bounding_box()["width"]
                 for i in range(bars.count())
             },
+            "check_widths": _bar_widths_by_check(bars),
+            "whiskers": svg.locator("line.whisker").count(),
+            "flags": svg.locator("tspan.flag").count(),
+            "below": [
+                (bar.get_attribute("data-check"), bar.get_attribute("data-arm"))
+                for bar in svg.locator("rect.bar.below").all()
+            ],
             "title": page.locator(f"#{title_id}").text_content(),
             "role": svg.get_attribute("role"),
         }
@@ -188,3 +233,16 @@ def _charts(page: Any) -> dict[str, dict[str, Any]]:
         shape = first.bounding_box()
         assert shape is not None and shape["width"] > 0 and shape["height"] > 0, kind
     return found
+
+
+def _bar_widths_by_check(bars: Any) -> dict[str, dict[str, float]]:
+    """check → arm · target → drawn width, for the bars that carry a `data-check`."""
+    widths: dict[str, dict[str, float]] = {}
+    for i in range(bars.count()):
+        bar = bars.nth(i)
+        check = bar.get_attribute("data-check")
+        if check is not None:
+            widths.setdefault(check, {})[bar.get_attribute("data-arm")] = bar.bounding_box()[
+                "width"
+            ]
+    return widths

@@ -11,7 +11,16 @@ from typing import Any
 import pytest
 
 from proxy.cli import main
-from proxy.records import Arm, ExchangeRecord, PairRecord, Status, Usage
+from proxy.feedback_store import FeedbackStore
+from proxy.records import (
+    Arm,
+    CheckRecord,
+    ExchangeRecord,
+    FeedbackRecord,
+    PairRecord,
+    Status,
+    Usage,
+)
 from proxy.store import Store
 
 NOW = datetime.now(UTC)
@@ -158,17 +167,15 @@ def test_pairs_section_shows_agreement_and_the_noise_floor(
     )
     code, out, _ = report(config, capsys)
     assert code == 0
-    assert "### Pairs: bot" in out
-    shadow = table_row(out, "shadow")
-    assert shadow["candidate"] == "cand-a"
+    assert "### Agreement with the primary: bot" in out
+    shadow = table_row(out, "shadow · cand-a")
     assert shadow["pairs (both ok / all)"] == "10 / 11"
     assert shadow["normalized"] == "60.0% [31.3, 83.2]"
     assert shadow["Δ latency p50"] == "+100 ms"
     assert shadow["Δ cost p50"] == "-$0.00100"
     # 40% - 10% = +30 pp, Newcombe interval.
     assert shadow["beyond noise"].startswith("+30.0 pp [")
-    replay = table_row(out, "replay")
-    assert replay["candidate"] == "cand-c"
+    replay = table_row(out, "replay · cand-c")
     assert replay["Δ latency p50"] == "-200 ms"
     assert "Noise floor (the primary asked twice): 10 pairs, disagreement 10.0%" in out
 
@@ -179,8 +186,45 @@ def test_without_noise_pairs_the_report_says_so(
     config, store = setup
     store.write_batch([exchange(), pair("shadow", "cand-a", True)])
     _, out, _ = report(config, capsys)
-    assert table_row(out, "shadow")["beyond noise"] == "—"
+    assert table_row(out, "shadow · cand-a")["beyond noise"] == "—"
     assert "no noise pairs" in out
+
+
+def test_agreement_is_per_candidate_arm(
+    setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, store = setup
+    store.write_batch(
+        [
+            exchange(),
+            exchange(target="cand-b", arm=Arm.CANARY),
+            exchange(target="cand-a", arm=Arm.SHADOW),
+            exchange(target="cand-c", arm=Arm.SHADOW),
+            *(pair("shadow", "cand-a", i < 3) for i in range(4)),
+        ]
+    )
+    _, out, _ = report(config, capsys)
+    agreement = out[out.index("### Agreement with the primary: bot") :]
+    assert table_row(agreement, "shadow · cand-a")["normalized"] == "75.0% [30.1, 95.4]"  # 3/4
+    # Every candidate arm is accounted for, the ones without pairs by name.
+    assert "No pairs in this window for canary · cand-b, shadow · cand-c." in out
+    assert "Noise floor: no noise pairs" in out
+
+    store.write_batch([pair("canary", "cand-b", True)])
+    _, out, _ = report(config, capsys)
+    agreement = out[out.index("### Agreement with the primary: bot") :]
+    assert table_row(agreement, "canary · cand-b")["pairs (both ok / all)"] == "1 / 1"
+    assert out.index("| canary · cand-b | 1 / 1") < out.index("| shadow · cand-a | 4 / 4")
+    assert "No pairs in this window for shadow · cand-c." in out
+
+
+def test_a_route_without_candidates_or_pairs_says_so(
+    setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, store = setup
+    store.write_batch([exchange()])
+    _, out, _ = report(config, capsys)
+    assert "### Agreement with the primary: bot\n\nNo pairs in this window.\n" in out
 
 
 def test_route_filters(setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str]) -> None:
@@ -307,18 +351,48 @@ def test_html_escapes_every_name_from_the_store(
     config, store = setup
     route = "<script>alert('route')</script>"
     target = '"><img src=x onerror=alert(1)>'
+    served = exchange(route=route, target=target, rule="<rule>", rule_version="<version>")
+    check = CheckRecord(
+        request_id=served.request_id,
+        route=route,
+        target=target,
+        arm=Arm.PRIMARY,
+        rule="<rule>",
+        rule_version="<version>",
+        check="<iframe src=x>",
+        result="pass",
+        reason="",
+        created_at=NOW,
+    )
     store.write_batch(
         [
-            exchange(route=route, target=target),
+            served,
             exchange(route=route, target="ok", arm=Arm.SHADOW, streamed=True, ttft_s=0.1),
             pair("shadow", target, True, route=route),
+            check,
         ]
+    )
+    FeedbackStore(store.engine).add(
+        FeedbackRecord(
+            request_id=served.request_id,
+            kind="label",
+            route=route,
+            target=target,
+            arm=Arm.PRIMARY,
+            created_at=NOW,
+            label="<svg onload=alert(1)>",
+        )
     )
     code, out, _ = report(config, capsys, "--format", "html")
     assert code == 0
     assert out.startswith("<!doctype html>")
     assert "<script" not in out
     assert "<img" not in out
+    assert "<iframe" not in out
+    assert "<rule>" not in out
+    assert "<version>" not in out
+    assert "<svg onload" not in out
+    assert '<svg class="chart checks" id="checks-0"' in out
     assert "&lt;script&gt;alert(&#x27;route&#x27;)&lt;/script&gt;" in out
     assert "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in out
     # The charts are there, labelled, and carry the (escaped) route.
