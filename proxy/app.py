@@ -105,7 +105,7 @@ class Gateway:
             if self.shadows is not None:
                 self.shadows.analysis = self.analysis
         self.rule_tracker = RuleTracker(
-            self.store.engine, keep_prompts=config.store.bodies != "none"
+            self.store.engine, keep_prompts=config.store.bodies != "none", metrics=self.metrics
         )
         self.proxy.rule_tracker = self.rule_tracker
         self.feedback = FeedbackService(self.store, self.recent, self.metrics)

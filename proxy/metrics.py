@@ -92,6 +92,11 @@ class GatewayMetrics:
             "Client requests refused before reaching any upstream, by endpoint and HTTP status.",
             ("endpoint", "status"), registry=registry,
         )  # fmt: skip
+        self.rule_changes = Counter(
+            "mirrorgate_rule_changes",
+            "Rule-change events: the first exchange of a new rule version (a Grafana annotation).",
+            ("rule",), registry=registry,
+        )  # fmt: skip
         self.inflight = Gauge(
             "mirrorgate_inflight_requests", "Client requests being served now.", registry=registry
         )

@@ -27,6 +27,7 @@ from sqlalchemy.engine import Engine
 
 from analyzers.rule_version import extract_system_prompt, fingerprint, system_prompt_diff
 from proxy.config import MirrorgateConfig, RuleSpec
+from proxy.metrics import GatewayMetrics
 from proxy.tasks import TaskSet
 
 log = logging.getLogger("mirrorgate.rules")
@@ -123,8 +124,9 @@ class RuleEvent:
 class RuleTracker:
     """Remembers the versions seen per rule and persists each new one as a rule-change event."""
 
-    def __init__(self, engine: Engine, keep_prompts: bool) -> None:
+    def __init__(self, engine: Engine, keep_prompts: bool, metrics: GatewayMetrics) -> None:
         self._engine = engine
+        self._metrics = metrics
         self._keep_prompts = keep_prompts
         self._known: set[tuple[str, str]] = set()
         self._latest: dict[str, tuple[str, str]] = {}
@@ -162,6 +164,7 @@ class RuleTracker:
             prompt_diff=diff,
         )
         self._latest[match.rule] = (match.version, match.system_prompt)
+        self._metrics.rule_changes.labels(match.rule).inc()
         self.tasks.spawn(asyncio.to_thread(self._persist, event), f"event:{match.rule}")
         log.info("rule change: %s %s -> %s", match.rule, event.previous_version, match.version)
         return event

@@ -179,6 +179,10 @@ def test_the_rule_change_story_a_stale_model_fails_only_under_the_new_rule(
     assert check_count(gw, "stale", "v1", "valid-json", "pass") == 3
     events = httpx.get(gw.url + "/admin/rules").json()["rule_versions"]
     assert [e["version"] for e in events] == ["v1", "v2"]  # the change is recorded once
+    changes = gw.gateway.registry.get_sample_value(
+        "mirrorgate_rule_changes_total", {"rule": "shipping-policy"}
+    )
+    assert changes == 2
 
 
 def test_checks_that_cannot_compile_fail_at_start_naming_the_key() -> None:
