@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
-from proxy.records import Arm, CheckRecord, FindingRecord
+from proxy.records import Arm, CheckRecord, FindingRecord, as_utc
 
 
 class CheckRow(SQLModel, table=True):
@@ -44,13 +44,12 @@ def check_to_row(record: CheckRecord) -> dict[str, Any]:
         "check_name": record.check,
         "result": record.result,
         "reason": record.reason.replace("\x00", "\ufffd"),
-        "created_at": record.created_at.astimezone(UTC),
+        "created_at": as_utc(record.created_at),
         "pair_id": record.pair_id,
     }
 
 
 def row_to_check(row: sa.RowMapping) -> CheckRecord:
-    created = row["created_at"]
     return CheckRecord(
         request_id=row["request_id"],
         route=row["route"],
@@ -61,7 +60,7 @@ def row_to_check(row: sa.RowMapping) -> CheckRecord:
         check=row["check_name"],
         result=row["result"],
         reason=row["reason"],
-        created_at=created.replace(tzinfo=created.tzinfo or UTC),
+        created_at=as_utc(row["created_at"]),
         pair_id=row["pair_id"],
     )
 
@@ -94,7 +93,7 @@ def finding_to_row(record: FindingRecord) -> dict[str, Any]:
         "arm": record.arm.value,
         "analyzer": record.analyzer,
         "name": record.name,
-        "created_at": record.created_at.astimezone(UTC),
+        "created_at": as_utc(record.created_at),
         "value": record.value,
         "label": record.label,
         "detail": record.detail.replace("\x00", "\ufffd"),
@@ -103,7 +102,6 @@ def finding_to_row(record: FindingRecord) -> dict[str, Any]:
 
 
 def row_to_finding(row: sa.RowMapping) -> FindingRecord:
-    created = row["created_at"]
     return FindingRecord(
         request_id=row["request_id"],
         route=row["route"],
@@ -111,7 +109,7 @@ def row_to_finding(row: sa.RowMapping) -> FindingRecord:
         arm=Arm(row["arm"]),
         analyzer=row["analyzer"],
         name=row["name"],
-        created_at=created.replace(tzinfo=created.tzinfo or UTC),
+        created_at=as_utc(row["created_at"]),
         value=row["value"],
         label=row["label"],
         detail=row["detail"],

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
-from proxy.records import PairRecord
+from proxy.records import PairRecord, as_utc
 
 
 class PairRow(SQLModel, table=True):
@@ -40,10 +40,6 @@ class PairRow(SQLModel, table=True):
 pairs_table: sa.Table = PairRow.__table__  # type: ignore[attr-defined]
 
 
-def _utc(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
 def pair_to_row(pair: PairRecord) -> dict[str, Any]:
     return {
         "pair_id": pair.pair_id,
@@ -52,7 +48,7 @@ def pair_to_row(pair: PairRecord) -> dict[str, Any]:
         "route": pair.route,
         "primary_target": pair.primary_target,
         "candidate_target": pair.candidate_target,
-        "created_at": _utc(pair.created_at),
+        "created_at": as_utc(pair.created_at),
         "primary_status": pair.primary_status,
         "candidate_status": pair.candidate_status,
         "exact_equal": pair.exact_equal,
@@ -74,7 +70,7 @@ def row_to_pair(row: sa.RowMapping) -> PairRecord:
         route=row["route"],
         primary_target=row["primary_target"],
         candidate_target=row["candidate_target"],
-        created_at=_utc(row["created_at"]),
+        created_at=as_utc(row["created_at"]),
         primary_status=row["primary_status"],
         candidate_status=row["candidate_status"],
         exact_equal=bool(row["exact_equal"]),

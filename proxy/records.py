@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
+
+
+def as_utc(moment: datetime) -> datetime:
+    """`moment` as an aware UTC datetime (a naive one, as some databases return, is taken as
+    UTC)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 class Arm(enum.StrEnum):

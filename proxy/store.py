@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -50,6 +50,7 @@ from proxy.records import (
     PairRecord,
     Status,
     Usage,
+    as_utc,
 )
 
 __all__ = [
@@ -128,6 +129,7 @@ class ExchangeRow(SQLModel, table=True):
 
 
 _exchanges: sa.Table = ExchangeRow.__table__  # type: ignore[attr-defined]
+T = TypeVar("T")
 _insert_exchange = sa.insert(_exchanges)
 _insert_pair = sa.insert(pairs_table)
 _insert_check = sa.insert(checks_table)
@@ -278,24 +280,9 @@ class Store:
     ) -> list[PairRecord]:
         """Stored pairs matching every filter given, oldest first, at most `limit`."""
         c = pairs_table.c
-        where = [
-            column == value
-            for column, value in (
-                (c.route, route),
-                (c.kind, kind),
-                (c.candidate_target, candidate),
-                (c.request_id, request_id),
-            )
-            if value is not None
-        ]
-        if since is not None:
-            where.append(c.created_at >= _utc(since))
-        statement = sa.select(pairs_table).where(*where).order_by(c.id).limit(limit)
-        try:
-            with self._engine.connect() as conn:
-                return [row_to_pair(row) for row in conn.execute(statement).mappings()]
-        except sa_exc.SQLAlchemyError as exc:
-            raise _translate(exc, "reading pairs") from exc
+        filters = ((c.route, route), (c.kind, kind), (c.candidate_target, candidate),
+                   (c.request_id, request_id))  # fmt: skip
+        return self._select(pairs_table, row_to_pair, filters, since, limit, "reading pairs")
 
     def query_checks(
         self,
@@ -308,35 +295,39 @@ class Store:
     ) -> list[CheckRecord]:
         """Stored check results matching every filter given, oldest first, at most `limit`."""
         c = checks_table.c
-        where = [
-            column == value
-            for column, value in ((c.route, route), (c.rule, rule), (c.request_id, request_id))
-            if value is not None
-        ]
-        if since is not None:
-            where.append(c.created_at >= _utc(since))
-        statement = sa.select(checks_table).where(*where).order_by(c.id).limit(limit)
-        try:
-            with self._engine.connect() as conn:
-                return [row_to_check(row) for row in conn.execute(statement).mappings()]
-        except sa_exc.SQLAlchemyError as exc:
-            raise _translate(exc, "reading check results") from exc
+        filters = ((c.route, route), (c.rule, rule), (c.request_id, request_id))
+        return self._select(checks_table, row_to_check, filters, since, limit, "reading checks")
 
     def query_findings(
         self, *, route: str | None = None, request_id: str | None = None, limit: int = 1_000_000
     ) -> list[FindingRecord]:
         """Stored analyzer findings, oldest first, filtered by route and/or request id."""
         c = findings_table.c
-        statement = sa.select(findings_table).order_by(c.id).limit(limit)
-        if route is not None:
-            statement = statement.where(c.route == route)
-        if request_id is not None:
-            statement = statement.where(c.request_id == request_id)
+        filters = ((c.route, route), (c.request_id, request_id))
+        return self._select(
+            findings_table, row_to_finding, filters, None, limit, "reading findings"
+        )
+
+    def _select(
+        self,
+        table: sa.Table,
+        convert: Callable[[sa.RowMapping], T],
+        filters: Iterable[tuple[sa.ColumnElement[Any], object]],
+        since: datetime | None,
+        limit: int,
+        action: str,
+    ) -> list[T]:
+        """Rows of `table` whose columns equal every non-None filter value (and created at or
+        after `since`), oldest first, converted."""
+        where = [column == value for column, value in filters if value is not None]
+        if since is not None:
+            where.append(table.c.created_at >= _utc(since))
+        statement = sa.select(table).where(*where).order_by(table.c.id).limit(limit)
         try:
             with self._engine.connect() as conn:
-                return [row_to_finding(row) for row in conn.execute(statement).mappings()]
+                return [convert(row) for row in conn.execute(statement).mappings()]
         except sa_exc.SQLAlchemyError as exc:
-            raise _translate(exc, "reading findings") from exc
+            raise _translate(exc, action) from exc
 
     def delete_older_than(self, cutoff: datetime, *, limit: int | None = None) -> int:
         """Delete records that started before `cutoff`; return how many were deleted.
@@ -495,8 +486,7 @@ def _translate(exc: sa_exc.SQLAlchemyError, action: str, *, rejected: bool = Fal
     return StoreError(message)
 
 
-def _utc(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+_utc = as_utc
 
 
 def _text(value: str | None) -> str | None:
