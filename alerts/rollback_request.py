@@ -1,0 +1,149 @@
+"""From inbound Alertmanager alerts to rollback requests: a pure decision and an idempotency ledger.
+
+`decide_rollbacks` is pure (no I/O, no clock): firing alerts labelled `mirrorgate_route` (and
+`mirrorgate_action: rollback`, the default) become `RollbackRequest`s; everything else is skipped
+with a reason. Resolved alerts are always skipped: mirrorgate never re-promotes on an alert.
+
+`IdempotencyLedger` makes delivery idempotent on (fingerprint, startsAt): Alertmanager re-sends a
+firing group every `repeat_interval`, retries failed deliveries and, in a cluster, several peers may
+deliver the same notification. The caller claims each request's key before acting on it and releases
+it if acting failed, so a redelivery can try again.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from alerts.alertmanager_push import ORIGIN_LABEL, ORIGIN_VALUE
+from alerts.alertmanager_webhook import AlertmanagerPayload, InboundAlert
+
+ROUTE_LABEL = "mirrorgate_route"
+ACTION_LABEL = "mirrorgate_action"
+DEFAULT_ACTION = "rollback"
+SUPPORTED_ACTIONS = frozenset({"rollback"})
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackRequest:
+    """A request to roll `route` back to its fallback, caused by one firing Alertmanager alert."""
+
+    route: str
+    fingerprint: str
+    starts_at: datetime
+    alertname: str
+    summary: str
+    """The alert's `summary` annotation (or `description`), for the transition's reason text."""
+
+    @property
+    def key(self) -> tuple[str, datetime]:
+        """The idempotency key: one firing of one alert."""
+        return (self.fingerprint, self.starts_at)
+
+    @property
+    def reason(self) -> str:
+        return f"alertmanager: {self.alertname or 'alert'} ({self.fingerprint})"
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedAlert:
+    """An inbound alert that requests nothing, and why (logged and returned to the caller)."""
+
+    fingerprint: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackDecision:
+    requests: tuple[RollbackRequest, ...]
+    skipped: tuple[SkippedAlert, ...]
+
+
+def decide_rollbacks(
+    payload: AlertmanagerPayload, known_routes: Collection[str] | None = None
+) -> RollbackDecision:
+    """Which routes the payload asks to roll back. `known_routes` (config route names), when given,
+    skips alerts naming any other route. Duplicates inside one payload yield one request."""
+    requests: dict[tuple[str, datetime], RollbackRequest] = {}
+    skipped: list[SkippedAlert] = []
+    for alert in payload.alerts:
+        reason = _skip_reason(alert, known_routes)
+        if reason is not None:
+            skipped.append(SkippedAlert(alert.fingerprint, reason))
+            continue
+        request = RollbackRequest(
+            route=alert.labels[ROUTE_LABEL],
+            fingerprint=alert.fingerprint,
+            starts_at=alert.starts_at,
+            alertname=alert.alertname,
+            summary=alert.annotations.get("summary") or alert.annotations.get("description", ""),
+        )
+        requests.setdefault(request.key, request)
+    return RollbackDecision(tuple(requests.values()), tuple(skipped))
+
+
+def _skip_reason(alert: InboundAlert, known_routes: Collection[str] | None) -> str | None:
+    route = alert.labels.get(ROUTE_LABEL)
+    if not route:
+        return f"no {ROUTE_LABEL} label"
+    if alert.status == "resolved":
+        return "resolved: mirrorgate never re-promotes on an alert"
+    if alert.labels.get(ORIGIN_LABEL) == ORIGIN_VALUE:
+        return "mirrorgate's own alert, routed back: not acted on"
+    action = alert.labels.get(ACTION_LABEL, DEFAULT_ACTION)
+    if action not in SUPPORTED_ACTIONS:
+        return f"unsupported {ACTION_LABEL} {action!r}"
+    if known_routes is not None and route not in known_routes:
+        return f"unknown route {route!r}"
+    return None
+
+
+class IdempotencyLedger(Protocol):
+    """Remembers which (fingerprint, startsAt) keys were acted on.
+
+    The in-memory ledger below serves one process; the proxy can replace it with one backed by its
+    store (a unique key, `INSERT … ON CONFLICT DO NOTHING`) so that replicas and restarts agree.
+    Methods are async so such an implementation can do I/O.
+    """
+
+    async def claim(self, key: tuple[str, datetime]) -> bool:
+        """Record `key`; True if it was new (act on it), False if already claimed (skip)."""
+        ...
+
+    async def release(self, key: tuple[str, datetime]) -> None:
+        """Forget `key` because acting on it failed, so a redelivery may claim it again."""
+        ...
+
+
+class MemoryIdempotencyLedger:
+    """A bounded in-memory ledger: the oldest keys are forgotten beyond `max_keys`."""
+
+    def __init__(self, max_keys: int = 10_000) -> None:
+        if max_keys < 1:
+            raise ValueError("max_keys must be at least 1")
+        self._max_keys = max_keys
+        self._keys: OrderedDict[tuple[str, datetime], None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    async def claim(self, key: tuple[str, datetime]) -> bool:
+        if key in self._keys:
+            return False
+        self._keys[key] = None
+        while len(self._keys) > self._max_keys:
+            self._keys.popitem(last=False)
+        return True
+
+    async def release(self, key: tuple[str, datetime]) -> None:
+        self._keys.pop(key, None)
+
+
+async def claim_new(
+    requests: Collection[RollbackRequest], ledger: IdempotencyLedger
+) -> tuple[RollbackRequest, ...]:
+    """The requests whose key this ledger had not seen; each is now claimed."""
+    return tuple([request for request in requests if await ledger.claim(request.key)])

@@ -1,0 +1,30 @@
+"""A fully populated Alert for tests; override any field."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from alerts.alert import Alert
+
+STARTS = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def make_alert(**overrides: Any) -> Alert:
+    """A rule-regression alert with every field filled; override any of them."""
+    fields: dict[str, Any] = {
+        "kind": "rule_regression",
+        "route": "support-bot",
+        "target": "cand-a",
+        "severity": "critical",
+        "summary": "cand-a keeps answering max_weight=100 after shipping-policy v2",
+        "starts_at": STARTS,
+        "rule": "shipping-policy",
+        "rule_version": "v2",
+        "check": "max-weight",
+        "evidence": {"candidate_pass_rate": 0.8, "primary_pass_rate": 0.98, "samples": 120},
+        "example_request_ids": ("r1", "r2", "r3"),
+        "generator_url": "http://127.0.0.1:8080/admin/rollouts/support-bot",
+    }
+    fields.update(overrides)
+    return Alert(**fields)
