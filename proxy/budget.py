@@ -5,19 +5,33 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+BUCKET_S = 60.0
+"""Spend is kept per minute: memory stays constant whatever the call rate."""
+
 
 @dataclass(slots=True)
 class HourlySpend:
-    """USD spent in the last hour, by a monotonic clock the caller passes in."""
+    """USD spent in the last hour (to the minute), by a monotonic clock the caller passes in."""
 
-    window: deque[tuple[float, float]] = field(default_factory=deque)
+    buckets: deque[list[float]] = field(default_factory=deque)
+    """[minute start, USD] pairs, oldest first; at most 61."""
     total: float = 0.0
 
     def add(self, now: float, usd: float) -> None:
-        self.window.append((now, usd))
+        start = now - now % BUCKET_S
+        if self.buckets and self.buckets[-1][0] == start:
+            self.buckets[-1][1] += usd
+        else:
+            self.buckets.append([start, usd])
         self.total += usd
+        self._expire(now)
 
     def last_hour(self, now: float) -> float:
-        while self.window and self.window[0][0] < now - 3600.0:
-            self.total -= self.window.popleft()[1]
+        self._expire(now)
         return self.total
+
+    def _expire(self, now: float) -> None:
+        while self.buckets and self.buckets[0][0] + BUCKET_S <= now - 3600.0:
+            self.total -= self.buckets.popleft()[1]
+        if not self.buckets:
+            self.total = 0.0  # no float residue once everything has expired

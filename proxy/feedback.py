@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,13 +63,25 @@ class FeedbackBody(BaseModel):
         return self
 
 
+@dataclass(frozen=True, slots=True)
+class ServedAnswer:
+    """What feedback needs to know about the answer a user saw (no bodies: many of these are
+    kept in memory)."""
+
+    route: str
+    target: str
+    arm: Arm
+    rule: str | None
+    rule_version: str | None
+
+
 class RecentExchanges:
-    """The client-serving record of recent requests, so feedback that arrives before the recorder
+    """The answers served to recent requests, so feedback that arrives before the recorder
     wrote the exchange still joins. A record sink; bounded (oldest forgotten first)."""
 
     def __init__(self, size: int = 100_000) -> None:
         self.size = size
-        self._by_id: OrderedDict[str, ExchangeRecord] = OrderedDict()
+        self._by_id: OrderedDict[str, ServedAnswer] = OrderedDict()
 
     def __call__(self, record: object) -> None:
         if (
@@ -76,11 +89,13 @@ class RecentExchanges:
             and record.arm in _SERVING_ARMS
             and record.http_status
         ):
-            self._by_id[record.request_id] = record
+            self._by_id[record.request_id] = ServedAnswer(
+                record.route, record.target, record.arm, record.rule, record.rule_version
+            )
             if len(self._by_id) > self.size:
                 self._by_id.popitem(last=False)
 
-    def get(self, request_id: str) -> ExchangeRecord | None:
+    def get(self, request_id: str) -> ServedAnswer | None:
         return self._by_id.get(request_id)
 
 
@@ -160,10 +175,13 @@ class FeedbackService:
                 ).inc()
         return {"request_id": body.request_id, "recorded": recorded, "duplicates": duplicates}
 
-    async def _lookup(self, request_id: str) -> ExchangeRecord | None:
+    async def _lookup(self, request_id: str) -> ServedAnswer | None:
         try:
             found = await asyncio.to_thread(self.store.query, request_id=request_id, limit=20)
         except Exception as exc:
             raise StoreUnavailable("the store is unavailable; send the feedback again") from exc
         serving = [r for r in found if r.arm in _SERVING_ARMS and r.http_status]
-        return serving[-1] if serving else None
+        if not serving:
+            return None
+        r = serving[-1]
+        return ServedAnswer(r.route, r.target, r.arm, r.rule, r.rule_version)
