@@ -245,14 +245,22 @@ class SuiteResult:
     cells: list[CellResult] = field(default_factory=list)
     memory: dict[str, dict[str, Any]] = field(default_factory=dict)
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    shadows: dict[str, Any] = field(default_factory=dict)
+    """The shadow stage (bench/shadows.py `as_json`), when it ran."""
 
 
-def markdown(result: SuiteResult) -> str:
+def markdown(result: SuiteResult, extra_sections: Sequence[str] = ()) -> str:
+    """The run's Markdown report; `extra_sections` go after the profiles."""
     m = result.machine
     parts = [
         f"Machine: {m['nproc']} CPUs, {m['cpu_model']}, Linux {m['kernel']}, Python {m['python']}; "
         f"load average at start {' '.join(m['loadavg_at_start'])}. Measured "
-        f"{m['measured_at']}; mirrorgate sources sha256 {m['mirrorgate_sources_sha256']}.",
+        f"{m['measured_at']}; mirrorgate sources sha256 {m['mirrorgate_sources_sha256']}"
+        + (
+            f" (changed during the run: {m['mirrorgate_sources_sha256_at_end']} at the end)."
+            if "mirrorgate_sources_sha256_at_end" in m
+            else "."
+        ),
         f"Pinning: gateway under test on CPU {result.layout['gateway']}, mock upstream on CPU "
         f"{result.layout['mock']}, load generator on CPU {result.layout['load']}.",
         "",
@@ -278,6 +286,8 @@ def markdown(result: SuiteResult) -> str:
     ]
     for name, profile in result.profiles.items():
         parts += ["", f"### Profile: mirrorgate, {name}", "", profile_markdown(profile)]
+    for section in extra_sections:
+        parts += ["", section]
     if result.failures:
         parts += ["", "### Could not run", ""]
         for key, reason in result.failures.items():

@@ -9,7 +9,10 @@ Stages, in order:
 4. memory: more requests through mirrorgate at c=16, non-streaming, RSS sampled every 0.5 s
    (LiteLLM: a fixed time at c=16);
 5. profile: py-spy on mirrorgate under load (c=16 non-streaming and streaming, c=1 non-streaming);
-6. stop everything (by PID), write results.json and results.md, print the Markdown.
+6. shadows: mirrorgate at c=16 on a route with two shadows (a fast and a 2 s candidate, both at
+   sample 1.0) against the same primary without shadows, alternated, repeated; then RSS over
+   100,000 more requests through the shadowed route (see bench/shadows.py);
+7. stop everything (by PID), write results.json and results.md, print the Markdown.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import hotpath, targets
+from bench import hotpath, shadows, targets
 from bench.loadgen import LoadResult
 from bench.processes import ServerProcess, StartupError, machine_busy_seconds, port_free
 from bench.report import (
@@ -67,8 +70,18 @@ class Plan:
     """(stream, concurrency) of each py-spy profile."""
     litellm_max_concurrency: int = 64
     """LiteLLM cells above this are skipped (at 20 req/s a c=64 cell mostly waits for its tail)."""
+    shadow_repeats: int = 3
+    """Measured cells per (mode, with/without shadows) in the shadow stage; medians are reported."""
+    shadow_cell_s: float = 5.0
+    shadow_warmup_s: float = 1.5
+    shadow_memory_requests: int = 100_000
+    shadow_memory_cap_s: float = 240.0
+    shadow_rss_step: int = 10_000
+    """The shadow memory table shows the RSS at every multiple of this many requests."""
 
 
+SHADOW_CONCURRENCY = 16
+SHADOW_CANDIDATES = (targets.FAST_CANDIDATE, targets.SLOW_CANDIDATE)
 FULL = Plan(
     (1, 16, 64), cell_s=8, warmup_s=1.5, memory_requests=100_000, memory_cap_s=180,
     litellm_memory_s=20, profile_s=10, profiles=((False, 16), (True, 16), (False, 1)),
@@ -76,6 +89,8 @@ FULL = Plan(
 QUICK = Plan(
     (1, 16, 64), cell_s=1.5, warmup_s=0.5, memory_requests=10_000, memory_cap_s=8,
     litellm_memory_s=0, profile_s=3, profiles=((False, 16),), litellm_max_concurrency=16,
+    shadow_repeats=1, shadow_cell_s=1.5, shadow_warmup_s=0.5, shadow_memory_requests=5_000,
+    shadow_memory_cap_s=8, shadow_rss_step=1_000,
 )  # fmt: skip
 
 
@@ -91,7 +106,7 @@ class Target:
     api_key_env: str = ""
 
 
-STAGES = ("grid", "memory", "profile")
+STAGES = ("grid", "memory", "profile", "shadows")
 """Stages after start-up and warm-up, in the order they run; `--stages` picks a subset."""
 
 
@@ -112,6 +127,7 @@ class Suite:
         self.mock = targets.mock_upstream(rig)
         self.result = SuiteResult(machine_info(), asdict(rig.layout), asdict(plan))
         self.targets: list[Target] = []
+        self.shadow_result: shadows.ShadowStageResult | None = None
 
     # --- stages -----------------------------------------------------------------------------------
 
@@ -124,12 +140,22 @@ class Suite:
                 "grid": self._grid,
                 "memory": self._memory,
                 "profile": self._profiles,
+                "shadows": self._shadows,
             }
             for name in STAGES:
                 if name in self.stages:
                     stages[name]()
         attach_added_latency(self.result.cells)
+        if self.shadow_result is not None:
+            self.result.shadows = shadows.as_json(self.shadow_result)
         return self.result
+
+    def markdown(self) -> str:
+        """The run's report: the main tables, then the shadow stage's section when it ran."""
+        extra = []
+        if self.shadow_result is not None:
+            extra.append(shadows.markdown(self.shadow_result, self.plan.shadow_rss_step))
+        return markdown(self.result, extra)
 
     def _start(self, stack: contextlib.ExitStack) -> None:
         servers = [self.mock, targets.mirrorgate(self.rig)]
@@ -284,6 +310,94 @@ class Suite:
         )  # fmt: skip
         return summary
 
+    def _shadows(self) -> None:
+        gateway = next((t for t in self.targets if t.name == "mirrorgate"), None)
+        if gateway is None or gateway.server is None:
+            return
+        plan = self.plan
+        variants = {
+            shadows.PLAIN: gateway,
+            shadows.SHADOWED: dataclasses.replace(gateway, model=targets.SHADOW_ROUTE),
+        }
+        stage = shadows.ShadowStageResult(SHADOW_CONCURRENCY, plan.shadow_repeats)
+        stage.loadavg.append(_loadavg())
+        self.shadow_result = stage
+        log(f"mirrorgate: shadow stage, c={SHADOW_CONCURRENCY}, {plan.shadow_repeats} repeats")
+        self._drain_shadows()
+        for stream in (False, True):
+            for repeat in range(plan.shadow_repeats):
+                # Alternate which variant goes first, so that neither always follows the other.
+                order = list(variants) if repeat % 2 == 0 else list(variants)[::-1]
+                for variant in order:
+                    before = shadow_counters()
+                    cell = self._cell(
+                        variants[variant], stream, SHADOW_CONCURRENCY,
+                        seconds=plan.shadow_cell_s, warmup=plan.shadow_warmup_s,
+                    )  # fmt: skip
+                    self._drain_shadows()  # the next cell starts with no shadow call in flight
+                    counters = shadow_counters() - before
+                    stage.cells.append(shadows.ShadowCell(variant, repeat, cell, counters))
+                    lat = cell.latency_ms
+                    log(
+                        f"{cell.mode:10} #{repeat + 1} {variant:10} {cell.rps:6.0f} req/s  "
+                        f"p50 {lat.p50 if lat else float('nan'):6.2f} ms  "
+                        f"p99 {lat.p99 if lat else float('nan'):6.2f} ms  "
+                        f"shadows ran {sum(sum(d.values()) for d in counters.ran.values()):,.0f}"
+                    )
+        stage.memory = self._shadow_memory(variants[shadows.SHADOWED], gateway.server)
+        stage.loadavg.append(_loadavg())
+
+    def _shadow_memory(self, target: Target, server: ServerProcess) -> shadows.ShadowMemory:
+        """RSS every 0.5 s while the shadowed route serves `shadow_memory_requests` at c=16."""
+        plan = self.plan
+        log(
+            f"mirrorgate: shadow memory stage, c={SHADOW_CONCURRENCY}, "
+            f"{plan.shadow_memory_requests:,} requests, {plan.shadow_memory_cap_s}s cap"
+        )
+        memory = shadows.ShadowMemory()
+        text = _metrics_text()
+        start = shadows.ShadowCounters.parse(text, targets.SHADOW_ROUTE)
+        memory.backlog_before = shadows.GatewayBacklog.parse(text)
+        t0 = time.monotonic()
+
+        def sample() -> None:
+            text = _metrics_text()
+            served = shadows.ShadowCounters.parse(text, targets.SHADOW_ROUTE).offered
+            queue = shadows.GatewayBacklog.parse(text).recorder_queue
+            rss = server.rss_bytes() / MB
+            elapsed = round(time.monotonic() - t0, 1)
+            memory.samples.append(shadows.RssSample(elapsed, served - start.offered, rss, queue))
+
+        sample()
+
+        load = self._load(
+            target, False, SHADOW_CONCURRENCY, plan.shadow_memory_cap_s,
+            requests=plan.shadow_memory_requests, every=sample,
+        )  # fmt: skip
+        sample()
+        self._drain_shadows()
+        memory.requests, memory.errors = load.requests, load.errors
+        memory.seconds = round(load.elapsed_s, 1)
+        memory.rss_after_drain_mb = server.rss_bytes() / MB
+        text = _metrics_text()
+        memory.counters = shadows.ShadowCounters.parse(text, targets.SHADOW_ROUTE) - start
+        memory.backlog_after = shadows.GatewayBacklog.parse(text)
+        first, last = memory.samples[0].rss_mb, memory.samples[-1].rss_mb
+        log(
+            f"mirrorgate: {first:.0f} -> {last:.0f} MB over {load.requests:,} shadowed requests "
+            f"({memory.rps:,.0f} req/s)"
+        )
+        return memory
+
+    def _drain_shadows(self, deadline_s: float = targets.SLOW_CANDIDATE_MS / 1000 + 10) -> None:
+        """Wait (with a deadline) until every shadow call the gateway accepted has finished."""
+        deadline = time.monotonic() + deadline_s
+        while shadow_counters().in_flight(SHADOW_CANDIDATES) > 0:
+            if time.monotonic() > deadline:
+                log("shadow calls still in flight after the drain deadline; going on")
+                return
+            time.sleep(0.1)
+
     # --- load -------------------------------------------------------------------------------------
 
     def _loadgen_argv(
@@ -333,7 +447,10 @@ class Suite:
             raise RuntimeError(f"load generator failed ({proc.returncode}): {err[-2000:]}")
         return LoadResult(**json.loads(output.read_text()))
 
-    def _cell(self, target: Target, stream: bool, concurrency: int) -> CellResult:
+    def _cell(
+        self, target: Target, stream: bool, concurrency: int, *,
+        seconds: float | None = None, warmup: float | None = None,
+    ) -> CellResult:  # fmt: skip
         servers = [s for s in (target.server, self.mock) if s is not None]
         before: dict[str, Any] = {}
 
@@ -346,7 +463,9 @@ class Suite:
             )
 
         load = self._load(
-            target, stream, concurrency, self.plan.cell_s, warmup=self.plan.warmup_s,
+            target, stream, concurrency,
+            self.plan.cell_s if seconds is None else seconds,
+            warmup=self.plan.warmup_s if warmup is None else warmup,
             on_measure=snapshot,
         )  # fmt: skip
         window = time.monotonic() - before["t"]
@@ -379,16 +498,30 @@ def _own_cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime
 
 
-def mirrorgate_requests() -> float:
-    """Sum of mirrorgate_requests_total over all label sets, from the gateway's /metrics."""
+def _metrics_text() -> str:
     url = f"http://{targets.HOST}:{targets.MIRRORGATE_PORT}/metrics"
     with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
+        body: bytes = response.read()
+    return body.decode()
+
+
+def mirrorgate_requests() -> float:
+    """Sum of mirrorgate_requests_total over all label sets, from the gateway's /metrics."""
+    text = _metrics_text()
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
         if line.startswith("mirrorgate_requests_total{")
     )
+
+
+def shadow_counters() -> shadows.ShadowCounters:
+    """The shadowed route's counters, from the gateway's /metrics."""
+    return shadows.ShadowCounters.parse(_metrics_text(), targets.SHADOW_ROUTE)
+
+
+def _loadavg() -> list[str]:
+    return Path("/proc/loadavg").read_text().split()[:3]
 
 
 def machine_info() -> dict[str, Any]:
@@ -405,7 +538,7 @@ def machine_info() -> dict[str, Any]:
         "cpu_model": model,
         "kernel": platform.release(),
         "python": platform.python_version(),
-        "loadavg_at_start": Path("/proc/loadavg").read_text().split()[:3],
+        "loadavg_at_start": _loadavg(),
     }
 
 
@@ -430,6 +563,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-requests", type=int, help="requests in the memory stage")
     parser.add_argument("--memory-cap-s", type=float, help="time cap of the memory stage (0: none)")
     parser.add_argument(
+        "--shadow-memory-requests", type=int, help="requests in the shadow stage's memory part"
+    )
+    parser.add_argument(
+        "--shadow-memory-cap-s", type=float, help="time cap of that memory part (0: none)"
+    )
+    parser.add_argument(
         "--nice", type=int, default=0,
         help="niceness of every process the rig starts; negative (root) puts them ahead of "
         "other work on a shared machine",
@@ -446,18 +585,28 @@ def main(argv: list[str] | None = None) -> int:
         plan = dataclasses.replace(plan, memory_requests=args.memory_requests)
     if args.memory_cap_s is not None:
         plan = dataclasses.replace(plan, memory_cap_s=args.memory_cap_s)
+    if args.shadow_memory_requests is not None:
+        plan = dataclasses.replace(plan, shadow_memory_requests=args.shadow_memory_requests)
+    if args.shadow_memory_cap_s is not None:
+        plan = dataclasses.replace(plan, shadow_memory_cap_s=args.shadow_memory_cap_s)
     rig = targets.Rig.create(args.out.resolve(), nice=args.nice)
     # SIGTERM unwinds like Ctrl-C, so that every server started so far is stopped by its PID.
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
     started = time.monotonic()
     log(f"{rig.layout}; output in {rig.work}")
     try:
-        result = Suite(rig, plan, with_litellm=not args.no_litellm, stages=stages).run()
+        suite = Suite(rig, plan, with_litellm=not args.no_litellm, stages=stages)
+        result = suite.run()
     except StartupError as exc:
         log(f"could not start the rig: {exc}")
         return 1
     result.machine["total_runtime_s"] = round(time.monotonic() - started, 1)
-    text = markdown(result)
+    at_end = sources_fingerprint()
+    if at_end != result.machine["mirrorgate_sources_sha256"]:
+        # Someone edited the gateway during the run: the servers run the sources of the start.
+        result.machine["mirrorgate_sources_sha256_at_end"] = at_end
+        log(f"the mirrorgate sources changed during the run (now {at_end})")
+    text = suite.markdown()
     (rig.work / "results.json").write_text(json.dumps(asdict(result), indent=2, default=str))
     (rig.work / "results.md").write_text(text)
     sys.stdout.write(text)

@@ -22,6 +22,13 @@ ROUTE = "bench"
 """The model name clients send: a mirrorgate route, and a LiteLLM model_name."""
 UPSTREAM_MODEL = "fake"
 """The model name the mock upstream receives (and direct load sends)."""
+SHADOW_ROUTE = "bench-shadow"
+"""A second mirrorgate route: the same primary as `ROUTE`, plus the two shadows below."""
+FAST_CANDIDATE = "cand-fast"
+"""Shadow candidate that answers like the primary (no delay)."""
+SLOW_CANDIDATE = "cand-slow"
+"""Shadow candidate that answers after `SLOW_CANDIDATE_MS` (non-streams and streams alike)."""
+SLOW_CANDIDATE_MS = 2000
 
 
 @dataclass(frozen=True)
@@ -84,9 +91,17 @@ class Rig:
 
 
 def mock_upstream(rig: Rig) -> ServerProcess:
-    """The mock model server: no request recording, no delays, no faults."""
+    """The mock model server: no request recording, no faults, no delays except the slow candidate.
+
+    The slow candidate sets `ttft_ms` as well as `latency_ms`: shadows stream when the primary
+    streams, and `latency_ms` only delays non-streamed answers.
+    """
     behavior = rig.work / "mock-behavior.yaml"
-    behavior.write_text("record_requests: false\n")
+    behavior.write_text(
+        "record_requests: false\n"
+        "models:\n"
+        f"  {SLOW_CANDIDATE}: {{latency_ms: {SLOW_CANDIDATE_MS}, ttft_ms: {SLOW_CANDIDATE_MS}}}\n"
+    )
     argv = [
         str(rig.python), "-m", "proxy.cli", "--log-level", "warning", "mock-upstream",
         "--host", HOST, "--port", str(MOCK_PORT), "--behavior", str(behavior),
@@ -98,19 +113,32 @@ def mock_upstream(rig: Rig) -> ServerProcess:
 
 
 def mirrorgate(rig: Rig) -> ServerProcess:
-    """mirrorgate as a user would run it: `mirrorgate serve --config FILE`, default log level."""
+    """mirrorgate as a user would run it: `mirrorgate serve --config FILE`, default log level.
+
+    Two routes with the same primary: `ROUTE` (no shadows; every stage but `shadows` uses only
+    it) and `SHADOW_ROUTE`, which mirrors every request to a fast and a slow candidate with the
+    default shadow limits (`max_concurrency` 8, `server.max_shadow_calls` 1000).
+    """
     config = rig.work / "mirrorgate.yaml"
     for suffix in ("", "-wal", "-shm"):  # every run starts from an empty store
         (rig.work / f"gateway.db{suffix}").unlink(missing_ok=True)
+    models = "".join(
+        f"  {name}: {{provider: openai, "
+        f'base_url: "http://{HOST}:{MOCK_PORT}/v1", model: {name}, '
+        "price: {input_per_mtok: 0.15, output_per_mtok: 0.6}}\n"
+        for name in (UPSTREAM_MODEL, FAST_CANDIDATE, SLOW_CANDIDATE)
+    )
     config.write_text(
         f"server: {{host: {HOST}, port: {MIRRORGATE_PORT}}}\n"
         f'store: {{url: "sqlite:///{rig.work / "gateway.db"}", bodies: none}}\n'
-        "models:\n"
-        f"  {UPSTREAM_MODEL}: {{provider: openai, "
-        f'base_url: "http://{HOST}:{MOCK_PORT}/v1", model: {UPSTREAM_MODEL}, '
-        "price: {input_per_mtok: 0.15, output_per_mtok: 0.6}}\n"
+        f"models:\n{models}"
         "routes:\n"
         f"  {ROUTE}: {{primary: {UPSTREAM_MODEL}}}\n"
+        f"  {SHADOW_ROUTE}:\n"
+        f"    primary: {UPSTREAM_MODEL}\n"
+        "    shadows:\n"
+        f"      - {{model: {FAST_CANDIDATE}, sample: 1.0}}\n"
+        f"      - {{model: {SLOW_CANDIDATE}, sample: 1.0}}\n"
     )
     argv = [str(rig.python), "-m", "proxy.cli", "serve", "--config", str(config)]
     return ServerProcess(
