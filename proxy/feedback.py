@@ -79,8 +79,9 @@ class RecentExchanges:
     """The answers served to recent requests, so feedback that arrives before the recorder
     wrote the exchange still joins. A record sink; bounded (oldest forgotten first)."""
 
-    def __init__(self, size: int = 100_000) -> None:
+    def __init__(self, size: int = 20_000) -> None:
         self.size = size
+        """Answers remembered (a few MB); older feedback joins through the store instead."""
         self._by_id: OrderedDict[str, ServedAnswer] = OrderedDict()
 
     def __call__(self, record: object) -> None:

@@ -23,6 +23,23 @@ from proxy.serve import GatewayServer
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
+SDK_CLIENTS: list[Any] = []
+
+
+def sdk_client(client: Any) -> Any:
+    """Register an official SDK client to be closed after the test (an unclosed client's pooled
+    sockets would be collected later, in another test, as an unraisable ResourceWarning)."""
+    SDK_CLIENTS.append(client)
+    return client
+
+
+@pytest.fixture(autouse=True)
+def _close_sdk_clients() -> Iterator[None]:
+    yield
+    while SDK_CLIENTS:
+        SDK_CLIENTS.pop().close()
+
+
 def require_service(name: str, available: bool, why: str = "") -> None:
     """Skip a test whose service is missing, unless CI demands services (then fail)."""
     if available:

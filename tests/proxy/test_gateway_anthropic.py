@@ -11,13 +11,16 @@ import pytest
 from proxy.mock_upstream.server import MockUpstreamServer
 from proxy.records import Status
 from proxy.serve import GatewayServer
+from tests.conftest import sdk_client
 from tests.proxy.test_gateway_openai import records_for
 
 SYSTEM = "You answer in JSON. max_weight = 150"
 
 
 def client(gw: GatewayServer) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=gw.url, api_key="client-key", max_retries=0)
+    return sdk_client(  # type: ignore[no-any-return]
+        anthropic.Anthropic(base_url=gw.url, api_key="client-key", max_retries=0)
+    )
 
 
 def test_messages_stream_and_not_agree_and_are_recorded(

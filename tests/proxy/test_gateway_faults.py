@@ -17,7 +17,7 @@ from prometheus_client import generate_latest
 from proxy.mock_upstream.server import MockUpstreamServer
 from proxy.records import Arm, Status
 from proxy.serve import GatewayServer
-from tests.conftest import wait_until
+from tests.conftest import sdk_client, wait_until
 from tests.proxy.test_gateway_openai import MESSAGES, records_for
 
 CHAT = {"model": "echo", "messages": MESSAGES}
@@ -137,7 +137,7 @@ def test_upstream_http_errors_pass_through_unchanged(
     start_gateway: Callable[..., GatewayServer],
 ) -> None:
     gw = start_gateway()
-    sdk = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+    sdk = sdk_client(openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0))
     with pytest.raises(openai.InternalServerError) as info:
         sdk.chat.completions.create(model="broken", messages=MESSAGES)
     assert info.value.status_code == 503
@@ -152,7 +152,7 @@ def test_fallback_serves_when_the_primary_fails_before_any_byte(
     start_gateway: Callable[..., GatewayServer], primary: str, stream: bool
 ) -> None:
     gw = start_gateway(extra={"routes": {"guarded": {"primary": primary, "fallback": "echo"}}})
-    sdk = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+    sdk = sdk_client(openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0))
     raw = sdk.chat.completions.with_raw_response.create(
         model="guarded", messages=MESSAGES, stream=stream
     )
@@ -171,7 +171,7 @@ def test_broken_streams_end_with_an_error_event_and_a_record(
     start_gateway: Callable[..., GatewayServer],
 ) -> None:
     gw = start_gateway()
-    sdk = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+    sdk = sdk_client(openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0))
     raw = sdk.chat.completions.with_raw_response.create(
         model="mid-disconnect", messages=MESSAGES, stream=True
     )

@@ -13,7 +13,7 @@ import pytest
 from proxy.mock_upstream.server import MockUpstreamServer
 from proxy.records import Arm, ExchangeRecord, Status
 from proxy.serve import GatewayServer
-from tests.conftest import wait_until
+from tests.conftest import sdk_client, wait_until
 
 MESSAGES = [
     {"role": "system", "content": "You are terse. max_weight = 150"},
@@ -30,7 +30,9 @@ def records_for(gw: GatewayServer, request_id: str, count: int = 1) -> list[Exch
 
 
 def client(gw: GatewayServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gw.url + "/v1", api_key="client-key", max_retries=0)
+    return sdk_client(  # type: ignore[no-any-return]
+        openai.OpenAI(base_url=gw.url + "/v1", api_key="client-key", max_retries=0)
+    )
 
 
 def test_chat_non_stream_is_recorded_with_exact_usage_and_cost(
@@ -65,9 +67,9 @@ def test_streamed_text_equals_non_streamed_and_chunks_pass_in_order(
     full = sdk.chat.completions.create(model="echo", messages=MESSAGES)
     via_gateway = list(sdk.chat.completions.create(model="echo", messages=MESSAGES, stream=True))
     direct = list(
-        openai.OpenAI(base_url=upstream.url + "/v1", api_key="x").chat.completions.create(
-            model="echo", messages=MESSAGES, stream=True
-        )
+        sdk_client(
+            openai.OpenAI(base_url=upstream.url + "/v1", api_key="x")
+        ).chat.completions.create(model="echo", messages=MESSAGES, stream=True)
     )
     streamed = "".join(c.choices[0].delta.content or "" for c in via_gateway if c.choices)
     assert streamed == full.choices[0].message.content

@@ -25,7 +25,7 @@ from proxy.replay_runner import JobOutcome
 from proxy.serve import GatewayServer
 from proxy.store import Store
 from proxy.tokens import count_tokens
-from tests.conftest import wait_until
+from tests.conftest import sdk_client, wait_until
 
 PRICE = {"input_per_mtok": 1.0, "output_per_mtok": 4.0}
 STALE_ANSWER = '{"max_weight": 100}'
@@ -279,7 +279,7 @@ def test_requests_recorded_by_a_real_gateway_replay_as_recorded(
 ) -> None:
     db_url = f"sqlite:///{tmp_path / 'gw.db'}"
     gateway = start_gateway(db_url=db_url)
-    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+    client = sdk_client(openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0))
     marker = uuid.uuid4().hex
     for i in range(3):
         messages = body(f"{marker}-{i}", 150)["messages"]
@@ -327,9 +327,9 @@ def test_bodies_policy_applies_and_redaction_is_not_a_disagreement(
     payload = body(marker, 150)
     payload["messages"][1]["content"] += " Write to bob@example.com"
     # What the echo model says, as a gateway with `bodies: redacted` would have stored it.
-    answer = openai.OpenAI(base_url=upstream.openai_url, api_key="k").chat.completions.create(
-        model="echo", messages=payload["messages"]
-    )
+    answer = sdk_client(
+        openai.OpenAI(base_url=upstream.openai_url, api_key="k")
+    ).chat.completions.create(model="echo", messages=payload["messages"])
     text = answer.choices[0].message.content or ""
     assert "bob@example.com" in text
     seed(store, [(payload, redact(text))])

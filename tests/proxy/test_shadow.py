@@ -19,7 +19,7 @@ from proxy.mock_upstream.server import MockUpstreamServer
 from proxy.records import Arm, ExchangeRecord, PairRecord, Status
 from proxy.sampling import sampled
 from proxy.serve import GatewayServer
-from tests.conftest import wait_until
+from tests.conftest import sdk_client, wait_until
 
 
 def model(upstream: MockUpstreamServer, name: str, **extra: Any) -> dict[str, Any]:
@@ -288,7 +288,7 @@ def test_shadow_sdk_streams_are_unaffected(
     start_gateway: Callable[..., GatewayServer], upstream: MockUpstreamServer
 ) -> None:
     gw = start_gateway(extra=shadowed(upstream, [{"model": "cand-slow"}, {"model": "cand-stall"}]))
-    sdk = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+    sdk = sdk_client(openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0))
     chunks = list(
         sdk.chat.completions.create(
             model="shadowed", stream=True, messages=[{"role": "user", "content": "hello"}]
