@@ -60,9 +60,18 @@ def build_admin_router(
                 {
                     "name": state.name,
                     "primary": state.primary,
+                    "primary_arm": state.primary_arm.value,
+                    "config_primary": state.spec.primary,
+                    "overridden": state.primary != state.spec.primary,
                     "fallback": state.fallback,
                     "shadows": [s.model for s in state.spec.shadows],
                     "canary": state.spec.canary.model if state.spec.canary else None,
+                    "canary_weight_percent": state.canary.weight if state.canary else 0.0,
+                    "phase": (
+                        state.rollout.phase.value
+                        if state.rollout is not None and state.rollout.phase is not None
+                        else None
+                    ),
                 }
                 for state in routes.states().values()
             ]

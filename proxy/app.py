@@ -15,16 +15,20 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import httpx
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from alerts.dispatcher import AlertDispatcher
+from alerts.sink_types import build_sink
 from analyzers.plugins import ENTRY_POINT_GROUP, available_analyzers, load_analyzers
 from proxy.admin import AdminAuth, build_admin_router, gateway_error_response
 from proxy.analysis import AnalysisWorker, CompiledRules
 from proxy.asgi import Receive, Scope, Send
 from proxy.config import MirrorgateConfig
+from proxy.controller import RolloutController
 from proxy.endpoints import ENDPOINTS
 from proxy.errors import GatewayError
 from proxy.exchange import ProxyHandler, RecordSink
@@ -32,10 +36,14 @@ from proxy.feedback import FeedbackService, RecentExchanges
 from proxy.judge import Judge
 from proxy.metrics import GatewayMetrics
 from proxy.recorder import Recorder
+from proxy.rollout_api import build_rollout_router
+from proxy.rollout_store import RolloutStore
+from proxy.rollouts import RolloutManager
 from proxy.routing import RouteTable
 from proxy.rules import RuleTracker
 from proxy.shadow import ShadowDispatcher
 from proxy.store import Store
+from proxy.tasks import TaskSet
 from proxy.tracing import ExchangeTracer, build_tracer_provider
 from proxy.upstream import UpstreamClient, shared_ssl_context
 
@@ -109,6 +117,20 @@ class Gateway:
         )
         self.proxy.rule_tracker = self.rule_tracker
         self.feedback = FeedbackService(self.store, self.recent, self.metrics)
+        self.alert_client: httpx.AsyncClient | None = None
+        self.alerts: AlertDispatcher | None = None
+        if config.alerts.sinks:
+            self.alert_client = httpx.AsyncClient(timeout=httpx.Timeout(5.0))
+            self.alerts = AlertDispatcher(
+                [build_sink(s.type, s.url, s.headers) for s in config.alerts.sinks],
+                self.alert_client,
+                self.registry,
+            )
+        self.rollouts = RolloutManager(
+            config, RolloutStore(self.store.engine), self.routes, self.metrics, alerts=self.alerts
+        )
+        self.controller = RolloutController(config, self.rollouts, self.store.engine, self.metrics)
+        self.background = TaskSet("gateway")
         self.api = self._build_api()
         self.ready = False
 
@@ -126,9 +148,17 @@ class Gateway:
     async def lifespan(self, _app: Any = None) -> AsyncIterator[None]:
         await asyncio.to_thread(self.store.migrate)
         await asyncio.to_thread(self.rule_tracker.load)
+        await self.rollouts.refresh()  # come back in the phase and step that were persisted
         if self.analysis is not None:
             self.analysis.start()
         self.recorder.start()
+        if self.alerts is not None:
+            self.alerts.start()
+        self.background.spawn(
+            self.rollouts.run_refresh(self.config.server.route_refresh_s), "route-refresh"
+        )
+        if any(r.canary is not None for r in self.config.routes.values()):
+            self.background.spawn(self.controller.run(), "rollout-controller")
         self.ready = True
         try:
             yield
@@ -138,6 +168,11 @@ class Gateway:
 
     async def close(self) -> None:
         """Drain the recorder and close every client (SIGTERM lands here through uvicorn)."""
+        await self.background.cancel_all()
+        if self.alerts is not None:
+            await self.alerts.stop(self.config.server.drain_timeout_s / 4)
+        if self.alert_client is not None:
+            await self.alert_client.aclose()
         if self.shadows is not None:
             await self.shadows.stop(self.config.server.drain_timeout_s / 2)
         if self.analysis is not None:
@@ -193,6 +228,11 @@ class Gateway:
                 self.routes,
                 self.rule_tracker,
                 self.store,
+            )
+        )
+        api.include_router(
+            build_rollout_router(
+                AdminAuth(self.config.server.admin_token_env, self.env), self.rollouts, self.routes
             )
         )
 

@@ -29,6 +29,7 @@ from analyzers.agreement import AgreementSpec
 from analyzers.checks import compile_check
 from analyzers.errors import SpecError
 from analyzers.plugins import ENTRY_POINT_GROUP, available_analyzers
+from analyzers.verdicts import Thresholds
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
@@ -72,6 +73,11 @@ class ServerSpec(Spec):
     """On SIGTERM: how long to wait for in-flight requests and the recorder queue."""
     max_shadow_calls: int = Field(1000, ge=1)
     """Shadow (and noise-floor) calls in flight at once, all routes together; beyond, dropped."""
+    route_refresh_s: float = Field(1.0, gt=0, le=60)
+    """How often each replica reads rollout state from the store (a route change made by another
+    replica is applied within this delay plus one query)."""
+    external_url: str | None = None
+    """How people reach this gateway (alert links point at its admin API); default: host:port."""
 
 
 class StoreSpec(Spec):
@@ -141,11 +147,35 @@ class ShadowSpec(Spec):
     timeout_s: float | None = Field(None, gt=0)
 
 
+JUDGED_METRICS = (
+    "error_rate", "latency_p50", "latency_p95", "ttft_p50", "ttft_p95", "cost_per_request",
+    "check_pass_rate", "correction_rate",
+)  # fmt: skip
+
+
 class AnalysisSpec(Spec):
     min_samples: int = Field(50, ge=1)
+    """Fewer requests than this in either arm make rates inconclusive (latency: see
+    `thresholds.min_samples_latency`)."""
     interval_s: float = Field(10.0, gt=0)
+    """How often the judge looks at the rollout."""
     failure_limit: int = Field(2, ge=1)
-    metrics: list[Any] = Field(default_factory=list)
+    """Consecutive looks with a failing metric that roll the canary back."""
+    window_s: float = Field(60.0, gt=0)
+    """Latency, errors and cost are judged on the last `window_s` of both arms (rule checks on
+    their whole rule epoch)."""
+    metrics: list[str] = Field(default_factory=lambda: list(JUDGED_METRICS))
+    """Which metrics are judged (and gate each step); `check_pass_rate` covers every check."""
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    """How much worse than the primary the canary may be; the defaults rarely need changing."""
+
+    @field_validator("metrics")
+    @classmethod
+    def _known_metrics(cls, value: list[str]) -> list[str]:
+        unknown = [m for m in value if m not in JUDGED_METRICS]
+        if unknown:
+            raise ValueError(f"unknown metric {unknown[0]!r}; known: {', '.join(JUDGED_METRICS)}")
+        return value
 
 
 _STICKY = re.compile(r"^(none|header:[A-Za-z0-9-]+|body:[A-Za-z0-9_.]+)$")
@@ -430,6 +460,19 @@ def _cross_check(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigPr
         if route.canary is not None and route.canary.model == route.primary:
             problems.append(
                 ConfigProblem(f"{base}.canary.model", "the canary cannot be the primary itself")
+            )
+        canary_model = cfg.models.get(route.canary.model) if route.canary else None
+        if (
+            primary is not None
+            and canary_model is not None
+            and canary_model.provider != primary.provider
+        ):
+            problems.append(
+                ConfigProblem(
+                    f"{base}.canary.model",
+                    f"the canary must speak the primary's wire format ({primary.provider}); "
+                    "requests are not translated between wire formats",
+                )
             )
         fallback = cfg.models.get(route.fallback or "")
         if primary is not None and fallback is not None and fallback.provider != primary.provider:

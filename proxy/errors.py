@@ -84,6 +84,14 @@ class Conflict(GatewayError):
     anthropic_type = "invalid_request_error"
 
 
+class Unavailable(GatewayError):
+    """mirrorgate cannot do this right now (its store is unreachable); retrying later may work."""
+
+    status = 503
+    openai_type = "server_error"
+    anthropic_type = "overloaded_error"
+
+
 class PayloadTooLarge(GatewayError):
     status = 413
     openai_type = "invalid_request_error"

@@ -123,7 +123,7 @@ class ProxyHandler:
         model = payload.get("model")
         if not isinstance(model, str) or not model:
             raise RequestError("'model' is required and must name a route")
-        plan = self.routes.plan(model)
+        plan = self.routes.plan(model, scope["headers"], payload, request_id)
         if plan is None:
             known = ", ".join(sorted(self.routes.names())[:20])
             raise RouteNotFound(f"model '{model[:200]}' is not a route of this gateway ({known})")
@@ -174,6 +174,8 @@ class ProxyHandler:
     ) -> None:
         attempt = await self._open(ctx, plan.target, plan.arm)
         fallback = plan.route.fallback
+        if plan.arm is Arm.CANARY:
+            fallback = fallback or plan.route.primary  # the client never sees the canary fail
         if attempt.retryable and fallback is not None and fallback != attempt.target:
             self._emit(ctx, attempt, http_status=0, ended=time.perf_counter())
             attempt = await self._open(ctx, fallback, Arm.FALLBACK)

@@ -253,6 +253,81 @@ def _v6_findings(conn: Connection) -> None:
     table.create(conn)
 
 
+def _v7_rollouts(conn: Connection) -> None:
+    metadata = sa.MetaData()
+    sa.Table(
+        "rollouts",
+        metadata,
+        sa.Column("route", sa.String(), primary_key=True),
+        sa.Column("revision", sa.Integer(), nullable=False),
+        sa.Column("phase", sa.String(), nullable=True),
+        sa.Column("rollout_id", sa.String(), nullable=True),
+        sa.Column("candidate", sa.String(), nullable=True),
+        sa.Column("baseline", sa.String(), nullable=True),
+        sa.Column("step", sa.Integer(), nullable=False),
+        sa.Column("weight", sa.Float(), nullable=False),
+        sa.Column("salt", sa.String(), nullable=False),
+        sa.Column("override", sa.String(), nullable=True),
+        sa.Column("override_arm", sa.String(), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=False),
+        sa.Column("actor", sa.String(), nullable=False),
+        sa.Column("changed_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("step_started_at", sa.DateTime(timezone=True), nullable=True),
+    )
+    sa.Table(
+        "rollout_events",
+        metadata,
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("revision", sa.Integer(), nullable=False),
+        sa.Column("rollout_id", sa.String(), nullable=True),
+        sa.Column("action", sa.String(), nullable=False),
+        sa.Column("from_phase", sa.String(), nullable=True),
+        sa.Column("to_phase", sa.String(), nullable=True),
+        sa.Column("step", sa.Integer(), nullable=False),
+        sa.Column("weight", sa.Float(), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=False),
+        sa.Column("actor", sa.String(), nullable=False),
+        sa.Column("evidence", sa.Text(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Index("ix_rollout_events_route_revision", "route", "revision", unique=True),
+    )
+    sa.Table(
+        "verdicts",
+        metadata,
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("rollout_id", sa.String(), nullable=False),
+        sa.Column("candidate", sa.String(), nullable=False),
+        sa.Column("look", sa.Integer(), nullable=False),
+        sa.Column("scope", sa.String(), nullable=False),
+        sa.Column("metric", sa.String(), nullable=False),
+        sa.Column("outcome", sa.String(), nullable=False),
+        sa.Column("estimate", sa.Float(), nullable=True),
+        sa.Column("low", sa.Float(), nullable=True),
+        sa.Column("high", sa.Float(), nullable=True),
+        sa.Column("threshold", sa.Float(), nullable=False),
+        sa.Column("n_primary", sa.Integer(), nullable=False),
+        sa.Column("n_candidate", sa.Integer(), nullable=False),
+        sa.Column("alpha", sa.Float(), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Index("ix_verdicts_route_created_at", "route", "created_at"),
+    )
+    sa.Table(
+        "alert_claims",
+        metadata,
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("fingerprint", sa.String(), nullable=False),
+        sa.Column("starts_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Index("ix_alert_claims_key", "fingerprint", "starts_at", unique=True),
+    )
+    metadata.create_all(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "exchanges table and its indexes", _v1_exchanges),
     Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
@@ -260,6 +335,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "rule_events table: the first exchange of each rule version", _v4_rule_events),
     Migration(5, "check_results table: rule check verdicts per answer", _v5_check_results),
     Migration(6, "findings table: analyzer plugins' observations", _v6_findings),
+    Migration(7, "rollouts, rollout_events, verdicts and alert_claims tables", _v7_rollouts),
 )
 """The schema's whole history, oldest first. Append only."""
 

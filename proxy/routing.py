@@ -1,16 +1,35 @@
 """The live route table: which model serves a route's request, and on which arm.
 
-Built from config at start. Later stages (canary rollouts, rollbacks) change the table at run time;
-every lookup reads one immutable `RouteState`, so a request never sees half a change.
+Built from config at start; rollouts change it at run time (`RouteTable.apply`), on every replica,
+from the state persisted in the store. Every lookup reads one immutable `RouteState`, so a request
+never sees half a change.
+
+Canary assignment is sticky: a hash of the route's sticky key (a header or a body field) salted
+with the rollout's id decides the arm, so one user stays in one arm on every replica for the whole
+rollout, and the next rollout draws its users afresh. Without a sticky key (or when the request
+lacks it) each request is drawn on its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from proxy.config import MirrorgateConfig, RouteSpec
 from proxy.records import Arm
+from proxy.rollout import RolloutState, initial_state, serving
+from proxy.sampling import sampled
+
+
+@dataclass(frozen=True, slots=True)
+class Canary:
+    """The canary share of a route in the current rollout step."""
+
+    target: str
+    weight: float
+    """Percent of the route's live traffic."""
+    salt: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,9 +39,14 @@ class RouteState:
     name: str
     spec: RouteSpec
     primary: str
-    """The model serving the primary arm (the config's, unless a rollout changed it)."""
+    """The model serving the route's main traffic (the config's, unless a rollout changed it)."""
     fallback: str | None
-    """The model retried on when the primary fails before any byte reached the client."""
+    """The model retried on when the main one fails before any byte reached the client."""
+    primary_arm: Arm = Arm.PRIMARY
+    """`fallback` after a rollback (the route is served by its safe model)."""
+    canary: Canary | None = None
+    rollout: RolloutState | None = None
+    """The persisted rollout state this route state was built from (None: config only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,12 +58,42 @@ class RoutePlan:
     arm: Arm
 
 
+def sticky_value(
+    sticky: str, headers: Sequence[tuple[bytes, bytes]], payload: Mapping[str, Any]
+) -> str | None:
+    """The value of a `header:<name>` / `body:<field.path>` sticky key in one request, if any."""
+    kind, _, name = sticky.partition(":")
+    if kind == "header":
+        wanted = name.lower().encode()
+        for key, raw in headers:
+            if key == wanted and raw:
+                return raw.decode("latin-1")
+        return None
+    if kind == "body":
+        value: Any = payload
+        for part in name.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if isinstance(value, str | int) and not isinstance(value, bool) and value != "":
+            return str(value)
+    return None
+
+
+def state_for(name: str, spec: RouteSpec, rollout: RolloutState) -> RouteState:
+    """The live state of route `name` under `rollout` (the persisted row, or the initial one)."""
+    target, arm = serving(rollout, spec)
+    canary = None
+    if rollout.active and rollout.candidate is not None:
+        canary = Canary(rollout.candidate, rollout.weight, rollout.salt)
+    fallback = spec.fallback if spec.fallback != target else None
+    return RouteState(name, spec, target, fallback, arm, canary, rollout)
+
+
 class RouteTable:
-    """Route name → current state. Lookups are a dict read."""
+    """Route name → current state. Lookups are a dict read; changes swap one entry."""
 
     def __init__(self, config: MirrorgateConfig) -> None:
         self._states: dict[str, RouteState] = {
-            name: RouteState(name, spec, spec.primary, spec.fallback)
+            name: state_for(name, spec, initial_state(name, spec))
             for name, spec in config.routes.items()
         }
 
@@ -52,9 +106,32 @@ class RouteTable:
     def states(self) -> Mapping[str, RouteState]:
         return dict(self._states)
 
-    def plan(self, name: str) -> RoutePlan | None:
+    def apply(self, rollout: RolloutState) -> RouteState | None:
+        """Serve route `rollout.route` as `rollout` says; None for a route not in this config."""
+        current = self._states.get(rollout.route)
+        if current is None:
+            return None
+        state = state_for(rollout.route, current.spec, rollout)
+        self._states[rollout.route] = state
+        return state
+
+    def plan(
+        self,
+        name: str,
+        headers: Sequence[tuple[bytes, bytes]] = (),
+        payload: Mapping[str, Any] | None = None,
+        request_id: str = "",
+    ) -> RoutePlan | None:
         """Choose the model and arm for one request to route `name` (None: no such route)."""
         state = self._states.get(name)
         if state is None:
             return None
-        return RoutePlan(state, state.primary, Arm.PRIMARY)
+        canary = state.canary
+        if canary is not None:
+            spec = state.spec.canary
+            key = None
+            if spec is not None and spec.sticky != "none":
+                key = sticky_value(spec.sticky, headers, payload or {})
+            if sampled(key if key is not None else request_id, canary.salt, canary.weight / 100):
+                return RoutePlan(state, canary.target, Arm.CANARY)
+        return RoutePlan(state, state.primary, state.primary_arm)

@@ -1,0 +1,207 @@
+"""The rollout state machine (pure) and sticky canary routing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import yaml
+
+from proxy.config import MirrorgateConfig, parse_config
+from proxy.records import Arm
+from proxy.rollout import (
+    Action,
+    IllegalTransition,
+    Phase,
+    RolloutState,
+    initial_state,
+    transition,
+)
+from proxy.routing import RouteTable
+from proxy.sampling import sampled
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def config(sticky: str = "header:x-user-id", fallback: str | None = "safe") -> MirrorgateConfig:
+    model = {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
+    route: dict[str, object] = {
+        "primary": "prod",
+        "canary": {"model": "cand", "steps": [10, 50, 100], "sticky": sticky},
+    }
+    if fallback:
+        route["fallback"] = fallback
+    doc = {
+        "models": {"prod": model, "cand": model, "safe": model},
+        "routes": {"bot": route, "plain": {"primary": "prod"}},
+    }
+    return parse_config(yaml.safe_dump(doc), env={})
+
+
+SPEC = config().routes["bot"]
+
+
+def act(state: RolloutState, action: Action, minutes: int = 0) -> RolloutState:
+    change = transition(
+        state, action, SPEC, now=T0 + timedelta(minutes=minutes), reason=action.value, actor="t"
+    )
+    return change.after
+
+
+def test_a_route_with_a_canary_starts_pending_and_one_without_is_idle() -> None:
+    assert initial_state("bot", SPEC).phase is Phase.PENDING
+    assert initial_state("plain", config().routes["plain"]).phase is None
+
+
+def test_start_sends_the_first_step_to_the_candidate_with_a_fresh_salt() -> None:
+    state = act(initial_state("bot", SPEC), Action.START)
+    assert (state.phase, state.step, state.weight) == (Phase.PROGRESSING, 0, 10.0)
+    assert (state.candidate, state.baseline, state.revision) == ("cand", "prod", 1)
+    assert state.salt and state.started_at == T0 == state.step_started_at
+    again = act(act(state, Action.ROLLBACK), Action.START, minutes=5)
+    assert again.salt != state.salt  # the next rollout draws its own users
+    assert again.override is None  # a new start ends the rollback's safe mode
+
+
+def test_advance_climbs_every_step_then_promotes() -> None:
+    state = act(initial_state("bot", SPEC), Action.START)
+    state = act(state, Action.ADVANCE, 1)
+    assert (state.step, state.weight, state.step_started_at) == (1, 50.0, T0 + timedelta(1 / 1440))
+    state = act(act(state, Action.ADVANCE, 2), Action.ADVANCE, 3)
+    assert state.phase is Phase.PROMOTED
+    assert (state.override, state.override_arm, state.weight) == ("cand", Arm.PRIMARY, 0.0)
+
+
+def test_pause_and_resume_keep_the_step_and_restart_its_clock() -> None:
+    state = act(act(initial_state("bot", SPEC), Action.START), Action.ADVANCE, 1)
+    paused = act(state, Action.PAUSE, 2)
+    assert (paused.phase, paused.step, paused.weight) == (Phase.PAUSED, 1, 50.0)
+    resumed = act(paused, Action.RESUME, 7)
+    assert resumed.phase is Phase.PROGRESSING
+    assert resumed.step_started_at == T0 + timedelta(minutes=7)
+
+
+@pytest.mark.parametrize(
+    ("setup", "action"),
+    [
+        ([Action.START], Action.START),
+        ([Action.START, Action.PAUSE], Action.PAUSE),
+        ([Action.START], Action.RESUME),
+        ([Action.START, Action.PROMOTE], Action.PROMOTE),
+        ([Action.ABORT], Action.ABORT),
+        ([Action.ROLLBACK], Action.ROLLBACK),
+    ],
+)
+def test_asking_for_the_current_phase_changes_nothing(setup: list[Action], action: Action) -> None:
+    state = initial_state("bot", SPEC)
+    for step in setup:
+        state = act(state, step)
+    change = transition(state, action, SPEC, now=T0, reason="again", actor="t")
+    assert change.changed is False and change.after is state
+
+
+@pytest.mark.parametrize(
+    ("setup", "action", "phase"),
+    [
+        ([], Action.PAUSE, Phase.PENDING),
+        ([], Action.RESUME, Phase.PENDING),
+        ([], Action.PROMOTE, Phase.PENDING),
+        ([Action.START, Action.PAUSE], Action.START, Phase.PAUSED),
+        ([Action.START, Action.PROMOTE], Action.ABORT, Phase.PROMOTED),
+        ([Action.ROLLBACK], Action.PAUSE, Phase.ROLLED_BACK),
+        ([Action.START, Action.PAUSE], Action.ADVANCE, Phase.PAUSED),
+    ],
+)
+def test_illegal_transitions_name_the_current_phase(
+    setup: list[Action], action: Action, phase: Phase
+) -> None:
+    state = initial_state("bot", SPEC)
+    for step in setup:
+        state = act(state, step)
+    with pytest.raises(IllegalTransition) as caught:
+        transition(state, action, SPEC, now=T0, reason="", actor="t")
+    assert caught.value.phase is phase
+    assert phase.value in str(caught.value)
+
+
+def test_rollback_sends_the_route_to_its_fallback_even_after_a_promotion() -> None:
+    promoted = act(act(initial_state("bot", SPEC), Action.START), Action.PROMOTE)
+    rolled = act(promoted, Action.ROLLBACK)
+    assert (rolled.phase, rolled.override, rolled.override_arm) == (
+        Phase.ROLLED_BACK,
+        "safe",
+        Arm.FALLBACK,
+    )
+    plain = config(fallback=None).routes["bot"]
+    change = transition(
+        initial_state("bot", plain), Action.ROLLBACK, plain, now=T0, reason="", actor="t"
+    )
+    assert change.after.override == "prod"  # no fallback configured: the primary is the safe route
+
+
+def test_a_route_without_canary_cannot_start_but_can_be_rolled_back() -> None:
+    spec = config().routes["plain"]
+    with pytest.raises(IllegalTransition, match="no canary"):
+        transition(initial_state("plain", spec), Action.START, spec, now=T0, reason="", actor="t")
+    change = transition(
+        initial_state("plain", spec), Action.ROLLBACK, spec, now=T0, reason="", actor="t"
+    )
+    assert change.after.phase is Phase.ROLLED_BACK
+
+
+def _table_with(state: RolloutState, cfg: MirrorgateConfig) -> RouteTable:
+    table = RouteTable(cfg)
+    table.apply(state)
+    return table
+
+
+def test_canary_assignment_is_the_salted_hash_of_the_sticky_header() -> None:
+    cfg = config()
+    state = act(act(initial_state("bot", SPEC), Action.START), Action.ADVANCE)  # 50 %
+    table = _table_with(state, cfg)
+    users = [f"user-{i}" for i in range(2000)]
+    arms = {
+        u: table.plan("bot", [(b"x-user-id", u.encode())], {}, request_id=f"r-{u}").arm
+        for u in users
+    }
+    expected = {u for u in users if sampled(u, state.salt, 0.5)}
+    assert {u for u, arm in arms.items() if arm is Arm.CANARY} == expected
+    assert 900 < len(expected) < 1100
+    # Sticky: the same user gets the same arm on every request (and on every replica: no state).
+    other_replica = _table_with(state, cfg)
+    for u in users[:200]:
+        for n in range(3):
+            plan = other_replica.plan("bot", [(b"x-user-id", u.encode())], {}, request_id=f"{n}")
+            assert plan.arm is arms[u]
+    canary_plan = table.plan("bot", [(b"x-user-id", next(iter(expected)).encode())], {}, "r")
+    assert canary_plan is not None and canary_plan.target == "cand"
+
+
+def test_body_sticky_key_and_requests_without_one() -> None:
+    cfg = config(sticky="body:metadata.user")
+    state = act(initial_state("bot", cfg.routes["bot"]), Action.START)  # 10 %
+    table = _table_with(state, cfg)
+    chosen = [
+        table.plan("bot", [], {"metadata": {"user": f"u{i}"}}, request_id="same").arm
+        for i in range(3000)
+    ]
+    expected = sum(sampled(f"u{i}", state.salt, 0.1) for i in range(3000))
+    assert chosen.count(Arm.CANARY) == expected
+    # No key in the request: each request is drawn on its own (by its request id).
+    keyless = [table.plan("bot", [], {}, request_id=f"req-{i}").arm for i in range(3000)]
+    assert keyless.count(Arm.CANARY) == sum(
+        sampled(f"req-{i}", state.salt, 0.1) for i in range(3000)
+    )
+
+
+def test_route_table_follows_rollback_and_promotion() -> None:
+    cfg = config()
+    started = act(initial_state("bot", SPEC), Action.START)
+    table = _table_with(act(started, Action.ROLLBACK), cfg)
+    plan = table.plan("bot", [(b"x-user-id", b"anyone")], {}, "r")
+    assert plan is not None and (plan.target, plan.arm) == ("safe", Arm.FALLBACK)
+    table.apply(act(started, Action.PROMOTE))
+    plan = table.plan("bot", [], {}, "r")
+    assert plan is not None and (plan.target, plan.arm) == ("cand", Arm.PRIMARY)
+    state = table.get("bot")
+    assert state is not None and state.fallback == "safe"

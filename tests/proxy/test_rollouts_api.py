@@ -1,0 +1,415 @@
+"""Rollouts through a real gateway: the admin API, canary routing, the judge rolling a stale
+candidate back after a rule change (with its alert), and the Alertmanager webhook."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.serve import GatewayServer
+from tests.conftest import wait_until
+
+TOKEN = "t0ken-for-tests"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+ENV = {"MIRRORGATE_ADMIN_TOKEN": TOKEN}
+
+
+class Recorder:
+    """A webhook receiver on 127.0.0.1 that keeps every JSON body it gets (an alert sink)."""
+
+    def __init__(self) -> None:
+        bodies: list[Any] = []
+        self.bodies = bodies
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", "0"))
+                bodies.append(json.loads(self.rfile.read(length)))
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def webhook() -> Iterator[Recorder]:
+    recorder = Recorder()
+    yield recorder
+    recorder.close()
+
+
+def rollout_config(
+    *,
+    steps: list[int] | None = None,
+    step_interval_s: float = 3600,
+    interval_s: float = 0.2,
+    sinks: list[dict[str, Any]] | None = None,
+    thresholds: dict[str, Any] | None = None,
+    metrics: list[str] | None = None,
+    canary: str = "stale",
+) -> dict[str, Any]:
+    analysis: dict[str, Any] = {
+        "interval_s": interval_s,
+        "min_samples": 20,
+        "failure_limit": 2,
+        "thresholds": {"min_samples_latency": 10, **(thresholds or {})},
+    }
+    if metrics is not None:
+        analysis["metrics"] = metrics
+    return {
+        "routes": {
+            "bot": {
+                "primary": "rule-follower",
+                "fallback": "echo",
+                "canary": {
+                    "model": canary,
+                    "steps": steps or [50],
+                    "step_interval_s": step_interval_s,
+                    "sticky": "header:x-user-id",
+                    "analysis": analysis,
+                },
+            }
+        },
+        "rules": {
+            "shipping": {
+                "routes": ["bot"],
+                "version": "header:x-rule-version",
+                "versions": {
+                    "v1": {
+                        "checks": [
+                            {
+                                "name": "max-weight",
+                                "type": "json_path",
+                                "path": "$.max_weight",
+                                "equals": 100,
+                            }
+                        ]
+                    },
+                    "v2": {
+                        "checks": [
+                            {
+                                "name": "max-weight",
+                                "type": "json_path",
+                                "path": "$.max_weight",
+                                "equals": 150,
+                            }
+                        ]
+                    },
+                },
+            }
+        },
+        "alerts": {"sinks": sinks or []},
+    }
+
+
+def ask(client: httpx.Client, user: str, version: str = "v1", weight: int = 100) -> httpx.Response:
+    response = client.post(
+        "/v1/chat/completions",
+        headers={"x-user-id": user, "x-rule-version": version},
+        json={
+            "model": "bot",
+            "messages": [
+                {"role": "system", "content": f"Shipping rule: max_weight = {weight}"},
+                {"role": "user", "content": "What is the heaviest parcel?"},
+            ],
+        },
+    )
+    assert response.status_code == 200, response.text
+    return response
+
+
+def rollout(client: httpx.Client, route: str = "bot") -> dict[str, Any]:
+    response = client.get(f"/admin/rollouts/{route}", headers=AUTH)
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def metric(client: httpx.Client, name: str, **labels: str) -> float:
+    text = client.get("/metrics").text
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+StartGateway = Callable[..., GatewayServer]
+
+
+def test_admin_calls_need_the_token_and_a_known_route(start_gateway: StartGateway) -> None:
+    gw = start_gateway(extra=rollout_config(), env=ENV)
+    with httpx.Client(base_url=gw.url) as client:
+        assert client.post("/admin/rollouts/bot/start").status_code == 401
+        wrong = client.post("/admin/rollouts/bot/start", headers={"authorization": "Bearer no"})
+        assert wrong.status_code == 403
+        assert (
+            client.get("/admin/rollouts", headers={"authorization": "Basic x"}).status_code == 401
+        )
+        missing = client.post("/admin/rollouts/nope/start", headers=AUTH)
+        assert missing.status_code == 404 and "nope" in missing.json()["error"]["message"]
+        assert client.post("/admin/rollouts/bot/explode", headers=AUTH).status_code == 404
+        assert client.post("/admin/rollouts/bot/advance", headers=AUTH).status_code == 404
+        bad = client.post("/admin/rollouts/bot/pause", headers=AUTH, content=b"{not json")
+        assert bad.status_code == 400
+        huge = client.post("/admin/rollouts/bot/pause", headers=AUTH, json={"reason": "x" * 20_000})
+        assert huge.status_code == 413
+        assert rollout(client)["phase"] == "pending"  # nothing above changed anything
+
+
+def test_operator_drives_the_rollout_and_every_arm_follows(start_gateway: StartGateway) -> None:
+    gw = start_gateway(extra=rollout_config(steps=[30, 60]), env=ENV)
+    with httpx.Client(base_url=gw.url) as client:
+        assert ask(client, "u1").headers["x-mirrorgate-arm"] == "primary"
+        illegal = client.post("/admin/rollouts/bot/pause", headers=AUTH)
+        assert illegal.status_code == 409
+        assert illegal.json()["error"]["phase"] == "pending"
+        started = client.post("/admin/rollouts/bot/start", headers=AUTH, json={"reason": "go"})
+        assert started.status_code == 200 and started.json()["changed"] is True
+        body = started.json()["rollout"]
+        assert (body["phase"], body["step"], body["weight_percent"]) == ("progressing", 0, 30.0)
+        assert body["serving"]["canary"] == "stale"
+        again = client.post("/admin/rollouts/bot/start", headers=AUTH)
+        assert again.status_code == 200 and again.json()["changed"] is False
+
+        # Sticky: each user's arm is the same on every request; about 30 % are on the canary.
+        arms = {
+            f"user-{i}": ask(client, f"user-{i}").headers["x-mirrorgate-arm"] for i in range(60)
+        }
+        for user in list(arms)[:15]:
+            assert ask(client, user).headers["x-mirrorgate-arm"] == arms[user]
+        on_canary = [u for u, arm in arms.items() if arm == "canary"]
+        assert 5 <= len(on_canary) <= 35
+        answer = ask(client, on_canary[0]).json()["choices"][0]["message"]["content"]
+        assert answer == '{"max_weight": 100}'  # the stale candidate's answer
+
+        assert client.post("/admin/rollouts/bot/pause", headers=AUTH).json()["changed"] is True
+        paused = client.post("/admin/rollouts/bot/pause", headers=AUTH)
+        assert paused.status_code == 200 and paused.json()["changed"] is False
+        assert ask(client, on_canary[0]).headers["x-mirrorgate-arm"] == "canary"  # paused holds
+        resumed = client.post("/admin/rollouts/bot/resume", headers=AUTH).json()["rollout"]
+        assert resumed["phase"] == "progressing"
+        assert metric(client, "mirrorgate_rollout_weight_percent", route="bot") == 30.0
+        assert metric(client, "mirrorgate_rollout_phase", route="bot", phase="progressing") == 1
+
+        promoted = client.post("/admin/rollouts/bot/promote", headers=AUTH).json()["rollout"]
+        assert promoted["phase"] == "promoted"
+        assert promoted["override"] == {
+            "model": "stale", "arm": "primary", "config_primary": "rule-follower"
+        }  # fmt: skip
+        served = ask(client, "user-0")
+        assert served.headers["x-mirrorgate-arm"] == "primary"
+        assert served.json()["choices"][0]["message"]["content"] == '{"max_weight": 100}'
+        routes = client.get("/admin/routes", headers=AUTH).json()["routes"]
+        bot = next(r for r in routes if r["name"] == "bot")
+        assert (bot["primary"], bot["overridden"], bot["phase"]) == ("stale", True, "promoted")
+
+        # Reversible: a rollback moves everything to the fallback.
+        rolled = client.post("/admin/rollouts/bot/rollback", headers=AUTH).json()["rollout"]
+        assert rolled["phase"] == "rolled_back" and rolled["serving"]["arm"] == "fallback"
+        assert ask(client, "user-0").headers["x-mirrorgate-arm"] == "fallback"
+        assert metric(client, "mirrorgate_rollbacks_total", route="bot", reason="operator") == 1
+        history = rollout(client)["transitions"]
+        assert [t["action"] for t in history] == [
+            "rollback", "promote", "resume", "pause", "start"
+        ]  # fmt: skip
+        assert history[-1]["reason"] == "go" and history[0]["actor"] == "operator"
+
+
+def test_rollout_state_survives_a_restart(start_gateway: StartGateway, tmp_path: Any) -> None:
+    db = f"sqlite:///{tmp_path / 'persist.db'}"
+    gw = start_gateway(db, extra=rollout_config(steps=[20, 40, 80]), env=ENV)
+    with httpx.Client(base_url=gw.url) as client:
+        client.post("/admin/rollouts/bot/start", headers=AUTH)
+        client.post("/admin/rollouts/bot/pause", headers=AUTH)
+        before = rollout(client)
+    gw.stop()
+    again = start_gateway(db, extra=rollout_config(steps=[20, 40, 80]), env=ENV)
+    with httpx.Client(base_url=again.url) as client:
+        after = rollout(client)
+        for key in ("phase", "step", "weight_percent", "rollout_id", "revision"):
+            assert after[key] == before[key]
+        assert after["serving"]["canary"] == "stale"
+
+
+def test_a_stale_candidate_is_rolled_back_after_the_rule_changes(
+    start_gateway: StartGateway, webhook: Recorder
+) -> None:
+    extra = rollout_config(sinks=[{"type": "webhook", "url": webhook.url}])
+    gw = start_gateway(extra=extra, env=ENV)
+    with httpx.Client(base_url=gw.url) as client:
+        client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
+        for i in range(80):  # rule v1: both models answer 100, both pass
+            ask(client, f"user-{i}")
+        assert rollout(client)["phase"] == "progressing"
+        canary_ids = set()
+        for i in range(200):  # rule v2: max_weight is now 150; the candidate still says 100
+            response = ask(client, f"user-{i}", version="v2", weight=150)
+            if response.headers["x-mirrorgate-arm"] == "canary":
+                canary_ids.add(response.headers["x-mirrorgate-request-id"])
+            if rollout(client)["phase"] == "rolled_back":
+                break
+        state = wait_until(
+            lambda: (body := rollout(client))["phase"] == "rolled_back" and body,
+            what="the judge's rollback",
+        )
+        assert state["actor"] == "judge"
+        assert "check_pass_rate:max-weight" in state["reason"] and "v2" in state["reason"]
+        assert state["serving"] == {
+            "primary": "echo", "arm": "fallback", "canary": None, "canary_weight_percent": 0.0
+        }  # fmt: skip
+        assert ask(client, "user-1", "v2", 150).headers["x-mirrorgate-arm"] == "fallback"
+        failing = [v for v in state["verdicts"] if v["verdict"] == "fail"]
+        assert failing and failing[0]["metric"] == "check_pass_rate:max-weight"
+        assert failing[0]["scope"] == "rule:shipping@v2"
+        assert metric(client, "mirrorgate_rollbacks_total", route="bot", reason="rule_check") == 1
+        assert metric(
+            client, "mirrorgate_analysis_verdicts_total", route="bot",
+            metric="check_pass_rate:max-weight", verdict="fail",
+        ) >= 2  # fmt: skip
+
+        alerts = wait_until(lambda: webhook.bodies, what="the alert")
+        alert = alerts[0]
+        assert (alert["kind"], alert["route"], alert["target"]) == (
+            "rule_regression",
+            "bot",
+            "stale",
+        )
+        assert (alert["rule"], alert["rule_version"], alert["check"]) == (
+            "shipping",
+            "v2",
+            "max-weight",
+        )
+        assert alert["evidence"]["candidate_pass_rate"] == 0.0
+        assert alert["evidence"]["primary_pass_rate"] == 1.0
+        assert alert["example_request_ids"] and set(alert["example_request_ids"]) <= canary_ids
+
+
+def test_a_healthy_canary_climbs_its_steps_and_is_promoted(start_gateway: StartGateway) -> None:
+    # The echo model fails the rule's check, so this rollout is judged on errors only.
+    extra = rollout_config(
+        steps=[30, 60],
+        step_interval_s=0.3,
+        canary="echo",
+        metrics=["error_rate"],
+        thresholds={"error_rate_increase": 0.2},
+    )
+    gw = start_gateway(extra=extra, env=ENV)
+    with httpx.Client(base_url=gw.url) as client:
+        client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
+        i = 0
+        while rollout(client)["phase"] == "progressing" and i < 3000:
+            ask(client, f"user-{i}")
+            i += 1
+        state = rollout(client)
+        assert state["phase"] == "promoted", state
+        actions = [t["action"] for t in state["transitions"]]
+        assert actions == ["advance", "advance", "start"]
+        assert [t["to_phase"] for t in state["transitions"]][:2] == ["promoted", "progressing"]
+        assert state["transitions"][1]["weight"] == 60.0
+        assert ask(client, "u").headers["x-mirrorgate-arm"] == "primary"
+
+
+ALERT: dict[str, Any] = {
+    "version": "4",
+    "groupKey": '{}:{alertname="MirrorgateCanaryErrors"}',
+    "truncatedAlerts": 0,
+    "status": "firing",
+    "receiver": "mirrorgate",
+    "groupLabels": {"alertname": "MirrorgateCanaryErrors"},
+    "commonLabels": {},
+    "commonAnnotations": {},
+    "externalURL": "http://127.0.0.1:9093",
+    "alerts": [
+        {
+            "status": "firing",
+            "labels": {"alertname": "MirrorgateCanaryErrors", "mirrorgate_route": "bot"},
+            "annotations": {"summary": "canary error rate 40%"},
+            "startsAt": "2026-11-29T12:00:00.123456789Z",
+            "endsAt": "0001-01-01T00:00:00Z",
+            "generatorURL": "http://127.0.0.1:9090/graph",
+            "fingerprint": "1a30ba71cca2921f",
+        }
+    ],
+}
+
+
+def test_alertmanager_rolls_the_route_back_once_per_alert(start_gateway: StartGateway) -> None:
+    gw = start_gateway(extra=rollout_config(), env=ENV)
+    with httpx.Client(base_url=gw.url) as client:
+        client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
+        assert client.post("/hooks/alertmanager", json=ALERT).status_code == 401
+        for bad in (b"{", b"[]", json.dumps({**ALERT, "version": "3"}).encode(), b"\xff\xfe"):
+            response = client.post(
+                "/hooks/alertmanager",
+                headers={**AUTH, "content-type": "application/json"},
+                content=bad,
+            )
+            assert response.status_code == 400, bad
+        too_big = client.post(
+            "/hooks/alertmanager",
+            headers={**AUTH, "content-type": "application/json"},
+            content=b" " * (1024 * 1024 + 1),
+        )
+        assert too_big.status_code == 413
+        assert rollout(client)["phase"] == "progressing"  # nothing malformed changed anything
+
+        done = [client.post("/hooks/alertmanager", headers=AUTH, json=ALERT) for _ in range(5)]
+        assert [r.status_code for r in done] == [200] * 5
+        assert [r.json()["rollbacks"][0]["done"] for r in done] == ["rolled_back"] + ["seen"] * 4
+        state = rollout(client)
+        assert state["phase"] == "rolled_back" and state["actor"] == "alertmanager"
+        assert "MirrorgateCanaryErrors" in state["reason"]
+        assert [t["action"] for t in state["transitions"]] == ["rollback", "start"]
+        assert metric(client, "mirrorgate_rollbacks_total", route="bot", reason="alertmanager") == 1
+
+        # Resolved never re-promotes; a new firing (new startsAt) of a rolled-back route is a no-op.
+        resolved = copy.deepcopy(ALERT)
+        resolved["alerts"][0]["status"] = "resolved"
+        resolved["status"] = "resolved"
+        answer = client.post("/hooks/alertmanager", headers=AUTH, json=resolved).json()
+        assert answer["rollbacks"] == [] and "resolved" in answer["skipped"][0]["reason"]
+        refired = copy.deepcopy(ALERT)
+        refired["alerts"][0]["startsAt"] = datetime.now(UTC).isoformat()
+        answer = client.post("/hooks/alertmanager", headers=AUTH, json=refired).json()
+        assert answer["rollbacks"][0]["done"] == "already_rolled_back"
+        assert rollout(client)["phase"] == "rolled_back"
+        unknown = copy.deepcopy(ALERT)
+        unknown["alerts"][0]["labels"]["mirrorgate_route"] = "nope"
+        answer = client.post("/hooks/alertmanager", headers=AUTH, json=unknown).json()
+        assert answer["rollbacks"] == [] and "unknown route" in answer["skipped"][0]["reason"]
+
+
+def test_alert_claims_survive_a_restart(start_gateway: StartGateway, tmp_path: Any) -> None:
+    db = f"sqlite:///{tmp_path / 'claims.db'}"
+    gw = start_gateway(db, extra=rollout_config(), env=ENV)
+    with httpx.Client(base_url=gw.url) as client:
+        client.post("/hooks/alertmanager", headers=AUTH, json=ALERT).raise_for_status()
+        assert len(rollout(client)["transitions"]) == 1
+    gw.stop()
+    again = start_gateway(db, extra=rollout_config(), env=ENV)
+    with httpx.Client(base_url=again.url) as client:
+        answer = client.post("/hooks/alertmanager", headers=AUTH, json=ALERT).json()
+        assert answer["rollbacks"][0]["done"] == "seen"  # a redelivery after a restart
+        assert len(rollout(client)["transitions"]) == 1
