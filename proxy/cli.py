@@ -68,7 +68,7 @@ def cmd_mock_upstream(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from proxy.demo import run_demo
 
-    return run_demo(port=args.port, duration_s=args.duration)
+    return run_demo(port=args.port, duration_s=args.duration, keep_running=args.keep_running)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -145,7 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run a complete local scene with no setup")
     demo.add_argument("--port", type=int, default=8080, help="gateway port (0: any free port)")
     demo.add_argument(
-        "--duration", type=float, default=0.0, help="stop after N seconds (0: Ctrl-C)"
+        "--duration", type=float, default=0.0, help="cut the story short after N seconds"
+    )
+    demo.add_argument(
+        "--keep-running", action="store_true", help="keep the gateway up after the story"
     )
     demo.set_defaults(func=cmd_demo)
     return parser

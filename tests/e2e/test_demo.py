@@ -1,4 +1,4 @@
-"""`mirrorgate demo` runs the whole scene with no setup and stops cleanly."""
+"""`mirrorgate demo` tells the whole story with no setup and stops cleanly."""
 
 from __future__ import annotations
 
@@ -11,18 +11,52 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 
-def test_demo_serves_traffic_and_exits_cleanly() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "proxy.cli", "demo", "--port", "0", "--duration", "4"],
+def _demo(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "proxy.cli", "demo", "--port", "0", *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=180,
         check=False,
     )
-    assert done.returncode == 0, done.stderr
+
+
+def test_the_story_climbs_the_steps_then_rolls_back_after_the_rule_change() -> None:
+    done = _demo()
     out = done.stdout
-    assert "/metrics" in out and "/readyz" in out
-    counts = [int(n) for n in re.findall(r"requests\s+(\d+)\s+errors\s+0", out)]
-    assert counts and counts[-1] > 0, out
-    assert "stopped cleanly" in out
+    assert done.returncode == 0, done.stderr + out
     assert "Traceback" not in done.stderr
+    # The canary climbs every step on the judge's word before the rule changes...
+    climbs = re.findall(r">> canary at (\d+)%\s+by (\w+)", out)
+    assert climbs == [("10", "operator"), ("25", "judge"), ("50", "judge")], out
+    assert out.index(">> canary at 50%") < out.index("the business rule changes")
+    # ...then the new rule version's check fails on the canary only, and the judge rolls back.
+    rollback = re.search(r"ROLLED BACK ([\d.]+)s after the rule changed: .* to 'safe'", out)
+    assert rollback, out
+    assert "check_pass_rate:max-weight failed on rule shipping-policy version v2" in out
+    assert re.search(r"candidate passes 0% \(0/\d+\), primary 100%", out)
+    alert = re.search(
+        r"alert\s+-> webhook: \[critical\] rule_regression rule=shipping-policy version=v2 "
+        r"check=max-weight\s+example requests: ([0-9a-f]{32})",
+        out,
+    )
+    assert alert, out
+    # The summary lists every phase with its timestamp, in order.
+    summary = out[out.index("What happened") :]
+    phases = re.findall(r"\d\d:\d\d:\d\d\.\d{3}\s+(\w+)\s+-> (\w+)\s+(\d+)%\s+(\w+)", summary)
+    assert phases == [
+        ("pending", "progressing", "10", "operator"),
+        ("progressing", "progressing", "25", "judge"),
+        ("progressing", "progressing", "50", "judge"),
+        ("progressing", "rolled_back", "0", "judge"),
+    ], summary
+    assert "Now: phase rolled_back, serving safe." in out
+    assert re.search(r"Answers by arm: canary \d+, fallback \d+, primary \d+", out)
+    assert "stopped cleanly" in out
+
+
+def test_a_short_demo_still_exits_cleanly() -> None:
+    done = _demo("--duration", "3")
+    assert done.returncode == 0, done.stderr
+    assert "/metrics" in done.stdout and "stopped cleanly" in done.stdout
+    assert "What happened" in done.stdout
