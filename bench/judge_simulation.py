@@ -58,6 +58,8 @@ BROKEN_CHECK_PASS = 0.80
 RULE_CHANGE_S = 60
 AA_DURATION_S = 30 * 60
 GIVE_UP_S = 900
+FAILURE_LIMIT = 2
+"""The default of `analysis.failure_limit`."""
 FLAGGER_INTERVAL_S = 60
 FLAGGER_THRESHOLD = 5
 HEALTHY_P95_S = LATENCY_MEDIAN_S * math.exp(1.6448536269514722 * LATENCY_SIGMA)
@@ -132,13 +134,15 @@ def _flagger_fails(candidate: _Arm) -> bool:
 @dataclass(frozen=True)
 class RunResult:
     judge_fail_s: float | None
-    """Seconds from the start (or the rule change in (a)) to the first fail; None: never."""
+    """Seconds from the start (or the rule change in (a)) to the rollback (`failure_limit`
+    consecutive failing looks); None: never."""
     judge_false_before_change: bool
     flagger_rollback_s: float | None
 
 
-def simulate(scenario: str, seed: int) -> RunResult:
-    """One rollout of `scenario` ("a", "b" or "aa") on the virtual clock."""
+def simulate(scenario: str, seed: int, failure_limit: int = FAILURE_LIMIT) -> RunResult:
+    """One rollout of `scenario` ("a", "b" or "aa") on the virtual clock. The judge rolls back
+    after `failure_limit` consecutive looks with a failing metric, as the controller does."""
     rng = random.Random(seed)
     thresholds = Thresholds()
     primary = _new_arm()
@@ -150,6 +154,7 @@ def simulate(scenario: str, seed: int) -> RunResult:
     false_before = False
     flagger_fail: float | None = None
     consecutive = 0
+    judge_streak = 0
     for look, now in enumerate(range(INTERVAL_S, duration + 1, INTERVAL_S), start=1):
         if scenario == "a" and now - INTERVAL_S == RULE_CHANGE_S:
             # The rule changes: a new epoch; the candidate keeps following the old rule.
@@ -169,7 +174,10 @@ def simulate(scenario: str, seed: int) -> RunResult:
                 thresholds,
                 epoch_look,
             )
-            if any(v.outcome is Outcome.FAIL for v in verdicts):
+            judge_streak = (
+                judge_streak + 1 if any(v.outcome is Outcome.FAIL for v in verdicts) else 0
+            )
+            if judge_streak >= failure_limit:
                 if now - INTERVAL_S < origin:
                     false_before = True
                 judge_fail = float(now - origin)
@@ -182,7 +190,7 @@ def simulate(scenario: str, seed: int) -> RunResult:
     return RunResult(judge_fail, false_before, flagger_fail)
 
 
-def _run(args: tuple[str, int]) -> RunResult:
+def _run(args: tuple[str, int, int]) -> RunResult:
     return simulate(*args)
 
 
@@ -208,12 +216,19 @@ def main() -> None:
     parser.add_argument("--aa-runs", type=int, default=50)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--failure-limit",
+        type=int,
+        default=FAILURE_LIMIT,
+        help="consecutive failing looks that roll back (the config's analysis.failure_limit)",
+    )
     args = parser.parse_args()
+    limit = args.failure_limit
     started = time.perf_counter()
     jobs = {
-        "a": [("a", args.seed * 1_000_000 + i) for i in range(args.runs_a)],
-        "b": [("b", args.seed * 2_000_000 + i) for i in range(args.runs_b)],
-        "aa": [("aa", args.seed * 3_000_000 + i) for i in range(args.aa_runs)],
+        "a": [("a", args.seed * 1_000_000 + i, limit) for i in range(args.runs_a)],
+        "b": [("b", args.seed * 2_000_000 + i, limit) for i in range(args.runs_b)],
+        "aa": [("aa", args.seed * 3_000_000 + i, limit) for i in range(args.aa_runs)],
     }
     results: dict[str, list[RunResult]] = {}
     with ProcessPoolExecutor(args.workers) as pool:
@@ -226,7 +241,7 @@ def main() -> None:
     print("| scenario | runs | target | mirrorgate judge | Flagger-like (60 s, 5 failed checks) |")
     print("|---|---|---|---|---|")
     print(
-        f"| (a) rule change, check pass 0.98 -> 0.80: time to fail, median "
+        f"| (a) rule change, check pass 0.98 -> 0.80: time to rollback, median "
         f"| {len(a)} | <= 30 s | {_times([r.judge_fail_s for r in a], 0.5)} "
         f"| {_times([r.flagger_rollback_s for r in a], 0.5)} |"
     )
@@ -235,12 +250,12 @@ def main() -> None:
         f"| {_times([r.flagger_rollback_s for r in a], 0.95)} |"
     )
     print(
-        f"| (b) latency p95 +50%, median unchanged: time to fail, median | {len(b)} | <= 120 s "
+        f"| (b) latency p95 +50%, median unchanged: time to rollback, median | {len(b)} | <= 120 s "
         f"| {_times([r.judge_fail_s for r in b], 0.5)} "
         f"| {_times([r.flagger_rollback_s for r in b], 0.5)} |"
     )
     print(
-        f"| (c) A/A, 30 min: rollouts with any fail | {len(aa)} | <= 1% "
+        f"| (c) A/A, 30 min: rollouts rolled back | {len(aa)} | <= 1% "
         f"| {aa_judge}/{len(aa)} ({aa_judge / len(aa):.1%}) "
         f"| {aa_flagger}/{len(aa)} ({aa_flagger / len(aa):.1%}) |"
     )
@@ -248,7 +263,7 @@ def main() -> None:
     print(
         f"(a) fails before the rule change (false): {a_false}/{len(a)}. "
         f"Wall time {time.perf_counter() - started:.0f} s, {args.workers} workers, "
-        f"seed {args.seed}."
+        f"seed {args.seed}, failure_limit {limit}."
     )
 
 

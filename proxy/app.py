@@ -125,6 +125,10 @@ class Gateway:
                 [build_sink(s.type, s.url, s.headers) for s in config.alerts.sinks],
                 self.alert_client,
                 self.registry,
+                retries=config.alerts.retries,
+                backoff_initial_s=config.alerts.backoff_initial_s,
+                backoff_max_s=config.alerts.backoff_max_s,
+                dedupe_window_s=config.alerts.dedupe_window_s,
             )
         self.rollouts = RolloutManager(
             config, RolloutStore(self.store.engine), self.routes, self.metrics, alerts=self.alerts

@@ -313,6 +313,13 @@ class AlertSinkSpec(Spec):
 
 class AlertsSpec(Spec):
     sinks: list[AlertSinkSpec] = Field(default_factory=list)
+    retries: int = Field(5, ge=0, le=20)
+    """Deliveries retried per alert and sink when the sink is down (then counted as failed)."""
+    backoff_initial_s: float = Field(0.5, gt=0)
+    """First retry delay; doubled per retry (with jitter) up to `backoff_max_s`."""
+    backoff_max_s: float = Field(30.0, gt=0)
+    dedupe_window_s: float = Field(300.0, ge=0)
+    """The same alert (same kind, route, target, rule, version, check) is sent once per window."""
 
 
 class TelemetrySpec(Spec):

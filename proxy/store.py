@@ -52,6 +52,8 @@ from proxy.records import (
     Usage,
     as_utc,
 )
+from proxy.rollout_store import alert_claims as claims_table
+from proxy.rollout_store import verdicts as verdicts_table
 
 __all__ = [
     "RecordRejectedError",
@@ -346,12 +348,16 @@ class Store:
         old_pairs = sa.delete(pairs_table).where(pairs_table.c.created_at < _utc(cutoff))
         old_checks = sa.delete(checks_table).where(checks_table.c.created_at < _utc(cutoff))
         old_findings = sa.delete(findings_table).where(findings_table.c.created_at < _utc(cutoff))
+        old_verdicts = sa.delete(verdicts_table).where(verdicts_table.c.created_at < _utc(cutoff))
+        old_claims = sa.delete(claims_table).where(claims_table.c.created_at < _utc(cutoff))
         try:
             with self._engine.begin() as conn:
                 deleted = int(conn.execute(statement).rowcount)
                 conn.execute(old_pairs)
                 conn.execute(old_checks)
                 conn.execute(old_findings)
+                conn.execute(old_verdicts)
+                conn.execute(old_claims)  # Alertmanager stops redelivering long before
                 return deleted
         except sa_exc.SQLAlchemyError as exc:
             raise _translate(exc, "deleting old records") from exc

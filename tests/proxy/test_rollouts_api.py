@@ -4,6 +4,7 @@ candidate back after a rule change (with its alert), and the Alertmanager webhoo
 from __future__ import annotations
 
 import copy
+import socket
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -413,3 +414,22 @@ def test_alert_claims_survive_a_restart(start_gateway: StartGateway, tmp_path: A
         answer = client.post("/hooks/alertmanager", headers=AUTH, json=ALERT).json()
         assert answer["rollbacks"][0]["done"] == "seen"  # a redelivery after a restart
         assert len(rollout(client)["transitions"]) == 1
+
+
+def test_a_sink_that_is_down_never_holds_a_rollback_back(start_gateway: StartGateway) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}/hook"
+    extra = rollout_config(sinks=[{"type": "webhook", "url": dead}])
+    extra["alerts"].update({"retries": 2, "backoff_initial_s": 0.01, "backoff_max_s": 0.05})
+    gw = start_gateway(extra=extra, env=ENV)
+    with httpx.Client(base_url=gw.url) as client:
+        client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
+        rolled = client.post("/admin/rollouts/bot/rollback", headers=AUTH)
+        assert rolled.status_code == 200 and rolled.json()["rollout"]["phase"] == "rolled_back"
+        assert ask(client, "u").headers["x-mirrorgate-arm"] == "fallback"
+        wait_until(
+            lambda: metric(client, "mirrorgate_alert_failures_total", sink="webhook") == 1,
+            what="the failed delivery to be counted",
+        )
+        assert metric(client, "mirrorgate_alerts_sent_total") == 0
