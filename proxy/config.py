@@ -149,7 +149,7 @@ class ShadowSpec(Spec):
 
 JUDGED_METRICS = (
     "error_rate", "latency_p50", "latency_p95", "ttft_p50", "ttft_p95", "cost_per_request",
-    "check_pass_rate", "correction_rate",
+    "check_pass_rate", "correction_rate", "disagreement",
 )  # fmt: skip
 
 

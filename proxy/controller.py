@@ -11,7 +11,8 @@ two deciders could never apply one decision twice.
 Each look at a route (DESIGN §7):
 
 1. traffic metrics (error rate, latency and TTFT p50/p95, cost per request, corrections) on the
-   last `analysis.window_s` of both arms, never before the rollout started;
+   last `analysis.window_s` of both arms, never before the rollout started; and, when the
+   candidate is also shadowed, its disagreement with the primary above the route's noise floor;
 2. each rule check on the current rule epoch (the current version, since its first request or the
    rollout's start), with its own look count, so a rule change is judged on fresh evidence;
 3. every verdict stored and counted; a `fail` in `failure_limit` consecutive looks rolls the canary
@@ -26,7 +27,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
@@ -39,6 +40,7 @@ from proxy.config import MirrorgateConfig, RouteSpec
 from proxy.judge_windows import (
     Arms,
     Epoch,
+    agreement_tallies,
     check_windows,
     current_epoch,
     failing_examples,
@@ -285,6 +287,10 @@ class RolloutController:
         arms = Arms(state.route, state.baseline, state.candidate)
         since = max(state.started_at, now - timedelta(seconds=analysis.window_s))
         primary, candidate = traffic_windows(self.engine, arms, since)
+        if "disagreement" in wanted:
+            agreement, noise = agreement_tallies(self.engine, arms, spec.agreement.mode, since)
+            primary = replace(primary, noise=noise)
+            candidate = replace(candidate, agreement=agreement)
         scoped: list[tuple[str, MetricVerdict]] = [
             ("traffic", v)
             for v in judge(primary, candidate, thresholds, memory.looks)

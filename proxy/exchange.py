@@ -95,7 +95,10 @@ class ProxyHandler:
                 return
             except ClientGone:
                 return
-            answer = self.shadows.offer(ctx, plan.route) if self.shadows is not None else None
+            # Shadows compare with the production model: a canary's answer is no baseline.
+            answer = None
+            if self.shadows is not None and plan.arm is Arm.PRIMARY:
+                answer = self.shadows.offer(ctx, plan.route)
             try:
                 await self._serve(ctx, plan, receive, send, answer)
             finally:

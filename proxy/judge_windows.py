@@ -56,6 +56,20 @@ _feedback = sa.Table(
     sa.Column("kind", sa.String()),
     sa.Column("created_at", sa.DateTime(timezone=True)),
 )
+_pairs = sa.Table(
+    "pairs",
+    _meta,
+    sa.Column("kind", sa.String()),
+    sa.Column("route", sa.String()),
+    sa.Column("primary_target", sa.String()),
+    sa.Column("candidate_target", sa.String()),
+    sa.Column("created_at", sa.DateTime(timezone=True)),
+    sa.Column("primary_status", sa.String()),
+    sa.Column("candidate_status", sa.String()),
+    sa.Column("exact_equal", sa.Boolean()),
+    sa.Column("normalized_equal", sa.Boolean()),
+    sa.Column("json_equal", sa.Boolean()),
+)
 _rule_events = sa.Table(
     "rule_events",
     _meta,
@@ -206,3 +220,48 @@ def failing_examples(
     )
     with engine.connect() as conn:
         return [str(row[0]) for row in conn.execute(query)]
+
+
+def agreement_tallies(
+    engine: Engine, arms: Arms, mode: str, since: datetime
+) -> tuple[Tally, Tally]:
+    """(disagree, pairs) of the candidate's shadow pairs with the primary, and of the route's
+    noise pairs (the primary asked twice), since `since`; only pairs where both answered well.
+
+    The candidate is judged on its shadow pairs: a canary's own answers have no primary answer to
+    the same request. `mode` is the route's agreement mode: `exact` and `normalized` read those
+    equalities; JSON modes read JSON equality where both answers parsed, else the normalised one.
+    """
+    equal: Any
+    if mode == "exact":
+        equal = _pairs.c.exact_equal
+    elif mode == "normalized":
+        equal = _pairs.c.normalized_equal
+    else:
+        equal = sa.func.coalesce(_pairs.c.json_equal, _pairs.c.normalized_equal)
+    ok = sa.and_(
+        _pairs.c.route == arms.route,
+        _pairs.c.primary_target == arms.baseline,
+        _pairs.c.created_at >= since,
+        _pairs.c.primary_status == Status.OK.value,
+        _pairs.c.candidate_status == Status.OK.value,
+    )
+    query = (
+        sa.select(_pairs.c.kind, _pairs.c.candidate_target, equal, sa.func.count())
+        .where(ok)
+        .group_by(_pairs.c.kind, _pairs.c.candidate_target, equal)
+    )
+    with engine.connect() as conn:
+        rows: list[tuple[Any, ...]] = [tuple(row) for row in conn.execute(query)]
+    shadow, noise = [0, 0], [0, 0]
+    for kind, target, same, count in rows:
+        if kind == "noise":
+            tally = noise
+        elif kind == "shadow" and target == arms.candidate:
+            tally = shadow
+        else:
+            continue
+        tally[1] += int(count)
+        if not same:
+            tally[0] += int(count)
+    return (shadow[0], shadow[1]), (noise[0], noise[1])

@@ -4,8 +4,8 @@ candidate back after a rule change (with its alert), and the Alertmanager webhoo
 from __future__ import annotations
 
 import copy
-import socket
 import json
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -433,3 +433,29 @@ def test_a_sink_that_is_down_never_holds_a_rollback_back(start_gateway: StartGat
             what="the failed delivery to be counted",
         )
         assert metric(client, "mirrorgate_alerts_sent_total") == 0
+
+
+def test_disagreement_above_the_noise_floor_is_judged_from_shadow_pairs(
+    start_gateway: StartGateway,
+) -> None:
+    extra = rollout_config(metrics=["disagreement"], thresholds={"min_samples_rate": 20})
+    extra["routes"]["bot"].update(
+        {"shadows": [{"model": "stale", "sample": 1.0}], "noise_sample": 0.5}
+    )
+    gw = start_gateway(extra=extra, env=ENV)
+    with httpx.Client(base_url=gw.url) as client:
+        client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
+        for i in range(200):  # under v2 the stale candidate's answers differ from the primary's
+            ask(client, f"user-{i}", version="v2", weight=150)
+            if rollout(client)["phase"] == "rolled_back":
+                break
+        state = wait_until(
+            lambda: (body := rollout(client))["phase"] == "rolled_back" and body,
+            what="the rollback on disagreement",
+        )
+        assert state["reason"].startswith("disagreement failed")
+        verdict = next(v for v in state["verdicts"] if v["metric"] == "disagreement")
+        assert verdict["n_candidate"] >= 20 and verdict["n_primary"] >= 10
+        assert (
+            verdict["estimate"] > 0.9
+        )  # all candidate pairs disagree, the primary agrees with itself
