@@ -34,9 +34,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
     binary = shutil.which("promtool")
     require_service("promtool", binary is not None, "apt-get install prometheus")
     assert binary is not None
-    return subprocess.run(
-        [binary, *args], capture_output=True, text=True, timeout=120, check=False
-    )
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120, check=False)
 
 
 def github_anchor(heading: str) -> str:
