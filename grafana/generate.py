@@ -185,8 +185,8 @@ OVERVIEW = Dashboard(
                 ),
                 Panel(
                     "Gateways up",
-                    "Gateways Prometheus scrapes successfully (scrape jobs named mirrorgate…).",
-                    (q('sum(up{job=~"mirrorgate.*"})'),),
+                    "Gateways Prometheus scrapes successfully (scrape jobs whose name contains 'mirrorgate').",
+                    (q('sum(up{job=~".*mirrorgate.*"})'),),
                     "short",
                     kind="stat",
                     width=4,
