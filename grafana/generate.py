@@ -185,7 +185,7 @@ OVERVIEW = Dashboard(
                 ),
                 Panel(
                     "Gateways up",
-                    "Gateways Prometheus scrapes successfully (scrape jobs whose name contains 'mirrorgate').",
+                    "Gateways Prometheus scrapes successfully (scrape jobs named *mirrorgate*).",
                     (q('sum(up{job=~".*mirrorgate.*"})'),),
                     "short",
                     kind="stat",
