@@ -27,7 +27,7 @@ def exposed_sample_names(tmp_path: Path) -> set[str]:
     }
     config = gateway_config("http://127.0.0.1:9", f"sqlite:///{tmp_path / 'names.db'}", extra)
     registry = CollectorRegistry()
-    Gateway(config, registry=registry)
+    Gateway(config, registry=registry).store.close()  # built, never started: nothing else to close
     names: set[str] = set()
     for family in registry.collect():
         for suffix in _SUFFIXES.get(family.type, ("",)):
