@@ -385,18 +385,22 @@ def test_sidecar_templates_add_the_gateway_to_an_application_pod(
 
 
 @pytest.mark.parametrize(
-    ("values", "where"),
+    ("values_file", "where"),
     [
-        ({"replicaCount": "three"}, "/replicaCount"),
-        ({"service": {"port": "http"}}, "/service/port"),
-        ({"metrics": {"serviceMonitor": {"enabled": "yes"}}}, "/metrics/serviceMonitor/enabled"),
-        ({"mode": "daemonset"}, "/mode"),
-        ({"replicas": 3}, "replicas"),  # a typo of replicaCount
+        ("replicaCount: three\n", "/replicaCount"),
+        ("service:\n  port: http\n", "/service/port"),
+        (
+            "metrics:\n  serviceMonitor:\n    enabled: yes please\n",
+            "/metrics/serviceMonitor/enabled",
+        ),
+        ("mode: daemonset\n", "/mode"),
+        ("replicas: 3\n", "replicas"),  # a typo of replicaCount
     ],
 )
-def test_wrong_values_are_rejected_by_the_schema_naming_the_key(
-    chart: helm_python.Chart, values: dict[str, Any], where: str
+def test_a_values_file_with_a_wrong_value_is_rejected_naming_the_key(
+    chart: helm_python.Chart, values_file: str, where: str
 ) -> None:
+    values = helm_python.values_from_yaml(values_file)  # as `helm install -f FILE` reads it
     with pytest.raises(helm_python.HelmValuesError, match=where):
         chart.validate_schema(values)
     with pytest.raises(helm_python.HelmValuesError, match=where):
