@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import BEHAVIOR, wait_until
+from tests.e2e.monitoring import AlertmanagerProcess, PrometheusProcess
 
 
 def free_port() -> int:
@@ -121,3 +122,39 @@ def start_gateway_process(
     yield start
     for gateway in started:
         gateway.terminate()
+
+
+@pytest.fixture
+def start_prometheus(tmp_path: Path) -> Iterator[Callable[..., PrometheusProcess]]:
+    """Start Debian's Prometheus on free ports: `start_prometheus(scrape_targets={"mirrorgate":
+    ["127.0.0.1:8080"]}, rule_files=[...], alertmanager=am.url)`; each is stopped by PID after
+    the test. Skipped when the binary is missing (failed under MIRRORGATE_REQUIRE_SERVICES=1)."""
+    started: list[PrometheusProcess] = []
+
+    def start(**kwargs: Any) -> PrometheusProcess:
+        port = free_port()
+        server = PrometheusProcess(tmp_path / f"prometheus-{port}", port, **kwargs)
+        started.append(server)
+        return server
+
+    yield start
+    for server in reversed(started):
+        server.stop()
+
+
+@pytest.fixture
+def start_alertmanager(tmp_path: Path) -> Iterator[Callable[..., AlertmanagerProcess]]:
+    """Start Debian's Alertmanager on a free port: `start_alertmanager(alertmanager_config(
+    gateway.url + "/hooks/alertmanager", bearer_token=...))`; each is stopped by PID after the
+    test. Skipped when the binary is missing (failed under MIRRORGATE_REQUIRE_SERVICES=1)."""
+    started: list[AlertmanagerProcess] = []
+
+    def start(config: dict[str, Any]) -> AlertmanagerProcess:
+        port = free_port()
+        server = AlertmanagerProcess(tmp_path / f"alertmanager-{port}", port, config)
+        started.append(server)
+        return server
+
+    yield start
+    for server in reversed(started):
+        server.stop()

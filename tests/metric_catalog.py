@@ -1,0 +1,35 @@
+"""The sample names a real gateway exposes, to check dashboards and alert rules against typos."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from proxy.app import Gateway
+from tests.conftest import gateway_config
+
+_SUFFIXES = {
+    "counter": ("_total",),
+    "gauge": ("",),
+    "histogram": ("_bucket", "_count", "_sum"),
+}
+METRIC_NAME = re.compile(r"\bmirrorgate_[a-z0-9_]+\b")
+"""A mirrorgate metric name inside a PromQL expression (label values never start with it)."""
+
+
+def exposed_sample_names(tmp_path: Path) -> set[str]:
+    """Every `mirrorgate_*` sample name of a gateway with rules, shadows and analysis wired."""
+    extra = {
+        "routes": {"echo": {"primary": "echo", "shadows": [{"model": "stale"}]}},
+        "rules": {"r": {"routes": ["echo"], "checks": [{"name": "j", "type": "json"}]}},
+    }
+    config = gateway_config("http://127.0.0.1:9", f"sqlite:///{tmp_path / 'names.db'}", extra)
+    registry = CollectorRegistry()
+    Gateway(config, registry=registry).store.close()  # built, never started: nothing else to close
+    names: set[str] = set()
+    for family in registry.collect():
+        for suffix in _SUFFIXES.get(family.type, ("",)):
+            names.add(family.name + suffix)
+    return {name for name in names if name.startswith("mirrorgate_")}

@@ -1,0 +1,120 @@
+"""prometheus/mirrorgate-rules.yml: valid for Debian's promtool, unit-tested, and wired to the
+runbook and to mirrorgate's Alertmanager webhook."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.conftest import require_service
+from tests.metric_catalog import METRIC_NAME, exposed_sample_names
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = ROOT / "prometheus" / "mirrorgate-rules.yml"
+RULE_TESTS = ROOT / "prometheus" / "mirrorgate-rules.test.yml"
+RUNBOOK = ROOT / "docs" / "runbook.md"
+
+ROLLBACK_ALERTS = {"MirrorgateCanaryErrorRate", "MirrorgateCanaryCheckFailures"}
+"""The alerts that make Alertmanager roll a route back (`mirrorgate_action: rollback`)."""
+GATEWAY_WIDE_ALERTS = {"MirrorgateGatewayDown", "MirrorgateRecorderDrops"}
+"""Alerts about a whole gateway process: no route to roll back, so no `mirrorgate_route`."""
+
+
+def alerts() -> list[dict[str, Any]]:
+    doc = yaml.safe_load(RULES.read_text())
+    return [rule for group in doc["groups"] for rule in group["rules"] if "alert" in rule]
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    binary = shutil.which("promtool")
+    require_service("promtool", binary is not None, "apt-get install prometheus")
+    assert binary is not None
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_promtool_accepts_the_rules() -> None:
+    result = promtool("check", "rules", str(RULES))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(alerts())} rules found" in result.stdout
+
+
+def test_promtool_unit_tests_pass() -> None:
+    result = promtool("test", "rules", str(RULE_TESTS))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_promtool_unit_tests_catch_a_broken_threshold(tmp_path: Path) -> None:
+    # The unit tests are a claim that can fail: loosen one threshold and they must say so.
+    broken = RULES.read_text().replace("> 0.05\n", "> 0.5\n")
+    assert broken != RULES.read_text()
+    (tmp_path / RULES.name).write_text(broken)
+    (tmp_path / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
+    result = promtool("test", "rules", str(tmp_path / RULE_TESTS.name))
+    assert result.returncode != 0
+    assert "alertname: MirrorgateHighErrorRate" in result.stdout + result.stderr
+
+
+def test_every_alert_is_unit_tested_firing_and_not_firing() -> None:
+    doc = yaml.safe_load(RULE_TESTS.read_text())
+    firing: set[str] = set()
+    silent: set[str] = set()
+    for group in doc["tests"]:
+        for case in group.get("alert_rule_test", []):
+            (firing if case.get("exp_alerts") else silent).add(case["alertname"])
+    names = {rule["alert"] for rule in alerts()}
+    assert names - firing == set(), "alerts never tested firing"
+    assert names - silent == set(), "alerts never tested not firing"
+
+
+def test_every_alert_has_for_severity_summary_and_a_runbook_section() -> None:
+    headings = {
+        github_anchor(line.lstrip("#"))
+        for line in RUNBOOK.read_text().splitlines()
+        if line.startswith("#")
+    }
+    for rule in alerts():
+        name = rule["alert"]
+        assert "for" in rule, name
+        assert rule["labels"]["severity"] in {"critical", "warning", "info"}, name
+        annotations = rule["annotations"]
+        assert annotations["summary"] and annotations["description"], name
+        page, _, anchor = annotations["runbook_url"].partition("#")
+        assert page == "docs/runbook.md", name
+        assert anchor == github_anchor(name) and anchor in headings, name
+
+
+def test_route_alerts_carry_the_labels_the_webhook_acts_on() -> None:
+    for rule in alerts():
+        name, labels = rule["alert"], rule["labels"]
+        if name in GATEWAY_WIDE_ALERTS:
+            assert "mirrorgate_route" not in labels and "mirrorgate_action" not in labels, name
+            continue
+        assert labels["mirrorgate_route"] == "{{ $labels.route }}", name
+        # The webhook rolls back on a missing action too, so every other alert says `notify`.
+        expected = "rollback" if name in ROLLBACK_ALERTS else "notify"
+        assert labels["mirrorgate_action"] == expected, name
+
+
+def test_rules_use_only_metrics_the_gateway_exposes(tmp_path: Path) -> None:
+    exposed = exposed_sample_names(tmp_path)
+    used = {name for rule in alerts() for name in METRIC_NAME.findall(rule["expr"])}
+    assert used and used <= exposed, used - exposed
+
+
+def test_no_keys_newer_than_debians_prometheus() -> None:
+    # Prometheus 2.42 refuses a rules file with `query_offset` (groups) or `keep_firing_for`.
+    doc = yaml.safe_load(RULES.read_text())
+    assert all(set(group) <= {"name", "interval", "limit", "rules"} for group in doc["groups"])
+    allowed = {"alert", "expr", "for", "labels", "annotations"}
+    assert all(set(rule) <= allowed for rule in alerts())
