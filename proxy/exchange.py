@@ -180,7 +180,15 @@ class ProxyHandler:
         if plan.arm is Arm.CANARY:
             fallback = fallback or plan.route.primary  # the client never sees the canary fail
         if attempt.retryable and fallback is not None and fallback != attempt.target:
-            self._emit(ctx, attempt, http_status=0, ended=time.perf_counter())
+            # Recorded with the status the client would have seen, though it never did.
+            abandoned = (
+                attempt.response.status_code
+                if attempt.response is not None
+                else attempt.error.status
+                if attempt.error is not None
+                else 0
+            )
+            self._emit(ctx, attempt, http_status=abandoned, ended=time.perf_counter())
             attempt = await self._open(ctx, fallback, Arm.FALLBACK)
         if attempt.streaming:
             await self._stream(ctx, attempt, receive, send, answer)

@@ -27,36 +27,7 @@ from tests.e2e.monitoring import PrometheusProcess, elapsed_since, has_finite_va
 pytestmark = pytest.mark.e2e
 
 ROUTE = "support-bot"
-TARGETS = ("prod", "safe", "cand-a")
-ROLLOUT_PANELS = (
-    "Phase",
-    "Canary weight",
-    "Verdicts per metric",
-    "Verdicts over the range",
-    "Rollbacks over the range",
-)
-CANARY_VS_PRIMARY = (
-    "5xx ratio: canary vs primary",
-    "Request duration p95: canary vs primary",
-    "Time to first token p95: canary vs primary",
-    "Check pass rate: canary vs primary",
-    "Cost per request: canary vs primary",
-    "Corrections per 100 answers: canary vs primary",
-)
-# Rollout metrics (mirrorgate_rollout_*, mirrorgate_analysis_verdicts_total, rollbacks) and the
-# canary arm only have data once canary rollouts run in the gateway, which is being wired now.
-# These queries are excluded from the "returns data" assertion until then; remove the exclusion
-# (and drive a canary rollout and a rollback in the scene) when rollouts land.
-AWAITING_ROLLOUTS: frozenset[tuple[str, str, str]] = frozenset(
-    {("mirrorgate-rollout", title, "A") for title in ROLLOUT_PANELS}
-    | {("mirrorgate-rollout", title, "B") for title in CANARY_VS_PRIMARY}
-    | {
-        (uid, "annotation: Rollbacks", "")
-        for uid in ("mirrorgate-overview", "mirrorgate-rollout", "mirrorgate-quality",
-                    "mirrorgate-cost")
-    }
-)  # fmt: skip
-
+TARGETS = ("prod", "safe", "cand-a", "cand-b")
 BEHAVIOR = {
     "record_requests": False,
     "default": {"answer": {"type": "echo"}},
@@ -78,8 +49,9 @@ BEHAVIOR = {
                 "template": '{"max_weight": {1}}',
             }
         },
-        # remembers the old rule whatever the prompt says
+        # remember the old rule whatever the prompt says
         "cand-a": {"answer": {"type": "fixed", "text": '{"max_weight": 100}'}, "ttft_ms": 10},
+        "cand-b": {"answer": {"type": "fixed", "text": '{"max_weight": 100}'}, "ttft_ms": 8},
     },
 }
 
@@ -100,12 +72,20 @@ def gateway_config(mock_url: str, db_url: str) -> dict[str, Any]:
             "prod": model("prod", 0.15, 0.6),
             "safe": model("safe", 2.5, 10.0),
             "cand-a": model("cand-a", 0.1, 0.4),
+            "cand-b": model("cand-b", 0.12, 0.5),
         },
         "routes": {
             ROUTE: {
                 "primary": "prod",
                 "fallback": "safe",
                 "shadows": [{"model": "cand-a", "sample": 1.0}],
+                # A canary the judge rolls back once the rule changes (it keeps the old rule).
+                "canary": {
+                    "model": "cand-b",
+                    "steps": [50],
+                    "analysis": {"interval_s": 1, "min_samples": 10, "failure_limit": 3,
+                                 "thresholds": {"min_samples_latency": 10}},
+                },
                 "agreement": {"mode": "json_fields", "fields": ["$.max_weight"]},
             }
         },
@@ -157,7 +137,7 @@ class Traffic:
                 self._stop.wait(0.02)  # pacing, not synchronisation: ~50 requests a second
 
     def _one(self, client: httpx.Client, n: int) -> None:
-        weight = 100 if n < 40 else 150  # the rule changes after 40 requests
+        weight = 100 if n < 250 else 150  # the rule changes after 250 requests (~5 s)
         body = {
             "model": ROUTE,
             "stream": n % 2 == 0,
@@ -230,6 +210,7 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
         stack.append(prometheus)
         prometheus.wait_for_targets_up("mirrorgate")
         started_at = time.time()
+        httpx.post(f"{gateway.url}/admin/rollouts/{ROUTE}/start", timeout=10).raise_for_status()
         traffic = Traffic(gateway.url)
         traffic.start()
         stack.append(traffic)
@@ -243,10 +224,7 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
 
 
 def test_every_dashboard_query_returns_data(scene: Scene) -> None:
-    queries = panel_queries()
-    expected = [q for q in queries if q.key not in AWAITING_ROLLOUTS]
-    assert {q.key for q in queries} >= AWAITING_ROLLOUTS, "a stale AWAITING_ROLLOUTS entry"
-    pending = {q.key: q for q in expected}
+    pending = {q.key: q for q in panel_queries()}
 
     def all_have_data() -> bool:
         for key, query in list(pending.items()):

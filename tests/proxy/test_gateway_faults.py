@@ -165,6 +165,9 @@ def test_fallback_serves_when_the_primary_fails_before_any_byte(
     by_arm = {r.arm: r for r in records_for(gw, raw.headers["x-mirrorgate-request-id"], 2)}
     assert by_arm[Arm.PRIMARY].target == primary and by_arm[Arm.PRIMARY].status is not Status.OK
     assert by_arm[Arm.FALLBACK].target == "echo" and by_arm[Arm.FALLBACK].status is Status.OK
+    # The abandoned attempt counts as the 5xx its caller would have got (alert rules read it).
+    expected = {"broken": 503, "reset": 502, "stall": 504}[primary]
+    assert by_arm[Arm.PRIMARY].http_status == expected
 
 
 def test_broken_streams_end_with_an_error_event_and_a_record(
