@@ -268,8 +268,10 @@ def judge(
     has requests; each rule check either arm reports; corrections, agreement (when the candidate
     has pairs; its noise floor from the primary), latency, TTFT and cost when either arm has any.
     All of them share the look's budget equally (Bonferroni). Verdicts come in a fixed order,
-    checks by name.
+    checks by name. Windows with nothing in them give no verdicts at all.
     Raises ValueError for a look below 1."""
+    if look < 1:
+        raise ValueError(f"look is 1-based, got {look}")
     th = thresholds
     plan: list[Callable[[_Levels], MetricVerdict]] = []
     if primary.requests or candidate.requests:
@@ -328,6 +330,8 @@ def judge(
     if primary.costs_usd or candidate.costs_usd:
         plan.append(partial(_judge_cost, primary.costs_usd, candidate.costs_usd, th))
 
+    if not plan:  # empty windows: nothing to judge, which holds the rollout
+        return []
     alpha = look_alpha(look, th.false_rollback_rate, th.spending_scale_looks, metrics=len(plan))
     levels = _Levels(alpha, z_for(alpha), z_for(1.0 - th.pass_confidence))
     return [run(levels) for run in plan]

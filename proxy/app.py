@@ -12,6 +12,7 @@ import contextlib
 import importlib.metadata
 import logging
 import os
+import socket
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -236,7 +237,11 @@ class Gateway:
         )
         api.include_router(
             build_rollout_router(
-                AdminAuth(self.config.server.admin_token_env, self.env), self.rollouts, self.routes
+                AdminAuth(self.config.server.admin_token_env, self.env),
+                self.rollouts,
+                self.routes,
+                replica=f"{socket.gethostname()}:{os.getpid()}",
+                decider=lambda: self.controller.leading,
             )
         )
 

@@ -1,7 +1,10 @@
 """The rollout part of the HTTP surface (DESIGN §5): `/admin/rollouts/...` and the Alertmanager
 webhook `/hooks/alertmanager`. Both need the admin bearer token.
 
-    GET  /admin/rollouts                       every route's rollout state
+    GET  /admin/rollouts                       every route's rollout state, whether the store
+                                               is reachable, and this replica: its `replica`
+                                               id (host:pid) and `decider` (true on the one
+                                               replica that judges now)
     GET  /admin/rollouts/{route}               one route: state, live routing, transitions, verdicts
     GET  /admin/rollouts/{route}/verdicts      the judge's recent verdicts (?limit=, at most 1000)
     POST /admin/rollouts/{route}/{action}      start | pause | resume | promote | abort | rollback
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from datetime import UTC
 from typing import Any
 
@@ -103,7 +107,16 @@ async def _read_json(request: Request, limit: int, what: str) -> Any:
     return bytes(raw)
 
 
-def build_rollout_router(auth: AdminAuth, manager: RolloutManager, routes: RouteTable) -> APIRouter:
+def build_rollout_router(
+    auth: AdminAuth,
+    manager: RolloutManager,
+    routes: RouteTable,
+    *,
+    replica: str = "",
+    decider: Callable[[], bool] = lambda: False,
+) -> APIRouter:
+    """`replica` names this gateway process in `GET /admin/rollouts`; `decider` says whether it
+    is the one replica running the judge right now (it holds the decider lock)."""
     router = APIRouter(dependencies=[Depends(auth)])
 
     @router.get("/admin/rollouts")
@@ -111,6 +124,8 @@ def build_rollout_router(auth: AdminAuth, manager: RolloutManager, routes: Route
         return {
             "rollouts": [state_json(s, routes) for s in manager.states().values()],
             "store_reachable": manager.store_ok,
+            "replica": replica,
+            "decider": decider(),
         }
 
     @router.get("/admin/rollouts/{route}", response_model=None)

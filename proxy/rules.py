@@ -8,7 +8,9 @@ change with zero configuration.
 
 The first exchange with a version the gateway has not seen for that rule is a **rule-change event**:
 `RuleTracker.observe` notices it at once (a set lookup) and persists it off the client path with its
-time, the previous version and — when bodies are stored — a diff of the system prompt.
+time, the previous version and — when bodies are stored — a diff of the system prompt. While the
+store is unreachable the event is retried with backoff until it is written: the rollout judge reads
+epochs from the store, so a rule change first seen during an outage must not be forgotten.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ from proxy.tasks import TaskSet
 
 log = logging.getLogger("mirrorgate.rules")
 _HEADER_VERSION = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+_RETRY_INITIAL_S = 0.05
+_RETRY_MAX_S = 5.0
+_UNREACHABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
+"""What a write raises while the database cannot be reached (retrying later may succeed)."""
 
 _events = sa.Table(
     "rule_events",
@@ -165,9 +171,27 @@ class RuleTracker:
         )
         self._latest[match.rule] = (match.version, match.system_prompt)
         self._metrics.rule_changes.labels(match.rule).inc()
-        self.tasks.spawn(asyncio.to_thread(self._persist, event), f"event:{match.rule}")
+        self.tasks.spawn(self._persist_until_stored(event), f"event:{match.rule}")
         log.info("rule change: %s %s -> %s", match.rule, event.previous_version, match.version)
         return event
+
+    async def _persist_until_stored(self, event: RuleEvent) -> None:
+        delay = _RETRY_INITIAL_S
+        while True:
+            try:
+                await asyncio.to_thread(self._persist, event)
+            except _UNREACHABLE as exc:
+                if delay == _RETRY_INITIAL_S:
+                    log.warning(
+                        "rule change %s %s not stored yet (the store is unreachable), retrying: %s",
+                        event.rule,
+                        event.version,
+                        next(iter(str(exc).splitlines()), type(exc).__name__),
+                    )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RETRY_MAX_S)
+            else:
+                return
 
     def _persist(self, event: RuleEvent) -> None:
         row = {

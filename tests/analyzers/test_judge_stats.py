@@ -110,6 +110,14 @@ def test_too_few_samples_is_inconclusive_never_fail(metric: str) -> None:
     assert "too few samples" in verdict.reason
 
 
+def test_empty_windows_give_no_verdicts() -> None:
+    # A look at a route with no traffic yet in the window (or none recorded yet, after a store
+    # outage): nothing to judge, nothing that could fail.
+    assert judge(ArmWindow(0, 0), ArmWindow(0, 0), TH, look=3) == []
+    with pytest.raises(ValueError, match="1-based"):
+        judge(ArmWindow(0, 0), ArmWindow(0, 0), TH, look=0)
+
+
 def test_a_small_real_difference_within_the_margin_does_not_fail() -> None:
     # Error rate 2% -> 2.5% on 20,000 requests: real, but within the 1-point margin.
     primary = ArmWindow(requests=20_000, errors=400)

@@ -158,3 +158,147 @@ def start_alertmanager(tmp_path: Path) -> Iterator[Callable[..., AlertmanagerPro
     yield start
     for server in reversed(started):
         server.stop()
+
+
+# --- rollouts through real gateway processes ----------------------------------------------
+
+ADMIN_TOKEN = "e2e-admin-t0ken"
+ADMIN = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+def rollout_gateway_config(
+    mock_url: str,
+    db_url: str,
+    *,
+    steps: list[int] | None = None,
+    step_interval_s: float = 3600,
+    canary: str = "stale",
+    metrics: list[str] | None = None,
+    thresholds: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Route `bot`: primary `rule-follower` (answers the max_weight of its system prompt), a
+    canary (by default `stale`, which always answers 100), fallback `echo`; rule `shipping`
+    versioned by the `x-rule-version` header: v1 wants 100, v2 wants 150."""
+    models = {
+        name: {"provider": "openai", "base_url": mock_url + "/v1", "model": name, "timeout_s": 5,
+               "price": {"input_per_mtok": 1, "output_per_mtok": 2}}
+        for name in ("rule-follower", "stale", "echo")
+    }  # fmt: skip
+    analysis: dict[str, Any] = {
+        "interval_s": 0.2,
+        "min_samples": 20,
+        "failure_limit": 2,
+        "thresholds": {"min_samples_latency": 10, **(thresholds or {})},
+    }
+    if metrics is not None:
+        analysis["metrics"] = metrics
+    canary_spec = {
+        "model": canary,
+        "steps": steps or [50],
+        "step_interval_s": step_interval_s,
+        "sticky": "header:x-user-id",
+        "analysis": analysis,
+    }
+
+    def version(equals: int) -> dict[str, Any]:
+        check = {"name": "max-weight", "type": "json_path", "path": "$.max_weight"}
+        return {"checks": [{**check, "equals": equals}]}
+
+    return {
+        "store": {"url": db_url, "bodies": "none"},
+        "models": models,
+        "routes": {"bot": {"primary": "rule-follower", "fallback": "echo", "canary": canary_spec}},
+        "rules": {
+            "shipping": {
+                "routes": ["bot"],
+                "version": "header:x-rule-version",
+                "versions": {"v1": version(100), "v2": version(150)},
+            }
+        },
+    }
+
+
+@pytest.fixture
+def start_rollout_gateway(
+    tmp_path: Path, mock_process: str
+) -> Iterator[Callable[..., GatewayProcess]]:
+    """Start `mirrorgate serve` processes with route `bot` (see `rollout_gateway_config`) and the
+    admin token; every one still running is stopped (SIGTERM, by PID) afterwards."""
+    started: list[GatewayProcess] = []
+
+    def start(db_url: str, **options: Any) -> GatewayProcess:
+        config = rollout_gateway_config(mock_process, db_url, **options)
+        gateway = GatewayProcess(config, tmp_path, env={"MIRRORGATE_ADMIN_TOKEN": ADMIN_TOKEN})
+        started.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in started:
+        gateway.terminate()
+
+
+class RolloutClient:
+    """The calls the rollout tests make to gateway processes (one keep-alive client)."""
+
+    def __init__(self) -> None:
+        self.http = httpx.Client(timeout=10)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def ask(
+        self, gateway: GatewayProcess, user: str, version: str = "v1", weight: int = 100
+    ) -> httpx.Response:
+        """One chat completion on route `bot` as `user`, under rule `version`."""
+        response = self.http.post(
+            gateway.url + "/v1/chat/completions",
+            headers={"x-user-id": user, "x-rule-version": version},
+            json={
+                "model": "bot",
+                "messages": [
+                    {"role": "system", "content": f"Shipping rule: max_weight = {weight}"},
+                    {"role": "user", "content": "What is the heaviest parcel?"},
+                ],
+            },
+        )
+        assert response.status_code == 200, response.text
+        return response
+
+    def arms(self, gateway: GatewayProcess, users: list[str], **kwargs: Any) -> dict[str, str]:
+        """user → the arm (`x-mirrorgate-arm`) that served the user's request."""
+        return {u: self.ask(gateway, u, **kwargs).headers["x-mirrorgate-arm"] for u in users}
+
+    def rollout(self, gateway: GatewayProcess) -> dict[str, Any]:
+        """`GET /admin/rollouts/bot`: state, live routing, transitions, verdicts."""
+        response = self.http.get(gateway.url + "/admin/rollouts/bot", headers=ADMIN)
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    def replica(self, gateway: GatewayProcess) -> dict[str, Any]:
+        """`GET /admin/rollouts`: every route, `store_reachable`, `replica`, `decider`."""
+        response = self.http.get(gateway.url + "/admin/rollouts", headers=ADMIN)
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    def act(self, gateway: GatewayProcess, action: str) -> httpx.Response:
+        return self.http.post(gateway.url + f"/admin/rollouts/bot/{action}", headers=ADMIN)
+
+    def metric(self, gateway: GatewayProcess, name: str, **labels: str) -> float:
+        """The sum of every sample of `name` carrying `labels`."""
+        total = 0.0
+        for line in self.http.get(gateway.url + "/metrics").text.splitlines():
+            series, _, value = line.rpartition(" ")
+            if series.partition("{")[0] == name and all(
+                f'{k}="{v}"' in series for k, v in labels.items()
+            ):
+                total += float(value)
+        return total
+
+
+@pytest.fixture
+def rollout_client() -> Iterator[RolloutClient]:
+    client = RolloutClient()
+    yield client
+    client.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -177,6 +178,13 @@ def test_admin_calls_need_the_token_and_a_known_route(start_gateway: StartGatewa
         huge = client.post("/admin/rollouts/bot/pause", headers=AUTH, json={"reason": "x" * 20_000})
         assert huge.status_code == 413
         assert rollout(client)["phase"] == "pending"  # nothing above changed anything
+        # Which replica answers, and whether it decides (alone on SQLite: always, once running).
+        status = client.get("/admin/rollouts", headers=AUTH).json()
+        assert status["replica"].endswith(f":{os.getpid()}") and status["store_reachable"]
+        wait_until(
+            lambda: client.get("/admin/rollouts", headers=AUTH).json()["decider"],
+            what="the gateway deciding",
+        )
 
 
 def test_operator_drives_the_rollout_and_every_arm_follows(start_gateway: StartGateway) -> None:

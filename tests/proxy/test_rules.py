@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
+from sqlalchemy import exc as sa_exc
 
 from proxy.config import ConfigError, parse_config
+from proxy.metrics import GatewayMetrics
 from proxy.mock_upstream.server import MockUpstreamServer
+from proxy.rules import RuleEvent, RuleMatch, RuleTracker
 from proxy.serve import GatewayServer
+from proxy.store import Store
 from tests.conftest import wait_until
 
 RULES = {
@@ -115,6 +121,35 @@ def test_events_survive_a_restart_and_are_not_repeated(
     )
     assert [v["version"] for v in versions] == ["v1", "v2"]
     assert versions[1]["previous_version"] == "v1"
+
+
+def test_a_rule_change_seen_while_the_store_is_down_is_stored_when_it_is_back(
+    tmp_path: Any,
+) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'rules.db'}")
+    store.migrate()
+    tracker = RuleTracker(
+        store.engine, keep_prompts=False, metrics=GatewayMetrics(CollectorRegistry())
+    )
+    write = tracker._persist
+    attempts: list[RuleEvent] = []
+
+    def unreachable_twice(event: RuleEvent) -> None:
+        attempts.append(event)
+        if len(attempts) <= 2:
+            raise sa_exc.OperationalError("INSERT", {}, ConnectionRefusedError("store down"))
+        write(event)
+
+    tracker._persist = unreachable_twice  # type: ignore[method-assign]
+
+    async def observe() -> int:
+        tracker.observe(RuleMatch("shipping", "v2", "max_weight = 150"), "bot", "req-1")
+        return await tracker.tasks.wait(10)
+
+    assert asyncio.run(observe()) == 0
+    assert len(attempts) == 3 and attempts[0] == attempts[2]  # the same event, first-seen time kept
+    assert [(e.version, e.request_id) for e in tracker.events()] == [("v2", "req-1")]
+    store.close()
 
 
 def test_admin_api_needs_the_token_when_one_is_set(
