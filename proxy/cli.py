@@ -8,10 +8,16 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 
 from proxy.config import ConfigError, MirrorgateConfig, load_config
+from proxy.rollout import OPERATOR_ACTIONS, Action
+
+ROLLOUT_ACTIONS = ("status", *(a.value for a in Action if a in OPERATOR_ACTIONS))
+ROLLOUT_URL_ENV = "MIRRORGATE_URL"
+ROLLOUT_DEFAULT_URL = "http://127.0.0.1:8080"
 
 
 def _config_path(value: str | None) -> str:
@@ -83,6 +89,31 @@ def cmd_report(args: argparse.Namespace) -> int:
     return run_report(args)
 
 
+def _gateway_url(value: str) -> str:
+    """An http(s) base URL (a path prefix allowed), without its trailing slash."""
+    if not re.match(r"^https?://[^/\s]+(/\S*)?$", value):
+        raise argparse.ArgumentTypeError(f"must be an http:// or https:// URL, got {value!r}")
+    return value.rstrip("/")
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    parser: argparse.ArgumentParser = args.parser
+    if args.action != "status" and not args.route:
+        parser.error(f"rollout {args.action} needs a ROUTE")
+    if args.action == "status" and args.reason is not None:
+        parser.error("--reason goes with an action, not with status")
+    if not args.timeout > 0:
+        parser.error("--timeout must be a positive number of seconds")
+    if args.url is None:
+        try:
+            args.url = _gateway_url(os.environ.get(ROLLOUT_URL_ENV) or ROLLOUT_DEFAULT_URL)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"${ROLLOUT_URL_ENV} {exc}")
+    from proxy.rollout_cli import run_rollout
+
+    return run_rollout(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mirrorgate",
@@ -141,6 +172,28 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--format", choices=("md", "html"), default="md")
     report.add_argument("--output", help="write to FILE instead of stdout")
     report.set_defaults(func=cmd_report)
+
+    rollout = sub.add_parser(
+        "rollout",
+        help="show or drive canary rollouts through a gateway's admin API",
+        description=(
+            "Show or drive the canary rollouts of a running gateway through its admin API "
+            "(token: $MIRRORGATE_ADMIN_TOKEN). 'status' without ROUTE lists every route."
+        ),
+    )
+    rollout.add_argument("action", choices=ROLLOUT_ACTIONS)
+    rollout.add_argument("route", nargs="?", help="route name (optional for status)")
+    rollout.add_argument(
+        "--url",
+        type=_gateway_url,
+        help=f"gateway base URL (default: ${ROLLOUT_URL_ENV}, else {ROLLOUT_DEFAULT_URL})",
+    )
+    rollout.add_argument("--reason", help="why; kept with the transition (actions only)")
+    rollout.add_argument("--json", action="store_true", help="print the admin API's JSON")
+    rollout.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for the gateway (10)"
+    )
+    rollout.set_defaults(func=cmd_rollout, parser=rollout)
 
     demo = sub.add_parser("demo", help="run a complete local scene with no setup")
     demo.add_argument("--port", type=int, default=8080, help="gateway port (0: any free port)")
