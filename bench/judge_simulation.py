@@ -23,8 +23,9 @@ time from the change to the rollback; (b) the candidate's latency sigma grows to
 (p95 +50%, median unchanged) from the start: time to the rollback; (c) A/A rollouts of
 30 minutes: share rolled back. The judge rolls back after `--failure-limit` (default 2, as
 the config) consecutive looks with a failing metric, as the controller does. Flagger-like:
-every 60 s, the last 60 s of the candidate against fixed thresholds (error rate <= 3%, check pass rate >= 93%, p95 <= 1.25 x the healthy
-p95), no statistics, no data counts as a failure, rollback after 5 consecutive failed checks.
+every 60 s, the last 60 s of the candidate against fixed thresholds (error rate <= 3%, check
+pass rate >= 93%, p95 <= 1.25 x the healthy p95), no statistics, no data counts as a
+failure, rollback after 5 consecutive failed checks.
 """
 
 from __future__ import annotations
