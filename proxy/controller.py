@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -40,9 +40,9 @@ from proxy.config import MirrorgateConfig, RouteSpec
 from proxy.judge_windows import (
     Arms,
     Epoch,
+    active_epochs,
     agreement_tallies,
     check_windows,
-    current_epoch,
     failing_examples,
     traffic_windows,
 )
@@ -124,15 +124,23 @@ class _Memory:
 
 
 @dataclass(frozen=True, slots=True)
+class EpochLook:
+    """One rule version's check tallies in this look (primary, candidate) and failing examples."""
+
+    epoch: Epoch
+    checks: tuple[dict[str, Tally], dict[str, Tally]]
+    examples: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Look:
     """One look at one route: the verdicts (scope, verdict) and what follows from them."""
 
     route: str
     revision: int
     verdicts: tuple[tuple[str, MetricVerdict], ...]
-    epoch: Epoch | None
-    checks: tuple[dict[str, Tally], dict[str, Tally]]
-    examples: tuple[str, ...]
+    epochs: Mapping[str, EpochLook]
+    """scope (`rule:<rule>@<version>`) → that epoch's tallies."""
 
 
 class RolloutController:
@@ -196,7 +204,13 @@ class RolloutController:
             if not force and now_mono - memory.last_look < spec.canary.analysis.interval_s:
                 continue
             memory.last_look = now_mono
-            change = await self._look(state, spec, memory)
+            try:
+                change = await self._look(state, spec, memory)
+            except StoreUnavailableError:
+                raise
+            except Exception:  # one route's bad look must not stop the others being judged
+                log.exception("judging route %s failed", route)
+                continue
             if change is not None:
                 done.append(change)
         return done
@@ -222,9 +236,23 @@ class RolloutController:
         alert = None
         if failed:
             memory.failures += 1
-            if memory.failures >= canary.analysis.failure_limit:
+            reason, alert = self._rollback_reason(state, spec, look, failed, now)
+            left = canary.analysis.failure_limit - memory.failures
+            if left <= 0:
                 action = Action.ROLLBACK
-                reason, alert = self._rollback_reason(state, spec, look, failed, now)
+            elif self.manager.alerts is not None:
+                # Warn at once; the rollback follows if the next look(s) fail too.
+                self.manager.alerts.notify(
+                    replace(
+                        alert,
+                        kind="verdict_fail",
+                        severity="warning",
+                        summary=(
+                            f"canary {state.candidate} of route {state.route} is failing: "
+                            f"{reason}; rolled back after {left} more failing look(s)"
+                        ),
+                    )
+                )
         else:
             memory.failures = 0
             started = state.step_started_at or now
@@ -259,7 +287,7 @@ class RolloutController:
                 }
                 for scope, v in look.verdicts
             ],
-            "example_request_ids": list(look.examples),
+            "example_request_ids": sorted({i for e in look.epochs.values() for i in e.examples}),
         }
         try:
             return await self.manager.act(
@@ -280,9 +308,9 @@ class RolloutController:
         canary = spec.canary
         assert canary is not None and state.baseline and state.candidate and state.started_at
         analysis = canary.analysis
-        thresholds = analysis.thresholds.model_copy(
-            update={"min_samples_rate": analysis.min_samples}
-        )
+        thresholds = analysis.thresholds
+        if "min_samples_rate" not in thresholds.model_fields_set:
+            thresholds = thresholds.model_copy(update={"min_samples_rate": analysis.min_samples})
         wanted = set(analysis.metrics)
         arms = Arms(state.route, state.baseline, state.candidate)
         since = max(state.started_at, now - timedelta(seconds=analysis.window_s))
@@ -296,16 +324,15 @@ class RolloutController:
             for v in judge(primary, candidate, thresholds, memory.looks)
             if v.metric in wanted
         ]
-        epoch = None
-        checks: tuple[dict[str, Tally], dict[str, Tally]] = ({}, {})
-        examples: tuple[str, ...] = ()
+        epochs: dict[str, EpochLook] = {}
         rule = next((n for n, r in self.config.rules.items() if state.route in r.routes), None)
         if rule is not None and "check_pass_rate" in wanted:
-            epoch = current_epoch(self.engine, rule)
-        if epoch is not None:
-            epoch_since = max(epoch.started_at, state.started_at)
-            checks = check_windows(self.engine, arms, epoch, epoch_since)
-            if checks[0] or checks[1]:
+            recent = now - timedelta(seconds=analysis.window_s)
+            for epoch in active_epochs(self.engine, arms, rule, recent):
+                epoch_since = max(epoch.started_at, state.started_at)
+                checks = check_windows(self.engine, arms, epoch, epoch_since)
+                if not (checks[0] or checks[1]):
+                    continue
                 key = (epoch.rule, epoch.version)
                 memory.epoch_looks[key] = memory.epoch_looks.get(key, 0) + 1
                 scope = f"rule:{epoch.rule}@{epoch.version}"
@@ -319,12 +346,14 @@ class RolloutController:
                 failing = [
                     v.metric.partition(":")[2] for v in verdicts if v.outcome is Outcome.FAIL
                 ]
+                examples: tuple[str, ...] = ()
                 if failing:
                     examples = tuple(
                         failing_examples(self.engine, arms, epoch, failing[0], epoch_since)
                     )
+                epochs[scope] = EpochLook(epoch, checks, examples)
         self.store.add_verdicts(state, memory.looks, scoped, now)
-        return Look(state.route, state.revision, tuple(scoped), epoch, checks, examples)
+        return Look(state.route, state.revision, tuple(scoped), epochs)
 
     def _rollback_reason(
         self,
@@ -336,7 +365,7 @@ class RolloutController:
     ) -> tuple[str, Alert]:
         # A failing rule check explains a rollback best: name it first.
         failed.sort(key=lambda sv: not sv[1].metric.startswith("check_pass_rate"))
-        _scope, worst = failed[0]
+        scope, worst = failed[0]
         fallback = spec.fallback or spec.primary
         evidence: dict[str, float] = {
             "n_primary": worst.n_primary,
@@ -347,11 +376,14 @@ class RolloutController:
         if worst.estimate is not None:
             evidence["estimate"] = worst.estimate
         rule = version = check = None
-        if worst.metric.startswith("check_pass_rate:") and look.epoch is not None:
+        examples: tuple[str, ...] = ()
+        epoch_look = look.epochs.get(scope)
+        if worst.metric.startswith("check_pass_rate:") and epoch_look is not None:
             check = worst.metric.partition(":")[2]
-            rule, version = look.epoch.rule, look.epoch.version
-            primary_tally = look.checks[0].get(check, (0, 0))
-            candidate_tally = look.checks[1].get(check, (0, 0))
+            rule, version = epoch_look.epoch.rule, epoch_look.epoch.version
+            examples = epoch_look.examples
+            primary_tally = epoch_look.checks[0].get(check, (0, 0))
+            candidate_tally = epoch_look.checks[1].get(check, (0, 0))
             evidence["primary_pass_rate"] = _share(primary_tally)
             evidence["candidate_pass_rate"] = _share(candidate_tally)
             reason = (
@@ -380,7 +412,7 @@ class RolloutController:
             rule_version=version,
             check=check,
             evidence=evidence,
-            example_request_ids=look.examples,
+            example_request_ids=examples,
             generator_url=f"{self.manager.external_url}/admin/rollouts/{state.route}",
         )
         return reason, alert

@@ -177,6 +177,34 @@ def current_epoch(engine: Engine, rule: str) -> Epoch | None:
     return Epoch(rule, str(row[0]), started)
 
 
+def active_epochs(engine: Engine, arms: Arms, rule: str, recent: datetime) -> list[Epoch]:
+    """Every version of `rule` whose checks ran on either arm since `recent` — each is an epoch
+    judged on its own (clients may move between versions, and back) — or, when no check ran
+    lately, the newest version seen. Each epoch starts at its version's first request."""
+    versions_query = (
+        sa.select(_checks.c.rule_version, sa.func.min(_checks.c.created_at))
+        .where(arms.clause(_checks), _checks.c.rule == rule, _checks.c.created_at >= recent)
+        .group_by(_checks.c.rule_version)
+    )
+    firsts_query = sa.select(_rule_events.c.version, _rule_events.c.first_seen_at).where(
+        _rule_events.c.rule == rule
+    )
+    with engine.connect() as conn:
+        active: list[tuple[Any, ...]] = [tuple(row) for row in conn.execute(versions_query)]
+        firsts: dict[str, Any] = {
+            str(v): t for v, t in (tuple(r) for r in conn.execute(firsts_query))
+        }
+    if not active:
+        newest = current_epoch(engine, rule)
+        return [newest] if newest is not None else []
+    epochs = []
+    for version, earliest in sorted(active, key=lambda row: str(row[0])):
+        started = aware(firsts.get(str(version), earliest))
+        assert started is not None
+        epochs.append(Epoch(rule, str(version), started))
+    return epochs
+
+
 def check_windows(
     engine: Engine, arms: Arms, epoch: Epoch, since: datetime
 ) -> tuple[dict[str, Tally], dict[str, Tally]]:

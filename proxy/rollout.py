@@ -10,17 +10,25 @@ Phases (DESIGN §7), per route::
     progressing | paused ──promote──► promoted        (the candidate becomes the route's primary)
     pending | progressing | paused ──abort──► aborted (canary withdrawn; the primary is unchanged)
     any phase ──rollback──► rolled_back               (all traffic to the route's fallback)
+    promoted | rolled_back | aborted ──restore──► pending (or idle)   (the config's primary again)
 
-`aborted` extends the contract's list: an operator withdrawing a canary is not a rollback to the
-fallback. A route with a canary in its config and no rollout yet is `pending`; one without is
-`None` until it is rolled back.
+`aborted` and `restore` extend the contract's lists: an operator withdrawing a canary is not a
+rollback to the fallback, and after a rollback (by the judge, or by an SRE's alert on a route
+without any canary) someone must be able to give the route back to its primary. A route with a
+canary in its config and no rollout yet is `pending`; one without is `None` (idle) until it is
+rolled back.
+
+A step of 100 % is promotion: the judge cannot compare a canary that has all the traffic with a
+primary that has none, so advancing into it promotes.
 
 Every action is idempotent: asking for the phase the route is already in changes nothing
 (`Transition.changed` is False). An action that makes no sense in the current phase raises
 `IllegalTransition`, which names the phase (the admin API answers 409).
 
-Promotion and rollback *override* the config's primary in the live route table; the override
-stays until the next `start` (a rollback's) or until the config names the override as primary.
+Promotion and rollback *override* the config's primary in the live route table. A promotion's
+override stays until `rollback` or `restore`; a rollback's until `start` or `restore`. Overrides
+are persisted: they survive restarts and config edits (status shows them next to the config's
+primary).
 """
 
 from __future__ import annotations
@@ -54,6 +62,8 @@ class Action(enum.StrEnum):
     PROMOTE = "promote"
     ABORT = "abort"
     ROLLBACK = "rollback"
+    RESTORE = "restore"
+    """Back to the config's primary after a promotion, rollback or abort (clears overrides)."""
     ADVANCE = "advance"
     """The judge's: the next step, or promotion after the last one (not on the admin API)."""
 
@@ -223,9 +233,21 @@ def transition(
         if phase is not Phase.PROGRESSING or spec.canary is None:
             raise illegal("only a progressing rollout advances")
         steps = spec.canary.steps
-        if state.step + 1 >= len(steps):
+        if state.step + 1 >= len(steps) or steps[state.step + 1] >= 100:
             return to(
                 phase=Phase.PROMOTED, override=state.candidate, override_arm=Arm.PRIMARY, **stopped
             )
         return to(step=state.step + 1, weight=float(steps[state.step + 1]), step_started_at=now)
+    if action is Action.RESTORE:
+        if phase in (None, Phase.PENDING) and state.override is None:
+            return same()
+        if phase in ACTIVE:
+            raise illegal("a rollout is running: abort, promote or roll it back first")
+        return to(
+            phase=Phase.PENDING if spec.canary is not None else None,
+            candidate=spec.canary.model if spec.canary is not None else None,
+            override=None,
+            override_arm=Arm.PRIMARY,
+            **stopped,
+        )
     raise illegal("unknown action")  # pragma: no cover - Action is a closed enum

@@ -199,13 +199,14 @@ def build_rollout_router(
         rolled: list[dict[str, Any]] = []
         for req in decision.requests:
             starts = req.starts_at.astimezone(UTC)
+            # Seen before? Then a redelivery: never act twice on one firing (an operator may
+            # have restored the route since). Otherwise act first and record the firing after,
+            # so a store failure in between makes Alertmanager retry instead of losing it.
             try:
-                new = await asyncio.to_thread(
-                    manager.store.claim_alert, req.fingerprint, starts, req.route
-                )
+                seen = await asyncio.to_thread(manager.store.alert_seen, req.fingerprint, starts)
             except Exception as exc:
                 return _error(Unavailable(f"the store cannot be reached: {type(exc).__name__}"))
-            if not new:
+            if seen:
                 rolled.append({"route": req.route, "fingerprint": req.fingerprint, "done": "seen"})
                 continue
             try:
@@ -217,9 +218,13 @@ def build_rollout_router(
                     evidence={"fingerprint": req.fingerprint, "starts_at": starts.isoformat()},
                 )
             except (StoreUnavailableError, TransitionConflictError) as exc:
-                # Forget the claim so Alertmanager's retry can act on it.
-                await asyncio.to_thread(manager.store.release_alert, req.fingerprint, starts)
                 return _error(Unavailable(f"rollback of {req.route} not made: {exc}"))
+            try:
+                await asyncio.to_thread(
+                    manager.store.claim_alert, req.fingerprint, starts, req.route
+                )
+            except Exception as exc:  # the rollback stands; a redelivery finds it done
+                log.warning("could not record alert %s as handled: %s", req.fingerprint, exc)
             rolled.append(
                 {
                     "route": req.route,

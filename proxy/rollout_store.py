@@ -294,7 +294,7 @@ class RolloutStore:
         ]
 
     def claim_alert(self, fingerprint: str, starts_at: datetime, route: str) -> bool:
-        """Record one firing of one Alertmanager alert; False if it was already acted on."""
+        """Record one firing of one Alertmanager alert as acted on; False if it already was."""
         try:
             with self._engine.begin() as conn:
                 conn.execute(
@@ -312,13 +312,16 @@ class RolloutStore:
             return False
         return True
 
-    def release_alert(self, fingerprint: str, starts_at: datetime) -> None:
-        with self._engine.begin() as conn:
-            conn.execute(
-                sa.delete(alert_claims)
-                .where(alert_claims.c.fingerprint == fingerprint)
-                .where(alert_claims.c.starts_at == starts_at)
-            )
+    def alert_seen(self, fingerprint: str, starts_at: datetime) -> bool:
+        """Whether this firing of this alert was already acted on (by any replica)."""
+        query = (
+            sa.select(sa.func.count())
+            .select_from(alert_claims)
+            .where(alert_claims.c.fingerprint == fingerprint)
+            .where(alert_claims.c.starts_at == starts_at)
+        )
+        with self._engine.connect() as conn:
+            return bool(conn.execute(query).scalar())
 
 
 def _iso(moment: Any) -> str | None:

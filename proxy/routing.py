@@ -82,7 +82,9 @@ def state_for(name: str, spec: RouteSpec, rollout: RolloutState) -> RouteState:
     """The live state of route `name` under `rollout` (the persisted row, or the initial one)."""
     target, arm = serving(rollout, spec)
     canary = None
-    if rollout.active and rollout.candidate is not None:
+    configured = spec.canary.model if spec.canary is not None else None
+    if rollout.active and rollout.candidate is not None and rollout.candidate == configured:
+        # A canary removed from (or changed in) the config stops taking traffic at once.
         canary = Canary(rollout.candidate, rollout.weight, rollout.salt)
     fallback = spec.fallback if spec.fallback != target else None
     return RouteState(name, spec, target, fallback, arm, canary, rollout)

@@ -63,11 +63,11 @@ def test_start_sends_the_first_step_to_the_candidate_with_a_fresh_salt() -> None
     assert again.override is None  # a new start ends the rollback's safe mode
 
 
-def test_advance_climbs_every_step_then_promotes() -> None:
+def test_advance_climbs_every_step_and_a_100_percent_step_is_promotion() -> None:
     state = act(initial_state("bot", SPEC), Action.START)
     state = act(state, Action.ADVANCE, 1)
     assert (state.step, state.weight, state.step_started_at) == (1, 50.0, T0 + timedelta(1 / 1440))
-    state = act(act(state, Action.ADVANCE, 2), Action.ADVANCE, 3)
+    state = act(state, Action.ADVANCE, 2)  # into the 100 % step: that is promotion
     assert state.phase is Phase.PROMOTED
     assert (state.override, state.override_arm, state.weight) == ("cand", Arm.PRIMARY, 0.0)
 
@@ -205,3 +205,60 @@ def test_route_table_follows_rollback_and_promotion() -> None:
     assert plan is not None and (plan.target, plan.arm) == ("cand", Arm.PRIMARY)
     state = table.get("bot")
     assert state is not None and state.fallback == "safe"
+
+
+def test_advance_past_the_last_step_promotes() -> None:
+    spec = (
+        config()
+        .routes["bot"]
+        .model_copy(
+            update={"canary": config().routes["bot"].canary.model_copy(update={"steps": [20, 60]})}  # type: ignore[union-attr]
+        )
+    )
+    state = transition(initial_state("bot", spec), Action.START, spec, now=T0, reason="", actor="t")
+    state = transition(state.after, Action.ADVANCE, spec, now=T0, reason="", actor="t")
+    assert (state.after.phase, state.after.weight) == (Phase.PROGRESSING, 60.0)
+    state = transition(state.after, Action.ADVANCE, spec, now=T0, reason="", actor="t")
+    assert state.after.phase is Phase.PROMOTED
+
+
+@pytest.mark.parametrize(
+    "setup", [[Action.ROLLBACK], [Action.START, Action.PROMOTE], [Action.ABORT]]
+)
+def test_restore_gives_the_route_back_to_its_config_primary(setup: list[Action]) -> None:
+    state = initial_state("bot", SPEC)
+    for step in setup:
+        state = act(state, step)
+    restored = act(state, Action.RESTORE)
+    assert (restored.phase, restored.override, restored.weight) == (Phase.PENDING, None, 0.0)
+    table = _table_with(restored, config())
+    plan = table.plan("bot", [], {}, "r")
+    assert plan is not None and (plan.target, plan.arm) == ("prod", Arm.PRIMARY)
+    again = transition(restored, Action.RESTORE, SPEC, now=T0, reason="", actor="t")
+    assert again.changed is False
+
+
+def test_restore_refuses_a_running_rollout_and_idles_a_plain_route() -> None:
+    running = act(initial_state("bot", SPEC), Action.START)
+    with pytest.raises(IllegalTransition, match="running"):
+        transition(running, Action.RESTORE, SPEC, now=T0, reason="", actor="t")
+    plain = config().routes["plain"]
+    rolled = transition(
+        initial_state("plain", plain), Action.ROLLBACK, plain, now=T0, reason="", actor="t"
+    )
+    back = transition(rolled.after, Action.RESTORE, plain, now=T0, reason="", actor="t").after
+    assert (back.phase, back.override) == (None, None)
+
+
+def test_a_canary_removed_from_the_config_stops_taking_traffic() -> None:
+    state = act(initial_state("bot", SPEC), Action.START)
+    cfg = config()
+    without = cfg.model_copy(
+        update={
+            "routes": {**cfg.routes, "bot": cfg.routes["bot"].model_copy(update={"canary": None})}
+        }
+    )
+    table = RouteTable(without)
+    table.apply(state)
+    arms = {table.plan("bot", [], {}, f"r{i}").arm for i in range(200)}  # type: ignore[union-attr]
+    assert arms == {Arm.PRIMARY}

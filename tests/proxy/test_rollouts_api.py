@@ -298,8 +298,14 @@ def test_a_stale_candidate_is_rolled_back_after_the_rule_changes(
             metric="check_pass_rate:max-weight", verdict="fail",
         ) >= 2  # fmt: skip
 
-        alerts = wait_until(lambda: webhook.bodies, what="the alert")
+        alerts = wait_until(
+            lambda: [b for b in webhook.bodies if b["kind"] == "rule_regression"], what="the alert"
+        )
         alert = alerts[0]
+        # The first failing look warned before the second one rolled back.
+        warning = next(b for b in webhook.bodies if b["kind"] == "verdict_fail")
+        assert warning["severity"] == "warning" and "1 more failing look" in warning["summary"]
+        assert webhook.bodies.index(warning) < webhook.bodies.index(alert)
         assert (alert["kind"], alert["route"], alert["target"]) == (
             "rule_regression",
             "bot",
@@ -404,6 +410,14 @@ def test_alertmanager_rolls_the_route_back_once_per_alert(start_gateway: StartGa
         answer = client.post("/hooks/alertmanager", headers=AUTH, json=refired).json()
         assert answer["rollbacks"][0]["done"] == "already_rolled_back"
         assert rollout(client)["phase"] == "rolled_back"
+        # The operator gives the route back to its primary; a late redelivery of the same firing
+        # must not take it away again.
+        restored = client.post("/admin/rollouts/bot/restore", headers=AUTH).json()["rollout"]
+        assert (restored["phase"], restored["override"]) == ("pending", None)
+        assert ask(client, "u").headers["x-mirrorgate-arm"] == "primary"
+        late = client.post("/hooks/alertmanager", headers=AUTH, json=ALERT).json()
+        assert late["rollbacks"][0]["done"] == "seen"
+        assert rollout(client)["phase"] == "pending"
         unknown = copy.deepcopy(ALERT)
         unknown["alerts"][0]["labels"]["mirrorgate_route"] = "nope"
         answer = client.post("/hooks/alertmanager", headers=AUTH, json=unknown).json()
