@@ -8,6 +8,7 @@ webhook `/hooks/alertmanager`. Both need the admin bearer token.
     GET  /admin/rollouts/{route}               one route: state, live routing, transitions, verdicts
     GET  /admin/rollouts/{route}/verdicts      the judge's recent verdicts (?limit=, at most 1000)
     POST /admin/rollouts/{route}/{action}      start | pause | resume | promote | abort | rollback
+                                               | restore
                                                optional JSON body {"reason": "..."}
 
 Answers: 200 with `changed` (false when the route already was where the action leads), 404 for
