@@ -140,7 +140,17 @@ class _Scene:
         self.arms: Counter[str] = Counter()
         self.errors = 0
         self.alerts: list[dict[str, Any]] = []
-        self.alert_arrived = threading.Event()
+        self.alert_arrived = threading.Condition(self.lock)
+
+    def wait_for_alert(self, kinds: tuple[str, ...], timeout_s: float) -> dict[str, Any] | None:
+        """The first alert received of one of `kinds`, waiting up to `timeout_s` for it."""
+
+        def found() -> dict[str, Any] | None:
+            return next((a for a in self.alerts if a.get("kind") in kinds), None)
+
+        with self.alert_arrived:
+            self.alert_arrived.wait_for(found, timeout_s)
+            return found()
 
     def system_prompt(self) -> str:
         with self.lock:
@@ -163,8 +173,10 @@ def _alert_receiver(scene: _Scene) -> Iterator[str]:
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", "0") or 0)
             try:
-                scene.alerts.append(json.loads(self.rfile.read(length)))
-                scene.alert_arrived.set()
+                alert = json.loads(self.rfile.read(length))
+                with scene.alert_arrived:
+                    scene.alerts.append(alert)
+                    scene.alert_arrived.notify_all()
             finally:
                 self.send_response(200)
                 self.send_header("content-length", "0")
@@ -280,6 +292,7 @@ def _story(
     rule_changed_at: float | None = None
     rolled_back_at: float | None = None
     seen_revision = 0
+    warned = False
     last_status = 0.0
     while not stop.wait(0.25):
         elapsed = time.monotonic() - started
@@ -298,6 +311,11 @@ def _story(
             if event["revision"] > seen_revision:
                 seen_revision = event["revision"]
                 out(_event_line(started, event))
+        if not warned:
+            warning = scene.wait_for_alert(("verdict_fail",), 0)
+            if warning is not None:
+                warned = True
+                out(f"{_clock(started)} !! warning alert sent: {warning['summary']}")
         at_last_step = state["phase"] == "progressing" and state["step"] == len(STEPS) - 1
         if (
             rule_changed_at is None
@@ -318,7 +336,6 @@ def _story(
                 "(new system prompt, rule shipping-policy v1 -> v2)")  # fmt: skip
         if state["phase"] == "rolled_back" and rolled_back_at is None:
             rolled_back_at = elapsed
-            scene.alert_arrived.wait(5)
             _print_rollback(out, state, scene, rule_changed_at, elapsed)
         if elapsed - last_status >= 4:
             last_status = elapsed
@@ -376,8 +393,8 @@ def _print_rollback(
         out(f"  evidence {v['metric']} ({v['scope']}): regression {v['estimate']:.2f} "
             f"[{v['low']:.2f}, {v['high']:.2f}] > margin {v['threshold']:g}; "
             f"{v['n_primary']} primary vs {v['n_candidate']} canary answers")  # fmt: skip
-    if scene.alerts:
-        alert = scene.alerts[0]
+    alert = scene.wait_for_alert(("rule_regression", "rollback"), 5.0)
+    if alert is not None:
         out(f"  alert    -> webhook: [{alert['severity']}] {alert['kind']} rule={alert['rule']} "
             f"version={alert['rule_version']} check={alert['check']}")  # fmt: skip
         out(f"           example requests: {', '.join(alert['example_request_ids'][:3])}")

@@ -31,8 +31,14 @@ def test_the_story_climbs_the_steps_then_rolls_back_after_the_rule_change() -> N
     assert climbs == [("10", "operator"), ("25", "judge"), ("50", "judge")], out
     assert out.index(">> canary at 50%") < out.index("the business rule changes")
     # ...then the new rule version's check fails on the canary only, and the judge rolls back.
+    # The first failing look warns; the next one rolls back.
+    warning = re.search(
+        r"!! warning alert sent: canary new-model of route support-bot is failing", out
+    )
+    assert warning, out
     rollback = re.search(r"ROLLED BACK ([\d.]+)s after the rule changed: .* to 'safe'", out)
     assert rollback, out
+    assert warning.start() < rollback.start()
     assert "check_pass_rate:max-weight failed on rule shipping-policy version v2" in out
     assert re.search(r"candidate passes 0% \(0/\d+\), primary 100%", out)
     alert = re.search(
