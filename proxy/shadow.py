@@ -7,15 +7,17 @@ is decided there without waiting on anything:
 - sampled or not, deterministically: a hash of the sticky key (when the route's canary has one and
   the request carries it) or of the request id, per candidate, below `sample`;
 - dropped, and counted in `mirrorgate_shadow_dropped_total{reason}`, when the client opted out
-  (`x-mirrorgate-shadow: off` → `opted_out`), the candidate already has `max_concurrency` calls in
-  flight (`concurrency`), the candidate spent `max_usd_per_hour` in the last hour (`budget`), every
+  (`x-mirrorgate-shadow: off` → `opted_out`), the gateway's event loop has no CPU to spare
+  (`overload`, see `proxy.overload`), the candidate already has `max_concurrency` calls in flight
+  (`concurrency`), the candidate spent `max_usd_per_hour` in the last hour (`budget`), every
   shadow slot of the gateway is taken (`queue_full`), or the gateway is stopping (`shutdown`);
 - otherwise started as a background task that calls the candidate (streaming when the primary
   streams, so its time to first token is real), waits for the primary's answer, and records the
   candidate's exchange (`arm="shadow"`) and a `PairRecord` comparing the two.
 
 The client never waits for any of it: `offer` is synchronous and O(shadows), and the tasks only
-ever read what the client path already finished.
+ever read what the client path already finished. Shadows are strictly best-effort: while the
+loop is overloaded they are not started at all, so the CPU goes to client requests.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry.trace import SpanContext
+from prometheus_client import Counter
 
 from analyzers.agreement import AgreementSpec, agree
 from analyzers.answer import Answer
@@ -37,10 +40,11 @@ from analyzers.comparison import compare_text
 from proxy.analysis import AnalysisWorker, answer_of
 from proxy.budget import HourlySpend
 from proxy.caller import Attempt, CallContext, ModelCaller
-from proxy.config import agreement_spec
+from proxy.config import ShadowSpec, agreement_spec
 from proxy.errors import UpstreamTimeout
 from proxy.judge import Judge
 from proxy.metrics import GatewayMetrics
+from proxy.overload import LoopLoadMonitor
 from proxy.records import Arm, ExchangeRecord, PairRecord, Status
 from proxy.routing import RouteState
 from proxy.sampling import sampled
@@ -88,7 +92,12 @@ class _Job:
     target: str
     kind: str
     """`shadow` (a candidate) or `noise` (the primary itself, asked again)."""
-    timeout_s: float | None
+    spec: ShadowSpec | None
+    """The candidate's limits; None for the noise floor (default concurrency, no budget)."""
+
+    @property
+    def timeout_s(self) -> float | None:
+        return self.spec.timeout_s if self.spec is not None else None
 
 
 class ShadowDispatcher:
@@ -102,6 +111,9 @@ class ShadowDispatcher:
         sinks: list[RecordSink],
         max_pending: int = 1000,
         clock: Callable[[], float] = time.monotonic,
+        shed_lag_s: float = 0.0,
+        shed_busy: float = 0.0,
+        cpu_clock: Callable[[], float] = time.thread_time,
     ) -> None:
         self.caller = caller
         self.metrics = metrics
@@ -113,7 +125,19 @@ class ShadowDispatcher:
         self.inflight: dict[str, int] = {}
         self.spend: dict[str, HourlySpend] = {}
         self.accepting = True
+        self.overload = (
+            LoopLoadMonitor(shed_lag_s, shed_busy, cpu_clock=cpu_clock)
+            if shed_lag_s > 0 or shed_busy > 0
+            else None
+        )
+        """Says when the event loop has no CPU to spare (None: never shed for overload)."""
+        if self.overload is not None:
+            monitor = self.overload
+            metrics.loop_lag.set_function(lambda: monitor.lag_s)
+            metrics.loop_busy.set_function(lambda: monitor.busy)
+            metrics.shadow_overloaded.set_function(lambda: float(monitor.overloaded))
         self._agreements: dict[str, AgreementSpec] = {}
+        self._counters: dict[tuple[Counter, str, str, str], Counter] = {}
         self.analysis: AnalysisWorker | None = None
         """Set by the gateway's wiring: shadows' answers are analysed like the primary's."""
         self.judge: Judge | None = None
@@ -134,9 +158,9 @@ class ShadowDispatcher:
         answer: PrimaryAnswer | None = None
         now = self.clock()
         for job in jobs:
-            reason = self._refusal(job, route, now, opted_out)
+            reason = self._refusal(job, now, opted_out)
             if reason is not None:
-                self.metrics.shadow_dropped.labels(route.name, job.target, reason).inc()
+                self._count(self.metrics.shadow_dropped, route.name, job.target, reason)
                 continue
             if answer is None:
                 answer = PrimaryAnswer(asyncio.get_running_loop().create_future())
@@ -150,18 +174,20 @@ class ShadowDispatcher:
         for shadow in route.spec.shadows:
             key = key or sticky_key(route, ctx)
             if sampled(key, shadow.model, shadow.sample):
-                jobs.append(_Job(shadow.model, "shadow", shadow.timeout_s))
+                jobs.append(_Job(shadow.model, "shadow", shadow))
         noise = route.spec.noise_sample
         if noise > 0 and sampled(ctx.request_id, "\x00noise", noise):
             jobs.append(_Job(route.primary, "noise", None))
         return jobs
 
-    def _refusal(self, job: _Job, route: RouteState, now: float, opted_out: bool) -> str | None:
+    def _refusal(self, job: _Job, now: float, opted_out: bool) -> str | None:
         if not self.accepting:
             return "shutdown"
         if opted_out:
             return "opted_out"
-        spec = next((s for s in route.spec.shadows if s.model == job.target), None)
+        if self.overload is not None and self.overload.overloaded:
+            return "overload"
+        spec = job.spec
         limit = spec.max_concurrency if spec is not None else 8
         if self.inflight.get(job.target, 0) >= limit:
             return "concurrency"
@@ -173,6 +199,15 @@ class ShadowDispatcher:
             return "queue_full"
         return None
 
+    def _count(self, family: Counter, route: str, target: str, value: str) -> None:
+        """Add one to `family{route, target, <reason or result>}`; the label children are cached
+        (`labels()` is not free, and a shed offer must stay cheap)."""
+        key = (family, route, target, value)
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = family.labels(route, target, value)
+        counter.inc()
+
     # --- off the client path ----------------------------------------------------------------------
 
     async def _run(
@@ -183,7 +218,7 @@ class ShadowDispatcher:
         try:
             attempt = await self._call(shadow_ctx, job)
         except asyncio.CancelledError:
-            self.metrics.shadow_dropped.labels(route.name, job.target, "shutdown").inc()
+            self._count(self.metrics.shadow_dropped, route.name, job.target, "shutdown")
             raise
         finally:
             self.inflight[job.target] -= 1
@@ -264,9 +299,16 @@ class ShadowDispatcher:
             except Exception:
                 log.exception("record sink %r failed", sink)
 
+    def start(self) -> None:
+        """Start the overload monitor (from the gateway's lifespan, on the serving loop)."""
+        if self.overload is not None:
+            self.overload.start()
+
     async def stop(self, timeout_s: float) -> None:
         """Refuse new shadows, give running ones `timeout_s`, then cancel the rest (counted)."""
         self.accepting = False
+        if self.overload is not None:
+            await self.overload.stop()
         await self.tasks.wait(timeout_s)
         cancelled = await self.tasks.cancel_all()
         if self.judge is not None:
