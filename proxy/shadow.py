@@ -23,9 +23,9 @@ loop is overloaded they are not started at all, so the CPU goes to client reques
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -36,7 +36,7 @@ from prometheus_client import Counter
 
 from analyzers.agreement import AgreementSpec, agree
 from analyzers.answer import Answer
-from analyzers.comparison import compare_text
+from analyzers.comparison import TextComparison, compare_text
 from proxy.analysis import AnalysisWorker, answer_of
 from proxy.budget import HourlySpend
 from proxy.caller import Attempt, CallContext, ModelCaller
@@ -213,8 +213,11 @@ class ShadowDispatcher:
     async def _run(
         self, ctx: CallContext, route: RouteState, job: _Job, answer: PrimaryAnswer
     ) -> None:
-        pair_id = uuid.uuid4().hex
-        shadow_ctx = replace(ctx, tags=(job.kind,) if job.kind == "noise" else ())
+        pair_id = _pair_id(ctx.request_id, job.kind, job.target)
+        tags = (job.kind,) if job.kind == "noise" else ()
+        # The client path's context as it is, when it already carries the right tags: a shadow
+        # only reads it (the payload's `model` is set and serialised within one call to `open`).
+        shadow_ctx = ctx if ctx.tags == tags else replace(ctx, tags=tags)
         try:
             attempt = await self._call(shadow_ctx, job)
         except asyncio.CancelledError:
@@ -225,40 +228,35 @@ class ShadowDispatcher:
         attempt.pair_id = pair_id
         ended = time.perf_counter()
         record = self.caller.record(shadow_ctx, attempt, _status(attempt), ended, own_clock=True)
-        spend = self.spend.setdefault(job.target, HourlySpend())
+        spend = self.spend.get(job.target)
+        if spend is None:
+            spend = self.spend[job.target] = HourlySpend()
         spend.add(self.clock(), record.cost_usd)
         self.metrics.observe(record)
         text = self.caller.answer_text(shadow_ctx, attempt)
-        primary: ExchangeRecord | None = None
-        primary_text, span = "", None
-        try:
-            primary, primary_text, span = await asyncio.wait_for(
-                asyncio.shield(answer.future), PRIMARY_WAIT_S
-            )
-        except TimeoutError:
-            log.warning(
-                "shadow %s: no primary answer for %s; pair skipped", pair_id, ctx.request_id
-            )
-        except asyncio.CancelledError:
-            if not answer.future.cancelled():
-                raise  # this task is being cancelled (shutdown)
+        primary, primary_text, span = await _primary_answer(answer, pair_id, ctx.request_id)
         if self.tracer.enabled:
             self.tracer.record(
                 record, attempt.start_ns, ctx.endpoint.operation, links=[span] if span else ()
             )
         self._emit(record)
-        candidate_answer = answer_of(ctx.endpoint.name, text, attempt.parsed)
+        candidate_answer = None
         if self.analysis is not None:
+            candidate_answer = answer_of(ctx.endpoint.name, text, attempt.parsed)
             self.analysis.submit(record, candidate_answer)
         if primary is not None:
-            self._emit(_pair(pair_id, job.kind, primary, primary_text, record, text))
+            comparison = compare_text(primary_text, text)
+            self._emit(_pair(pair_id, job.kind, primary, record, comparison))
             if primary.status is Status.OK and record.status is Status.OK:
-                verdict = agree(primary_text, text, self._agreement(route))
+                spec = self._agreement(route)
+                if spec.mode == "normalized" and not comparison.truncated:
+                    verdict: bool | None = comparison.normalized  # the same test, already done
+                else:
+                    verdict = agree(primary_text, text, spec)
                 if verdict is not None:
-                    self.metrics.agreement.labels(
-                        route.name, job.target, "agree" if verdict else "disagree"
-                    ).inc()
-            if self.analysis is not None:
+                    result = "agree" if verdict else "disagree"
+                    self._count(self.metrics.agreement, route.name, job.target, result)
+            if self.analysis is not None and candidate_answer is not None:
                 self.analysis.submit_pair(
                     primary, Answer(text=primary_text), record, candidate_answer, job.kind
                 )
@@ -317,6 +315,38 @@ class ShadowDispatcher:
             log.info("shadow: %d calls still running at shutdown were cancelled", cancelled)
 
 
+def _pair_id(request_id: str, kind: str, target: str) -> str:
+    """The pair's id: unique per (request, kind, target), 32 hex digits like a uuid4's.
+
+    Derived rather than drawn: `uuid4` reads the OS's random source, and `os.urandom` releases
+    the GIL, so the event loop can wait for the recorder thread to give it back (up to the 5 ms
+    switch interval) once per shadow call.
+    """
+    key = f"{request_id}\x00{kind}\x00{target}".encode()
+    return hashlib.blake2b(key, digest_size=16).hexdigest()
+
+
+async def _primary_answer(
+    answer: PrimaryAnswer, pair_id: str, request_id: str
+) -> tuple[ExchangeRecord | None, str, SpanContext | None]:
+    """The primary's record, answer text and span, once the client path has them; (None, "",
+    None) when it ends without one, or after `PRIMARY_WAIT_S`."""
+    future = answer.future
+    if not future.done():  # usually it is: a shadow seldom answers before the primary
+        try:
+            await asyncio.wait_for(asyncio.shield(future), PRIMARY_WAIT_S)
+        except TimeoutError:
+            log.warning("shadow %s: no primary answer for %s; pair skipped", pair_id, request_id)
+            return None, "", None
+        except asyncio.CancelledError:
+            if not future.cancelled():
+                raise  # this task is being cancelled (shutdown)
+    if future.cancelled():
+        return None, "", None
+    primary, text, span = future.result()
+    return primary, text, span
+
+
 def _status(attempt: Attempt) -> int:
     if attempt.error is not None:
         return attempt.error.status
@@ -327,11 +357,9 @@ def _pair(
     pair_id: str,
     kind: str,
     primary: ExchangeRecord,
-    primary_text: str,
     candidate: ExchangeRecord,
-    candidate_text: str,
+    comparison: TextComparison,
 ) -> PairRecord:
-    comparison = compare_text(primary_text, candidate_text)
     ttft = (
         candidate.ttft_s - primary.ttft_s
         if candidate.ttft_s is not None and primary.ttft_s is not None
