@@ -73,7 +73,7 @@ def compare_text(primary: str, candidate: str) -> TextComparison:
                 fields[key] = key in json_a and key in json_b and json_a[key] == json_b[key]
     return TextComparison(
         exact=primary == candidate,
-        normalized=normalize(a) == normalize(b),
+        normalized=a == b or normalize(a) == normalize(b),  # equal texts need no normalising
         json_equal=json_equal,
         json_fields=fields,
         length_ratio=(len(candidate) / len(primary)) if primary else None,

@@ -98,6 +98,40 @@ def _combine_nested(
     return out
 
 
+@dataclass(frozen=True)
+class ShadowCalls:
+    """The shadow calls of some cells, every candidate together: how many were made, how many
+    shed and why. Every candidate is at `sample: 1.0`, so each client request offers one call to
+    each candidate that shows in the counters."""
+
+    offered: float
+    made: float
+    shed: dict[str, float]
+    """Reason (`overload`, `concurrency`, ...) -> calls not made."""
+
+    @classmethod
+    def of(cls, counters: ShadowCounters) -> ShadowCalls:
+        candidates = counters.ran.keys() | counters.dropped.keys()
+        shed: dict[str, float] = {}
+        for by_reason in counters.dropped.values():
+            for reason, count in by_reason.items():
+                shed[reason] = shed.get(reason, 0.0) + count
+        made = sum(sum(by_class.values()) for by_class in counters.ran.values())
+        return cls(counters.offered * len(candidates), made, shed)
+
+    def share(self, count: float) -> float:
+        return 100 * count / self.offered if self.offered else math.nan
+
+    def made_text(self) -> str:
+        """`1,234 of 40,000 (3.1 %)`."""
+        return f"{self.made:,.0f} of {self.offered:,.0f} ({self.share(self.made):.1f} %)"
+
+    def shed_text(self) -> str:
+        """`overload 95.2 %, concurrency 1.7 %` (largest first), or `none`."""
+        parts = sorted(self.shed.items(), key=lambda item: -item[1])
+        return ", ".join(f"{r} {self.share(n):.1f} %" for r, n in parts if n) or "none"
+
+
 @dataclass
 class ShadowCell:
     """One measured closed loop of the stage, with the shadow counters it moved."""
@@ -221,13 +255,19 @@ class ShadowSummary:
     """Gateway CPU per client request: the shadow calls' cost included."""
     mock_cpu_us: float
     other_cpu_percent: float
+    calls: ShadowCalls
+    """Shadow calls made and shed in these cells (warm-ups included; none without shadows)."""
 
 
 def summarize(cells: Sequence[ShadowCell], stream: bool, variant: str) -> ShadowSummary | None:
-    mine = [c.cell for c in cells if c.cell.stream is stream and c.variant == variant]
+    picked = [c for c in cells if c.cell.stream is stream and c.variant == variant]
+    mine = [c.cell for c in picked]
     lat = [c.latency_ms for c in mine if c.latency_ms is not None]
     if not lat:
         return None
+    counters = ShadowCounters()
+    for c in picked:
+        counters = counters + c.counters
     ttft = [c.ttft_ms for c in mine if c.ttft_ms is not None]
     med = statistics.median
     return ShadowSummary(
@@ -244,6 +284,7 @@ def summarize(cells: Sequence[ShadowCell], stream: bool, variant: str) -> Shadow
         gateway_cpu_us=med(c.server_cpu_us_per_request or 0.0 for c in mine),
         mock_cpu_us=med(c.mock_cpu_us_per_request or 0.0 for c in mine),
         other_cpu_percent=med(c.other_cpu_percent for c in mine),
+        calls=ShadowCalls.of(counters),
     )
 
 
@@ -269,10 +310,12 @@ def verdicts(result: ShadowStageResult) -> list[ShadowVerdict]:
                 out.append(ShadowVerdict(goal, NA, None))
                 continue
             a, b = getattr(plain, pct), getattr(shadowed, pct)
+            calls = shadowed.calls
             out.append(
                 ShadowVerdict(
                     goal,
-                    f"{_ms(b)} vs {_ms(a)} ms: {b / a:.2f}x",
+                    f"{_ms(b)} vs {_ms(a)} ms: {b / a:.2f}x; shadow calls made "
+                    f"{calls.share(calls.made):.1f} %, shed: {calls.shed_text()}",
                     b / a <= 1 + LATENCY_TOLERANCE,
                 )
             )
@@ -309,10 +352,12 @@ def _range(r: tuple[float, float]) -> str:
 
 
 def latency_table(result: ShadowStageResult) -> str:
-    """Medians of the repeats per (mode, variant), and the shadowed/unshadowed ratio."""
+    """Medians of the repeats per (mode, variant), and the shadowed/unshadowed ratio, with the
+    shadow calls made and shed next to them (a ratio near 1 may just mean everything was shed)."""
     headers = [
         "mode", "route", "req/s", "p50 ms", "p99 ms", "p50 range", "p99 range", "TTFT p50",
         "TTFT p99", "gateway CPU µs/req", "mock CPU µs/req", "other CPU %",
+        "shadow calls made", "shadow calls shed",
     ]  # fmt: skip
     rows: list[list[str]] = []
     for stream in (False, True):
@@ -321,10 +366,12 @@ def latency_table(result: ShadowStageResult) -> str:
         for s in pair:
             if s is None:
                 continue
+            shadowed = s.variant == SHADOWED
             rows.append([
                 mode, s.variant, f"{s.rps:,.0f}", _ms(s.p50), _ms(s.p99), _range(s.p50_range),
                 _range(s.p99_range), _ms(s.ttft_p50), _ms(s.ttft_p99), f"{s.gateway_cpu_us:,.0f}",
                 f"{s.mock_cpu_us:,.0f}", f"{s.other_cpu_percent:.0f}",
+                s.calls.made_text() if shadowed else NA, s.calls.shed_text() if shadowed else NA,
             ])  # fmt: skip
         a, b = pair
         if a is not None and b is not None:
@@ -333,7 +380,7 @@ def latency_table(result: ShadowStageResult) -> str:
                 f"**{b.p99 / a.p99:.2f}x**", NA, NA,
                 _ratio(b.ttft_p50, a.ttft_p50), _ratio(b.ttft_p99, a.ttft_p99),
                 f"{b.gateway_cpu_us / a.gateway_cpu_us:.2f}x" if a.gateway_cpu_us else NA,
-                f"{b.mock_cpu_us / a.mock_cpu_us:.2f}x" if a.mock_cpu_us else NA, NA,
+                f"{b.mock_cpu_us / a.mock_cpu_us:.2f}x" if a.mock_cpu_us else NA, NA, NA, NA,
             ])  # fmt: skip
     return table(headers, rows)
 

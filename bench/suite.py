@@ -338,11 +338,12 @@ class Suite:
                     counters = shadow_counters() - before
                     stage.cells.append(shadows.ShadowCell(variant, repeat, cell, counters))
                     lat = cell.latency_ms
+                    calls = shadows.ShadowCalls.of(counters)
                     log(
                         f"{cell.mode:10} #{repeat + 1} {variant:10} {cell.rps:6.0f} req/s  "
                         f"p50 {lat.p50 if lat else float('nan'):6.2f} ms  "
                         f"p99 {lat.p99 if lat else float('nan'):6.2f} ms  "
-                        f"shadows ran {sum(sum(d.values()) for d in counters.ran.values()):,.0f}"
+                        f"shadow calls made {calls.made:,.0f}, shed: {calls.shed_text()}"
                     )
         stage.memory = self._shadow_memory(variants[shadows.SHADOWED], gateway.server)
         stage.loadavg.append(_loadavg())

@@ -13,7 +13,8 @@ import importlib.metadata
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
@@ -66,7 +67,11 @@ class Gateway:
         registry: CollectorRegistry | None = None,
         env: Mapping[str, str] | None = None,
         tracer_provider: TracerProvider | None = None,
+        cpu_clock: Callable[[], float] = time.thread_time,
     ) -> None:
+        """`cpu_clock`: the CPU time the overload monitor counts as the gateway's. The event
+        loop thread's by default; `mirrorgate serve`, alone in its process, passes the process's
+        (its recorder and analysis threads compete with the loop for the same GIL)."""
         self.config = config
         self.env = os.environ if env is None else env
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -98,6 +103,9 @@ class Gateway:
                 self.tracer,
                 self.sinks,  # type: ignore[arg-type]
                 max_pending=config.server.max_shadow_calls,
+                shed_lag_s=config.server.shadow_shed_lag_ms / 1000,
+                shed_busy=config.server.shadow_shed_busy_percent / 100,
+                cpu_clock=cpu_clock,
             )
             self.proxy.shadows = self.shadows
         if self.shadows is not None and config.judge is not None:
@@ -164,6 +172,8 @@ class Gateway:
         )
         if any(r.canary is not None for r in self.config.routes.values()):
             self.background.spawn(self.controller.run(), "rollout-controller")
+        if self.shadows is not None:
+            self.shadows.start()
         self.ready = True
         try:
             yield

@@ -78,6 +78,21 @@ class ServerSpec(Spec):
     replica is applied within this delay plus one query)."""
     external_url: str | None = None
     """How people reach this gateway (alert links point at its admin API); default: host:port."""
+    shadow_shed_lag_ms: float = Field(10.0, ge=0, le=10_000)
+    """Overload by lag: once the event loop runs ready work this late on average (about the last
+    second of wake-ups), new shadow and noise-floor calls are dropped (`reason="overload"`) until
+    it is back under half of it. 0 leaves the lag out; otherwise at least 1 ms."""
+    shadow_shed_busy_percent: float = Field(70.0, ge=0, le=100)
+    """Overload by CPU: once the event loop's thread is on the CPU this share of the time (over
+    about half a second), new shadow and noise-floor calls are dropped (`reason="overload"`)
+    until it is 10 points lower. 0 leaves it out."""
+
+    @field_validator("shadow_shed_lag_ms")
+    @classmethod
+    def _lag_above_timer_noise(cls, value: float) -> float:
+        if 0 < value < 1:
+            raise ValueError("must be 0 (off) or at least 1 ms: the loop's timers tick in ms")
+        return value
 
 
 class StoreSpec(Spec):

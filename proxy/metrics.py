@@ -59,6 +59,22 @@ class GatewayMetrics:
             "mirrorgate_shadow_dropped", "Shadow calls not made, by reason.",
             ("route", "target", "reason"), registry=registry,
         )  # fmt: skip
+        # The overload monitor's readings (proxy/overload.py), read when scraped; measured only
+        # while a route has shadows or a noise floor.
+        self.loop_lag = Gauge(
+            "mirrorgate_event_loop_lag_seconds",
+            "How late the event loop runs ready work (moving average).", registry=registry,
+        )  # fmt: skip
+        self.loop_busy = Gauge(
+            "mirrorgate_event_loop_busy_ratio",
+            "Share of the time the event loop's thread is on the CPU (moving average).",
+            registry=registry,
+        )  # fmt: skip
+        self.shadow_overloaded = Gauge(
+            "mirrorgate_shadow_overloaded",
+            "1 while new shadow calls are dropped because the event loop is overloaded.",
+            registry=registry,
+        )  # fmt: skip
         self.check_results = Counter(
             "mirrorgate_check_results", "Rule check outcomes.",
             (*arm, "rule", "rule_version", "check", "result"), registry=registry,

@@ -7,40 +7,44 @@ is decided there without waiting on anything:
 - sampled or not, deterministically: a hash of the sticky key (when the route's canary has one and
   the request carries it) or of the request id, per candidate, below `sample`;
 - dropped, and counted in `mirrorgate_shadow_dropped_total{reason}`, when the client opted out
-  (`x-mirrorgate-shadow: off` → `opted_out`), the candidate already has `max_concurrency` calls in
-  flight (`concurrency`), the candidate spent `max_usd_per_hour` in the last hour (`budget`), every
+  (`x-mirrorgate-shadow: off` → `opted_out`), the gateway's event loop has no CPU to spare
+  (`overload`, see `proxy.overload`), the candidate already has `max_concurrency` calls in flight
+  (`concurrency`), the candidate spent `max_usd_per_hour` in the last hour (`budget`), every
   shadow slot of the gateway is taken (`queue_full`), or the gateway is stopping (`shutdown`);
 - otherwise started as a background task that calls the candidate (streaming when the primary
   streams, so its time to first token is real), waits for the primary's answer, and records the
   candidate's exchange (`arm="shadow"`) and a `PairRecord` comparing the two.
 
 The client never waits for any of it: `offer` is synchronous and O(shadows), and the tasks only
-ever read what the client path already finished.
+ever read what the client path already finished. Shadows are strictly best-effort: while the
+loop is overloaded they are not started at all, so the CPU goes to client requests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry.trace import SpanContext
+from prometheus_client import Counter
 
 from analyzers.agreement import AgreementSpec, agree
 from analyzers.answer import Answer
-from analyzers.comparison import compare_text
+from analyzers.comparison import TextComparison, compare_text
 from proxy.analysis import AnalysisWorker, answer_of
 from proxy.budget import HourlySpend
 from proxy.caller import Attempt, CallContext, ModelCaller
-from proxy.config import agreement_spec
+from proxy.config import ShadowSpec, agreement_spec
 from proxy.errors import UpstreamTimeout
 from proxy.judge import Judge
 from proxy.metrics import GatewayMetrics
+from proxy.overload import LoopLoadMonitor
 from proxy.records import Arm, ExchangeRecord, PairRecord, Status
 from proxy.routing import RouteState
 from proxy.sampling import sampled
@@ -88,7 +92,12 @@ class _Job:
     target: str
     kind: str
     """`shadow` (a candidate) or `noise` (the primary itself, asked again)."""
-    timeout_s: float | None
+    spec: ShadowSpec | None
+    """The candidate's limits; None for the noise floor (default concurrency, no budget)."""
+
+    @property
+    def timeout_s(self) -> float | None:
+        return self.spec.timeout_s if self.spec is not None else None
 
 
 class ShadowDispatcher:
@@ -102,6 +111,9 @@ class ShadowDispatcher:
         sinks: list[RecordSink],
         max_pending: int = 1000,
         clock: Callable[[], float] = time.monotonic,
+        shed_lag_s: float = 0.0,
+        shed_busy: float = 0.0,
+        cpu_clock: Callable[[], float] = time.thread_time,
     ) -> None:
         self.caller = caller
         self.metrics = metrics
@@ -113,7 +125,19 @@ class ShadowDispatcher:
         self.inflight: dict[str, int] = {}
         self.spend: dict[str, HourlySpend] = {}
         self.accepting = True
+        self.overload = (
+            LoopLoadMonitor(shed_lag_s, shed_busy, cpu_clock=cpu_clock)
+            if shed_lag_s > 0 or shed_busy > 0
+            else None
+        )
+        """Says when the event loop has no CPU to spare (None: never shed for overload)."""
+        if self.overload is not None:
+            monitor = self.overload
+            metrics.loop_lag.set_function(lambda: monitor.lag_s)
+            metrics.loop_busy.set_function(lambda: monitor.busy)
+            metrics.shadow_overloaded.set_function(lambda: float(monitor.overloaded))
         self._agreements: dict[str, AgreementSpec] = {}
+        self._counters: dict[tuple[Counter, str, str, str], Counter] = {}
         self.analysis: AnalysisWorker | None = None
         """Set by the gateway's wiring: shadows' answers are analysed like the primary's."""
         self.judge: Judge | None = None
@@ -134,9 +158,9 @@ class ShadowDispatcher:
         answer: PrimaryAnswer | None = None
         now = self.clock()
         for job in jobs:
-            reason = self._refusal(job, route, now, opted_out)
+            reason = self._refusal(job, now, opted_out)
             if reason is not None:
-                self.metrics.shadow_dropped.labels(route.name, job.target, reason).inc()
+                self._count(self.metrics.shadow_dropped, route.name, job.target, reason)
                 continue
             if answer is None:
                 answer = PrimaryAnswer(asyncio.get_running_loop().create_future())
@@ -150,18 +174,20 @@ class ShadowDispatcher:
         for shadow in route.spec.shadows:
             key = key or sticky_key(route, ctx)
             if sampled(key, shadow.model, shadow.sample):
-                jobs.append(_Job(shadow.model, "shadow", shadow.timeout_s))
+                jobs.append(_Job(shadow.model, "shadow", shadow))
         noise = route.spec.noise_sample
         if noise > 0 and sampled(ctx.request_id, "\x00noise", noise):
             jobs.append(_Job(route.primary, "noise", None))
         return jobs
 
-    def _refusal(self, job: _Job, route: RouteState, now: float, opted_out: bool) -> str | None:
+    def _refusal(self, job: _Job, now: float, opted_out: bool) -> str | None:
         if not self.accepting:
             return "shutdown"
         if opted_out:
             return "opted_out"
-        spec = next((s for s in route.spec.shadows if s.model == job.target), None)
+        if self.overload is not None and self.overload.overloaded:
+            return "overload"
+        spec = job.spec
         limit = spec.max_concurrency if spec is not None else 8
         if self.inflight.get(job.target, 0) >= limit:
             return "concurrency"
@@ -173,57 +199,64 @@ class ShadowDispatcher:
             return "queue_full"
         return None
 
+    def _count(self, family: Counter, route: str, target: str, value: str) -> None:
+        """Add one to `family{route, target, <reason or result>}`; the label children are cached
+        (`labels()` is not free, and a shed offer must stay cheap)."""
+        key = (family, route, target, value)
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = family.labels(route, target, value)
+        counter.inc()
+
     # --- off the client path ----------------------------------------------------------------------
 
     async def _run(
         self, ctx: CallContext, route: RouteState, job: _Job, answer: PrimaryAnswer
     ) -> None:
-        pair_id = uuid.uuid4().hex
-        shadow_ctx = replace(ctx, tags=(job.kind,) if job.kind == "noise" else ())
+        pair_id = _pair_id(ctx.request_id, job.kind, job.target)
+        tags = (job.kind,) if job.kind == "noise" else ()
+        # The client path's context as it is, when it already carries the right tags: a shadow
+        # only reads it (the payload's `model` is set and serialised within one call to `open`).
+        shadow_ctx = ctx if ctx.tags == tags else replace(ctx, tags=tags)
         try:
             attempt = await self._call(shadow_ctx, job)
         except asyncio.CancelledError:
-            self.metrics.shadow_dropped.labels(route.name, job.target, "shutdown").inc()
+            self._count(self.metrics.shadow_dropped, route.name, job.target, "shutdown")
             raise
         finally:
             self.inflight[job.target] -= 1
         attempt.pair_id = pair_id
         ended = time.perf_counter()
         record = self.caller.record(shadow_ctx, attempt, _status(attempt), ended, own_clock=True)
-        spend = self.spend.setdefault(job.target, HourlySpend())
+        spend = self.spend.get(job.target)
+        if spend is None:
+            spend = self.spend[job.target] = HourlySpend()
         spend.add(self.clock(), record.cost_usd)
         self.metrics.observe(record)
         text = self.caller.answer_text(shadow_ctx, attempt)
-        primary: ExchangeRecord | None = None
-        primary_text, span = "", None
-        try:
-            primary, primary_text, span = await asyncio.wait_for(
-                asyncio.shield(answer.future), PRIMARY_WAIT_S
-            )
-        except TimeoutError:
-            log.warning(
-                "shadow %s: no primary answer for %s; pair skipped", pair_id, ctx.request_id
-            )
-        except asyncio.CancelledError:
-            if not answer.future.cancelled():
-                raise  # this task is being cancelled (shutdown)
+        primary, primary_text, span = await _primary_answer(answer, pair_id, ctx.request_id)
         if self.tracer.enabled:
             self.tracer.record(
                 record, attempt.start_ns, ctx.endpoint.operation, links=[span] if span else ()
             )
         self._emit(record)
-        candidate_answer = answer_of(ctx.endpoint.name, text, attempt.parsed)
+        candidate_answer = None
         if self.analysis is not None:
+            candidate_answer = answer_of(ctx.endpoint.name, text, attempt.parsed)
             self.analysis.submit(record, candidate_answer)
         if primary is not None:
-            self._emit(_pair(pair_id, job.kind, primary, primary_text, record, text))
+            comparison = compare_text(primary_text, text)
+            self._emit(_pair(pair_id, job.kind, primary, record, comparison))
             if primary.status is Status.OK and record.status is Status.OK:
-                verdict = agree(primary_text, text, self._agreement(route))
+                spec = self._agreement(route)
+                if spec.mode == "normalized" and not comparison.truncated:
+                    verdict: bool | None = comparison.normalized  # the same test, already done
+                else:
+                    verdict = agree(primary_text, text, spec)
                 if verdict is not None:
-                    self.metrics.agreement.labels(
-                        route.name, job.target, "agree" if verdict else "disagree"
-                    ).inc()
-            if self.analysis is not None:
+                    result = "agree" if verdict else "disagree"
+                    self._count(self.metrics.agreement, route.name, job.target, result)
+            if self.analysis is not None and candidate_answer is not None:
                 self.analysis.submit_pair(
                     primary, Answer(text=primary_text), record, candidate_answer, job.kind
                 )
@@ -264,15 +297,54 @@ class ShadowDispatcher:
             except Exception:
                 log.exception("record sink %r failed", sink)
 
+    def start(self) -> None:
+        """Start the overload monitor (from the gateway's lifespan, on the serving loop)."""
+        if self.overload is not None:
+            self.overload.start()
+
     async def stop(self, timeout_s: float) -> None:
         """Refuse new shadows, give running ones `timeout_s`, then cancel the rest (counted)."""
         self.accepting = False
+        if self.overload is not None:
+            await self.overload.stop()
         await self.tasks.wait(timeout_s)
         cancelled = await self.tasks.cancel_all()
         if self.judge is not None:
             await self.judge.stop(timeout_s)
         if cancelled:
             log.info("shadow: %d calls still running at shutdown were cancelled", cancelled)
+
+
+def _pair_id(request_id: str, kind: str, target: str) -> str:
+    """The pair's id: unique per (request, kind, target), 32 hex digits like a uuid4's.
+
+    Derived rather than drawn: `uuid4` reads the OS's random source, and `os.urandom` releases
+    the GIL, so the event loop can wait for the recorder thread to give it back (up to the 5 ms
+    switch interval) once per shadow call.
+    """
+    key = f"{request_id}\x00{kind}\x00{target}".encode()
+    return hashlib.blake2b(key, digest_size=16).hexdigest()
+
+
+async def _primary_answer(
+    answer: PrimaryAnswer, pair_id: str, request_id: str
+) -> tuple[ExchangeRecord | None, str, SpanContext | None]:
+    """The primary's record, answer text and span, once the client path has them; (None, "",
+    None) when it ends without one, or after `PRIMARY_WAIT_S`."""
+    future = answer.future
+    if not future.done():  # usually it is: a shadow seldom answers before the primary
+        try:
+            await asyncio.wait_for(asyncio.shield(future), PRIMARY_WAIT_S)
+        except TimeoutError:
+            log.warning("shadow %s: no primary answer for %s; pair skipped", pair_id, request_id)
+            return None, "", None
+        except asyncio.CancelledError:
+            if not future.cancelled():
+                raise  # this task is being cancelled (shutdown)
+    if future.cancelled():
+        return None, "", None
+    primary, text, span = future.result()
+    return primary, text, span
 
 
 def _status(attempt: Attempt) -> int:
@@ -285,11 +357,9 @@ def _pair(
     pair_id: str,
     kind: str,
     primary: ExchangeRecord,
-    primary_text: str,
     candidate: ExchangeRecord,
-    candidate_text: str,
+    comparison: TextComparison,
 ) -> PairRecord:
-    comparison = compare_text(primary_text, candidate_text)
     ttft = (
         candidate.ttft_s - primary.ttft_s
         if candidate.ttft_s is not None and primary.ttft_s is not None

@@ -121,6 +121,21 @@ routes: {r: {primary: prod}}
     assert parse_config(text, {"MIRRORGATE_ADMIN_TOKEN": "t"}).server.host == "0.0.0.0"
 
 
+def test_overload_shedding_settings_are_validated() -> None:
+    cfg = parse_config(GOOD, ENV)
+    assert (cfg.server.shadow_shed_lag_ms, cfg.server.shadow_shed_busy_percent) == (10.0, 70.0)
+    off = GOOD.replace(
+        "port: 8080}", "port: 8080, shadow_shed_lag_ms: 0, shadow_shed_busy_percent: 0}"
+    )
+    assert parse_config(off, ENV).server.shadow_shed_lag_ms == 0
+    bad = GOOD.replace(
+        "port: 8080}", "port: 8080, shadow_shed_lag_ms: 0.5, shadow_shed_busy_percent: 120}"
+    )
+    found = problems(bad)
+    assert any(p.startswith("server.shadow_shed_lag_ms: ") and "at least 1 ms" in p for p in found)
+    assert any(p.startswith("server.shadow_shed_busy_percent: ") for p in found), found
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
