@@ -1,0 +1,230 @@
+"""Time from a rule change to the rollback, end to end through real processes.
+
+    .venv/bin/python bench/rollback_e2e.py [--runs 5] [--rate 40] [--before-s 60]
+
+Each run starts `mirrorgate mock-upstream` and `mirrorgate serve` (SQLite, default analysis
+settings: a look every 10 s, a 60 s window, `failure_limit: 2`) with route `support-bot`: primary
+`prod` follows the shipping rule in its system prompt, canary `stale` (50 %, sticky by user) always
+answers the old rule. Client threads send `--rate` requests/s in all (so `--rate 40` is 20 per arm,
+the issue's scenario) with rule v1 for `--before-s` seconds after the rollout starts, then switch
+the system prompt to rule v2. The clock runs from the first v2 request to the moment
+`GET /admin/rollouts/support-bot` says `rolled_back`. The models answer after 50 ms.
+
+Prints one line per run and the median and maximum (the issue's target: 30 s median, 60 s p95).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.processes import ServerProcess, http_ok, port_free
+
+HOST = "127.0.0.1"
+MOCK_PORT, GATEWAY_PORT = 18091, 18090
+ROUTE = "support-bot"
+FOLLOWER = {
+    "type": "regex_from_system",
+    "pattern": r"max_weight\s*=\s*(\d+)",
+    "template": '{"max_weight": {1}}',
+}
+
+
+def _config(db: Path) -> str:
+    def model(name: str) -> dict[str, Any]:
+        return {
+            "provider": "openai",
+            "base_url": f"http://{HOST}:{MOCK_PORT}/v1",
+            "model": name,
+            "price": {"input_per_mtok": 0.15, "output_per_mtok": 0.6},
+        }
+
+    check = {"name": "max-weight", "type": "json_path", "path": "$.max_weight"}
+    doc = {
+        "server": {"host": HOST, "port": GATEWAY_PORT},
+        "store": {"url": f"sqlite:///{db}", "bodies": "none"},
+        "models": {"prod": model("prod"), "stale": model("stale"), "safe": model("prod")},
+        "routes": {
+            ROUTE: {
+                "primary": "prod",
+                "fallback": "safe",
+                "canary": {"model": "stale", "steps": [50], "step_interval_s": 3600,
+                           "sticky": "header:x-user-id"},
+            }
+        },
+        "rules": {
+            "shipping": {
+                "routes": [ROUTE],
+                "versions": {
+                    "v1": {"match_prompt": r"max_weight\s*=\s*100\b",
+                           "checks": [{**check, "equals": 100}]},
+                    "v2": {"match_prompt": r"max_weight\s*=\s*150\b",
+                           "checks": [{**check, "equals": 150}]},
+                },
+            }
+        },
+    }  # fmt: skip
+    return json.dumps(doc)
+
+
+def _post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json", **(headers or {})},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def _phase() -> str:
+    with urllib.request.urlopen(
+        f"http://{HOST}:{GATEWAY_PORT}/admin/rollouts/{ROUTE}", timeout=10
+    ) as response:
+        state = json.loads(response.read())
+    return str(state["phase"])
+
+
+class Traffic:
+    """`rate` requests/s in all, from `rate / 10` threads (each sends one every 0.1 s at most)."""
+
+    def __init__(self, rate: int) -> None:
+        self.weight = 100
+        self.stop = threading.Event()
+        self.first_v2: float | None = None
+        self.sent = 0
+        self._lock = threading.Lock()
+        self.threads = [
+            threading.Thread(target=self._run, args=(i, max(1, rate // 10)), daemon=True)
+            for i in range(max(1, rate // 10))
+        ]
+        self.period = max(1, rate // 10) / rate
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def _run(self, worker: int, workers: int) -> None:
+        n = 0
+        next_at = time.monotonic() + worker * self.period / workers
+        while not self.stop.is_set():
+            n += 1
+            weight = self.weight
+            if weight == 150:
+                with self._lock:
+                    if self.first_v2 is None:
+                        self.first_v2 = time.monotonic()
+            body = {
+                "model": ROUTE,
+                "messages": [
+                    {"role": "system", "content": f"Shipping rule: max_weight = {weight}."},
+                    {"role": "user", "content": "How heavy may my parcel be?"},
+                ],
+            }
+            try:
+                _post(
+                    f"http://{HOST}:{GATEWAY_PORT}/v1/chat/completions",
+                    body,
+                    {"x-user-id": f"user-{worker}-{n % 50}"},
+                )
+                with self._lock:
+                    self.sent += 1
+            except OSError:
+                pass
+            next_at += self.period
+            self.stop.wait(max(0.0, next_at - time.monotonic()))
+
+
+def one_run(work: Path, rate: int, before_s: float, give_up_s: float) -> float | None:
+    for port in (MOCK_PORT, GATEWAY_PORT):
+        if not port_free(HOST, port):
+            raise SystemExit(f"port {port} is taken")
+    behavior = work / "behavior.json"
+    behavior.write_text(
+        json.dumps(
+            {
+                "record_requests": False,
+                "default": {"latency_ms": 50},
+                "models": {
+                    "prod": {"answer": FOLLOWER},
+                    "stale": {"answer": {"type": "fixed", "text": '{"max_weight": 100}'}},
+                },
+            }
+        )
+    )
+    config = work / "mirrorgate.yaml"
+    config.write_text(_config(work / "gw.db"))
+    python = sys.executable
+    mock = ServerProcess(
+        "mock-upstream",
+        [python, "-m", "proxy.cli", "--log-level", "warning", "mock-upstream", "--host", HOST,
+         "--port", str(MOCK_PORT), "--behavior", str(behavior)],
+        ready=http_ok(f"http://{HOST}:{MOCK_PORT}/healthz"),
+        log_path=work / "mock.log",
+    )  # fmt: skip
+    gateway = ServerProcess(
+        "mirrorgate",
+        [python, "-m", "proxy.cli", "serve", "--config", str(config)],
+        ready=http_ok(f"http://{HOST}:{GATEWAY_PORT}/readyz"),
+        log_path=work / "gateway.log",
+        env={k: v for k, v in os.environ.items() if k != "MIRRORGATE_ADMIN_TOKEN"},  # open admin
+    )
+    with mock, gateway:
+        _post(f"http://{HOST}:{GATEWAY_PORT}/admin/rollouts/{ROUTE}/start", {})
+        traffic = Traffic(rate)
+        traffic.start()
+        try:
+            time.sleep(before_s)  # the load generator's v1 period, not a synchronisation
+            if _phase() != "progressing":
+                print(f"  the canary was rolled back before the rule changed ({_phase()})")
+                return None
+            traffic.weight = 150
+            deadline = time.monotonic() + give_up_s
+            while time.monotonic() < deadline:
+                if _phase() == "rolled_back":
+                    first = traffic.first_v2 or time.monotonic()
+                    return time.monotonic() - first
+                time.sleep(0.2)  # polling the admin API
+            return None
+        finally:
+            traffic.stop.set()
+            for thread in traffic.threads:
+                thread.join(35)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--rate", type=int, default=40, help="requests/s, both arms together")
+    parser.add_argument("--before-s", type=float, default=60.0)
+    parser.add_argument("--give-up-s", type=float, default=300.0)
+    args = parser.parse_args()
+    times: list[float] = []
+    for run in range(1, args.runs + 1):
+        with tempfile.TemporaryDirectory(prefix="mirrorgate-rollback-") as folder:
+            took = one_run(Path(folder), args.rate, args.before_s, args.give_up_s)
+        shown = f"{took:.1f} s" if took is not None else "no rollback"
+        print(f"run {run}: rule change -> rollback {shown}", flush=True)
+        if took is not None:
+            times.append(took)
+    if times:
+        print(
+            f"median {statistics.median(times):.1f} s, max {max(times):.1f} s over "
+            f"{len(times)}/{args.runs} runs ({args.rate} req/s, {args.rate // 2} per arm)"
+        )
+
+
+if __name__ == "__main__":
+    main()
