@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from proxy.errors import AuthError, ForbiddenError, GatewayError, error_body
+from proxy.errors import AuthError, ForbiddenError, GatewayError, PayloadTooLarge, error_body
 from proxy.routing import RouteTable
 from proxy.rules import RuleTracker
 from proxy.store import Store
@@ -41,6 +41,20 @@ class AdminAuth:
             raise AuthError(f"admin calls need 'Authorization: Bearer <{self.token_env}>'")
         if not hmac.compare_digest(given.strip().encode(), self._token):
             raise ForbiddenError("the admin token is not right")
+
+
+async def read_limited(request: Request, limit: int, what: str) -> bytes:
+    """The request body, refused with 413 (`PayloadTooLarge`) as soon as it exceeds `limit`
+    bytes — by its declared length before reading, or while reading when none is declared."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"{what} is larger than {limit} bytes")
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > limit:
+            raise PayloadTooLarge(f"{what} is larger than {limit} bytes")
+    return bytes(raw)
 
 
 def gateway_error_response(exc: GatewayError) -> JSONResponse:

@@ -22,10 +22,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy import exc as sa_exc
 
+from proxy.admin import read_limited
 from proxy.errors import (
     GatewayError,
     NotFound,
-    PayloadTooLarge,
     RequestError,
     UnsupportedMediaType,
     error_body,
@@ -119,14 +119,7 @@ class FeedbackService:
     async def _body(self, request: Request) -> FeedbackBody:
         if "json" not in request.headers.get("content-type", ""):
             raise UnsupportedMediaType("content-type must be application/json")
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > MAX_FEEDBACK_BYTES:
-            raise PayloadTooLarge(f"feedback is larger than {MAX_FEEDBACK_BYTES} bytes")
-        raw = bytearray()
-        async for chunk in request.stream():
-            raw += chunk
-            if len(raw) > MAX_FEEDBACK_BYTES:
-                raise PayloadTooLarge(f"feedback is larger than {MAX_FEEDBACK_BYTES} bytes")
+        raw = await read_limited(request, MAX_FEEDBACK_BYTES, "feedback")
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:

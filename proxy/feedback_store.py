@@ -33,6 +33,7 @@ class FeedbackRow(SQLModel, table=True):
 
 
 _table: sa.Table = FeedbackRow.__table__  # type: ignore[attr-defined]
+feedback_table = _table
 
 
 class FeedbackStore:

@@ -18,65 +18,19 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from analyzers.verdicts import ArmWindow, Tally
+from proxy.check_rows import checks_table
+from proxy.feedback_store import feedback_table
+from proxy.pair_rows import pairs_table
 from proxy.records import Arm, Status
 from proxy.rollout_store import aware
+from proxy.rules import rule_events_table
+from proxy.store import exchanges_table
 
-_meta = sa.MetaData()
-_exchanges = sa.Table(
-    "exchanges",
-    _meta,
-    sa.Column("route", sa.String()),
-    sa.Column("target", sa.String()),
-    sa.Column("arm", sa.String()),
-    sa.Column("started_at", sa.DateTime(timezone=True)),
-    sa.Column("status", sa.String()),
-    sa.Column("duration_s", sa.Float()),
-    sa.Column("ttft_s", sa.Float()),
-    sa.Column("cost_usd", sa.Float()),
-)
-_checks = sa.Table(
-    "check_results",
-    _meta,
-    sa.Column("request_id", sa.String()),
-    sa.Column("route", sa.String()),
-    sa.Column("target", sa.String()),
-    sa.Column("arm", sa.String()),
-    sa.Column("rule", sa.String()),
-    sa.Column("rule_version", sa.String()),
-    sa.Column("check_name", sa.String()),
-    sa.Column("result", sa.String()),
-    sa.Column("created_at", sa.DateTime(timezone=True)),
-)
-_feedback = sa.Table(
-    "feedback",
-    _meta,
-    sa.Column("route", sa.String()),
-    sa.Column("target", sa.String()),
-    sa.Column("arm", sa.String()),
-    sa.Column("kind", sa.String()),
-    sa.Column("created_at", sa.DateTime(timezone=True)),
-)
-_pairs = sa.Table(
-    "pairs",
-    _meta,
-    sa.Column("kind", sa.String()),
-    sa.Column("route", sa.String()),
-    sa.Column("primary_target", sa.String()),
-    sa.Column("candidate_target", sa.String()),
-    sa.Column("created_at", sa.DateTime(timezone=True)),
-    sa.Column("primary_status", sa.String()),
-    sa.Column("candidate_status", sa.String()),
-    sa.Column("exact_equal", sa.Boolean()),
-    sa.Column("normalized_equal", sa.Boolean()),
-    sa.Column("json_equal", sa.Boolean()),
-)
-_rule_events = sa.Table(
-    "rule_events",
-    _meta,
-    sa.Column("rule", sa.String()),
-    sa.Column("version", sa.String()),
-    sa.Column("first_seen_at", sa.DateTime(timezone=True)),
-)
+_exchanges = exchanges_table
+_checks = checks_table
+_feedback = feedback_table
+_pairs = pairs_table
+_rule_events = rule_events_table
 
 _NOT_ERRORS = (Status.OK.value, Status.CLIENT_DISCONNECTED.value)
 

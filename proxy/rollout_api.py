@@ -31,12 +31,11 @@ from fastapi.responses import JSONResponse
 from alerts.alertmanager_webhook import parse_payload
 from alerts.errors import PayloadError
 from alerts.rollback_request import decide_rollbacks
-from proxy.admin import AdminAuth
+from proxy.admin import AdminAuth, read_limited
 from proxy.errors import (
     Conflict,
     GatewayError,
     NotFound,
-    PayloadTooLarge,
     RequestError,
     Unavailable,
     UnsupportedMediaType,
@@ -94,18 +93,6 @@ def _error(exc: GatewayError, **extra: Any) -> JSONResponse:
     body = orjson.loads(error_body(exc, "openai"))
     body["error"].update(extra)
     return JSONResponse(body, status_code=exc.status)
-
-
-async def _read_json(request: Request, limit: int, what: str) -> Any:
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"{what} is larger than {limit} bytes")
-    raw = bytearray()
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > limit:
-            raise PayloadTooLarge(f"{what} is larger than {limit} bytes")
-    return bytes(raw)
 
 
 def build_rollout_router(
@@ -189,7 +176,7 @@ def build_rollout_router(
         try:
             if "json" not in request.headers.get("content-type", "json"):
                 raise UnsupportedMediaType("content-type must be application/json")
-            raw = await _read_json(request, MAX_ALERTMANAGER_BODY, "the Alertmanager payload")
+            raw = await read_limited(request, MAX_ALERTMANAGER_BODY, "the Alertmanager payload")
             try:
                 payload = parse_payload(raw)
             except PayloadError as exc:
@@ -244,7 +231,7 @@ def build_rollout_router(
 
 
 async def _reason(request: Request) -> str:
-    raw = await _read_json(request, MAX_REASON_BODY, "the request body")
+    raw = await read_limited(request, MAX_REASON_BODY, "the request body")
     if not raw.strip():
         return ""
     try:

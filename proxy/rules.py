@@ -51,6 +51,7 @@ _events = sa.Table(
     sa.Column("route", sa.String()),
     sa.Column("prompt_diff", sa.Text()),
 )
+rule_events_table = _events
 
 
 @dataclass(frozen=True, slots=True)

@@ -131,6 +131,8 @@ class ExchangeRow(SQLModel, table=True):
 
 
 _exchanges: sa.Table = ExchangeRow.__table__  # type: ignore[attr-defined]
+exchanges_table = _exchanges
+"""The `exchanges` table, for readers outside the store (the rollout judge)."""
 T = TypeVar("T")
 _insert_exchange = sa.insert(_exchanges)
 _insert_pair = sa.insert(pairs_table)

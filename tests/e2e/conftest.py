@@ -17,6 +17,7 @@ import yaml
 
 from tests.conftest import BEHAVIOR, wait_until
 from tests.e2e.monitoring import AlertmanagerProcess, PrometheusProcess
+from tests.rollout_scene import rule_request
 
 
 def free_port() -> int:
@@ -251,15 +252,7 @@ class RolloutClient:
     ) -> httpx.Response:
         """One chat completion on route `bot` as `user`, under rule `version`."""
         response = self.http.post(
-            gateway.url + "/v1/chat/completions",
-            headers={"x-user-id": user, "x-rule-version": version},
-            json={
-                "model": "bot",
-                "messages": [
-                    {"role": "system", "content": f"Shipping rule: max_weight = {weight}"},
-                    {"role": "user", "content": "What is the heaviest parcel?"},
-                ],
-            },
+            gateway.url + "/v1/chat/completions", **rule_request(user, version, weight)
         )
         assert response.status_code == 200, response.text
         return response

@@ -4,11 +4,8 @@ Alertmanager 0.25 really sends it, and mirrorgate's webhook parser turns it into
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -21,41 +18,14 @@ from tests.e2e.monitoring import (
     PrometheusProcess,
     alertmanager_config,
 )
+from tests.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.e2e
 
 
-class WebhookReceiver:
-    """A plain HTTP server on 127.0.0.1 that keeps every POST (headers and raw body)."""
-
-    def __init__(self) -> None:
-        self.received: list[tuple[dict[str, str], bytes]] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length", "0")))
-                receiver.received.append((dict(self.headers), body))
-                self.send_response(200)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/alertmanager"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def receiver() -> Iterator[WebhookReceiver]:
-    server = WebhookReceiver()
+    server = WebhookReceiver("/hooks/alertmanager")
     yield server
     server.close()
 

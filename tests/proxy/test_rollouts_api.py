@@ -7,10 +7,8 @@ import copy
 import json
 import os
 import socket
-import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -18,46 +16,17 @@ import pytest
 
 from proxy.serve import GatewayServer
 from tests.conftest import wait_until
+from tests.rollout_scene import rule_request
+from tests.webhook_receiver import WebhookReceiver
 
 TOKEN = "t0ken-for-tests"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 ENV = {"MIRRORGATE_ADMIN_TOKEN": TOKEN}
 
 
-class Recorder:
-    """A webhook receiver on 127.0.0.1 that keeps every JSON body it gets (an alert sink)."""
-
-    def __init__(self) -> None:
-        bodies: list[Any] = []
-        self.bodies = bodies
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("content-length", "0"))
-                bodies.append(json.loads(self.rfile.read(length)))
-                self.send_response(200)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def webhook() -> Iterator[Recorder]:
-    recorder = Recorder()
+def webhook() -> Iterator[WebhookReceiver]:
+    recorder = WebhookReceiver()
     yield recorder
     recorder.close()
 
@@ -127,17 +96,7 @@ def rollout_config(
 
 
 def ask(client: httpx.Client, user: str, version: str = "v1", weight: int = 100) -> httpx.Response:
-    response = client.post(
-        "/v1/chat/completions",
-        headers={"x-user-id": user, "x-rule-version": version},
-        json={
-            "model": "bot",
-            "messages": [
-                {"role": "system", "content": f"Shipping rule: max_weight = {weight}"},
-                {"role": "user", "content": "What is the heaviest parcel?"},
-            ],
-        },
-    )
+    response = client.post("/v1/chat/completions", **rule_request(user, version, weight))
     assert response.status_code == 200, response.text
     return response
 
@@ -263,7 +222,7 @@ def test_rollout_state_survives_a_restart(start_gateway: StartGateway, tmp_path:
 
 
 def test_a_stale_candidate_is_rolled_back_after_the_rule_changes(
-    start_gateway: StartGateway, webhook: Recorder
+    start_gateway: StartGateway, webhook: WebhookReceiver
 ) -> None:
     extra = rollout_config(sinks=[{"type": "webhook", "url": webhook.url}])
     gw = start_gateway(extra=extra, env=ENV)
