@@ -96,7 +96,7 @@ requests arriving within a millisecond starts 16 `cand-fast` calls at once, half
 pause, 0 with it). Real clients are independent; the pause costs ~5 % of the request rate."""
 SHADOW_MEMORY_CONCURRENCY = 16
 """The shadow memory part runs on the paced shadowed route: at c=16 it serves ~300 req/s with the
-gateway's core ~40 % busy, so no shadow call is shed for overload and 100,000 requests take
+gateway's core ~13 % busy, so no shadow call is shed for overload and 100,000 requests take
 ~5.5 minutes."""
 SHADOW_CANDIDATES = (targets.FAST_CANDIDATE, targets.SLOW_CANDIDATE)
 SHADOWED_ROUTES = (targets.SHADOW_ROUTE, targets.PACED_SHADOW_ROUTE)

@@ -34,8 +34,9 @@ PACED_MODEL = "fake-paced"
 PACED_LATENCY_MS = 50
 """Real LLM calls take hundreds of ms to seconds; 50 ms is a fast one. Short enough that the
 gateway still serves ~300 req/s at c=16 (the shadows' cost is not drowned in the upstream's
-wait: 1 ms is 2 % of it), long enough that the gateway's core is far from saturated by client
-traffic alone (~15-30 % busy), so that the overload shedding stays off and the shadows run."""
+wait: 1 ms is 2 % of it), long enough that the gateway's core is far from saturated (measured
+7-11 % busy without shadows, 13-19 % with them), so that the overload shedding stays off and the
+shadows run."""
 PACED_ROUTE = "bench-paced"
 """The paced primary without shadows."""
 PACED_SHADOW_ROUTE = "bench-paced-shadow"
