@@ -9,6 +9,15 @@ For streamed answers it also records the time to first token: the arrival of the
 event whose `choices[0].delta.content` is a non-empty string (the role-only first event and the
 usage event do not count). A streamed answer counts as an error unless it ends with `data: [DONE]`.
 
+`--ramp S` spreads the workers' first requests evenly over S seconds, in the warm-up and again in
+the measured phase, and `--think S` makes each worker pause a random 0 to S seconds (uniform,
+seeded) before each later request; the pause is not part of any latency. Both are for an upstream
+with a constant delay (a paced mock model): workers that start together stay in lock-step, and
+workers that start apart drift into lock-step (answers whose delays end within one tick of the
+mock's event-loop timer go out together, and then stay together), so that every request of a round
+arrives within a millisecond — which no set of independent clients does. A short random pause
+keeps them independent; it lowers the request rate a little (a mean of S/2 per request).
+
 Run as a process (`python bench/loadgen.py --port P --concurrency 16 --seconds 10`); it prints one
 JSON object (`LoadResult.to_json`) with every latency sample, so that `bench/run.py` can merge the
 samples of several load processes before taking percentiles.
@@ -20,6 +29,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -254,6 +264,10 @@ class LoadSpec:
     api_key: str = "bench"
     announce: bool = False
     """Print `measuring` on stdout when the measured phase starts (after the warm-up)."""
+    ramp_s: float = 0.0
+    """Worker i of n sends its first request of each phase i/n of this many seconds late."""
+    think_s: float = 0.0
+    """Each worker pauses a random 0 to this many seconds before each request after its first."""
 
 
 class _Budget:
@@ -277,11 +291,27 @@ async def _connect(spec: LoadSpec) -> ClientProtocol:
     return protocol
 
 
-async def _worker(spec: LoadSpec, data: bytes, budget: _Budget, result: LoadResult | None) -> None:
-    """Send requests back to back until the budget is spent; record them if `result` is set."""
+async def _worker(
+    spec: LoadSpec,
+    data: bytes,
+    budget: _Budget,
+    result: LoadResult | None,
+    delay_s: float = 0.0,
+    rng: random.Random | None = None,
+) -> None:
+    """Send requests back to back until the budget is spent; record them if `result` is set.
+
+    The first request waits `delay_s` (the worker's place in the ramp), each later one a random
+    pause of up to `spec.think_s` drawn from `rng`."""
     conn = await _connect(spec)
+    if delay_s > 0:
+        await asyncio.sleep(delay_s)
+    first = True
     try:
         while budget.take():
+            if not first and rng is not None and spec.think_s > 0:
+                await asyncio.sleep(rng.uniform(0.0, spec.think_s))
+            first = False
             if conn.closed:
                 conn = await _connect(spec)
             t0 = time.perf_counter()
@@ -318,9 +348,13 @@ async def _worker(spec: LoadSpec, data: bytes, budget: _Budget, result: LoadResu
 async def run_load(spec: LoadSpec) -> LoadResult:
     """Warm up (unrecorded), then run the measured closed loop."""
     data = request_bytes(spec.host, spec.port, spec.path, spec.model, spec.stream, spec.api_key)
+    delays = [spec.ramp_s * i / spec.concurrency for i in range(spec.concurrency)]
+    rngs = [random.Random(i) for i in range(spec.concurrency)]  # reproducible pauses
     if spec.warmup_s > 0:
         warm = _Budget(0, time.perf_counter() + spec.warmup_s)
-        await asyncio.gather(*(_worker(spec, data, warm, None) for _ in range(spec.concurrency)))
+        await asyncio.gather(
+            *(_worker(spec, data, warm, None, d, r) for d, r in zip(delays, rngs, strict=True))
+        )
     if spec.announce:  # tell the parent to take its "before" readings now
         sys.stdout.write("measuring\n")
         sys.stdout.flush()
@@ -328,7 +362,9 @@ async def run_load(spec: LoadSpec) -> LoadResult:
     result = LoadResult(started=time.time())
     budget = _Budget(spec.requests, time.perf_counter() + limit)
     cpu0, t0 = time.process_time(), time.perf_counter()
-    await asyncio.gather(*(_worker(spec, data, budget, result) for _ in range(spec.concurrency)))
+    await asyncio.gather(
+        *(_worker(spec, data, budget, result, d, r) for d, r in zip(delays, rngs, strict=True))
+    )
     result.elapsed_s = time.perf_counter() - t0
     result.cpu_s = time.process_time() - cpu0
     return result
@@ -354,11 +390,19 @@ def _parse_args(argv: list[str] | None) -> tuple[LoadSpec, str]:
     parser.add_argument(
         "--api-key-env", default="", help="send the key held by this environment variable"
     )
+    parser.add_argument(
+        "--ramp", type=float, default=0.0,
+        help="spread the workers' first requests of each phase evenly over this many seconds",
+    )  # fmt: skip
+    parser.add_argument(
+        "--think", type=float, default=0.0,
+        help="pause a random 0 to this many seconds before each request after a worker's first",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     api_key = os.environ.get(args.api_key_env, "bench") if args.api_key_env else "bench"
     spec = LoadSpec(
         args.host, args.port, args.path, args.model, args.stream, args.concurrency,
-        args.seconds, args.requests, args.warmup, api_key, args.announce,
+        args.seconds, args.requests, args.warmup, api_key, args.announce, args.ramp, args.think,
     )  # fmt: skip
     return spec, args.output
 

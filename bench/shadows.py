@@ -1,10 +1,19 @@
 """The shadow-traffic stage's bookkeeping: gateway counters, medians of repeats, verdicts, tables.
 
-The stage itself (in `suite.py`) measures one mirrorgate at c=16 on two routes with the same
-primary — `bench` without shadows and `bench-shadow` with a fast and a slow candidate at
-`sample: 1.0` — alternating the two, several repeats per mode, then sends 100,000 requests through
-the shadowed route while sampling the gateway's RSS. This module holds what needs no process: the
-parse of `/metrics` into shadow counters, the summary of the repeats and the issue's two targets.
+The stage itself (in `suite.py`) measures one mirrorgate at c=16 in two *scenarios*, each a pair of
+routes with the same primary, one without shadows and one with a fast and a slow (2 s) candidate
+at `sample: 1.0`:
+
+- **saturated**: the primary answers at once, so the closed loop keeps the gateway's one core busy
+  with client traffic alone. The gateway then sheds nearly every shadow call (`reason="overload"`),
+  and a ratio near 1 says that shedding works, not what a running shadow costs;
+- **paced**: the primary answers after a model-like delay (`targets.PACED_LATENCY_MS`), so the
+  gateway is far from saturated, the shadows really run, and the ratio is their cost.
+
+Each scenario alternates its two routes over several repeats per mode; then 100,000 requests go
+through the paced shadowed route while the gateway's RSS is sampled. This module holds what needs
+no process: the parse of `/metrics` into shadow counters, the summary of the repeats, the issue's
+two targets and the tables.
 
 The issue's targets (issue 3, "Shadow traffic", speed section): at c=16 the primary's p50 and p99
 with shadows stay within `LATENCY_TOLERANCE` of the same run without shadows; resident memory stays
@@ -28,6 +37,9 @@ LATENCY_TOLERANCE = 0.10
 """Shadowed p50/p99 may exceed the unshadowed ones by this share (the issue's 10 %)."""
 FLAT_MB_PER_100K = 2.0
 """RSS growth per 100,000 requests that still counts as flat (20 bytes a request: no leak)."""
+SHED_BY_OVERLOAD = 0.5
+"""A latency target counts as met *by shedding* when at least this share of the shadow calls was
+shed for overload (so that few shadows ran)."""
 
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
@@ -122,6 +134,11 @@ class ShadowCalls:
     def share(self, count: float) -> float:
         return 100 * count / self.offered if self.offered else math.nan
 
+    @property
+    def overload_share(self) -> float:
+        """Share (0 to 1) of the offered calls shed because the event loop was overloaded."""
+        return self.shed.get("overload", 0.0) / self.offered if self.offered else 0.0
+
     def made_text(self) -> str:
         """`1,234 of 40,000 (3.1 %)`."""
         return f"{self.made:,.0f} of {self.offered:,.0f} ({self.share(self.made):.1f} %)"
@@ -132,10 +149,34 @@ class ShadowCalls:
         return ", ".join(f"{r} {self.share(n):.1f} %" for r, n in parts if n) or "none"
 
 
+@dataclass(frozen=True)
+class Scenario:
+    """A primary measured on two routes: without shadows and with the two shadows."""
+
+    name: str
+    """`saturated` or `paced`."""
+    plain_route: str
+    shadowed_route: str
+    primary: str
+    """What the primary is, for the report."""
+    cell_s: float
+    warmup_s: float
+    ramp_s: float = 0.0
+    """The load generator's workers start spread over this long (`loadgen.py --ramp`): one primary
+    latency for the paced primary, so that its 16 clients do not arrive in lock-step."""
+    think_s: float = 0.0
+    """Each client pauses a random 0 to this many seconds before each request (`--think`), so that
+    they do not drift into lock-step either."""
+
+    def route(self, variant: str) -> str:
+        return self.shadowed_route if variant == SHADOWED else self.plain_route
+
+
 @dataclass
 class ShadowCell:
     """One measured closed loop of the stage, with the shadow counters it moved."""
 
+    scenario: str
     variant: str
     """`PLAIN` or `SHADOWED`."""
     repeat: int
@@ -181,8 +222,11 @@ class RssSample:
 
 @dataclass
 class ShadowMemory:
-    """RSS of the gateway while the shadowed route served `requests` requests at c=16."""
+    """RSS of the gateway while a shadowed route served `requests` requests."""
 
+    scenario: str = ""
+    route: str = ""
+    concurrency: int = 0
     requests: int = 0
     errors: int = 0
     seconds: float = 0.0
@@ -231,6 +275,7 @@ class ShadowStageResult:
 
     concurrency: int
     repeats: int
+    scenarios: list[Scenario] = field(default_factory=list)
     cells: list[ShadowCell] = field(default_factory=list)
     memory: ShadowMemory | None = None
     loadavg: list[list[str]] = field(default_factory=list)
@@ -239,8 +284,9 @@ class ShadowStageResult:
 
 @dataclass(frozen=True)
 class ShadowSummary:
-    """Medians over the repeats of one (mode, variant)."""
+    """Medians over the repeats of one (scenario, mode, variant)."""
 
+    scenario: str
     stream: bool
     variant: str
     repeats: int
@@ -253,14 +299,22 @@ class ShadowSummary:
     ttft_p99: float | None
     gateway_cpu_us: float
     """Gateway CPU per client request: the shadow calls' cost included."""
+    gateway_cpu_percent: float
+    """The gateway's CPU use, in % of its one core (median over the repeats)."""
     mock_cpu_us: float
     other_cpu_percent: float
     calls: ShadowCalls
     """Shadow calls made and shed in these cells (warm-ups included; none without shadows)."""
 
 
-def summarize(cells: Sequence[ShadowCell], stream: bool, variant: str) -> ShadowSummary | None:
-    picked = [c for c in cells if c.cell.stream is stream and c.variant == variant]
+def summarize(
+    cells: Sequence[ShadowCell], scenario: str, stream: bool, variant: str
+) -> ShadowSummary | None:
+    picked = [
+        c
+        for c in cells
+        if c.scenario == scenario and c.cell.stream is stream and c.variant == variant
+    ]
     mine = [c.cell for c in picked]
     lat = [c.latency_ms for c in mine if c.latency_ms is not None]
     if not lat:
@@ -271,6 +325,7 @@ def summarize(cells: Sequence[ShadowCell], stream: bool, variant: str) -> Shadow
     ttft = [c.ttft_ms for c in mine if c.ttft_ms is not None]
     med = statistics.median
     return ShadowSummary(
+        scenario=scenario,
         stream=stream,
         variant=variant,
         repeats=len(lat),
@@ -282,6 +337,7 @@ def summarize(cells: Sequence[ShadowCell], stream: bool, variant: str) -> Shadow
         ttft_p50=med(p.p50 for p in ttft) if ttft else None,
         ttft_p99=med(p.p99 for p in ttft) if ttft else None,
         gateway_cpu_us=med(c.server_cpu_us_per_request or 0.0 for c in mine),
+        gateway_cpu_percent=med(c.rps * (c.server_cpu_us_per_request or 0.0) / 1e4 for c in mine),
         mock_cpu_us=med(c.mock_cpu_us_per_request or 0.0 for c in mine),
         other_cpu_percent=med(c.other_cpu_percent for c in mine),
         calls=ShadowCalls.of(counters),
@@ -293,51 +349,74 @@ class ShadowVerdict:
     goal: str
     measured: str
     met: bool | None
+    caveat: str = ""
+    """Why a verdict does not mean what it seems to (a target met because shadows were shed)."""
 
 
 def verdicts(result: ShadowStageResult) -> list[ShadowVerdict]:
     out: list[ShadowVerdict] = []
-    for stream in (False, True):
-        mode = "streaming" if stream else "non-streaming"
-        plain = summarize(result.cells, stream, PLAIN)
-        shadowed = summarize(result.cells, stream, SHADOWED)
-        for pct in ("p50", "p99"):
-            goal = (
-                f"{mode}, c={result.concurrency}: primary {pct} with shadows ≤ "
-                f"{1 + LATENCY_TOLERANCE:.2f}x without"
-            )
-            if plain is None or shadowed is None:
-                out.append(ShadowVerdict(goal, NA, None))
-                continue
-            a, b = getattr(plain, pct), getattr(shadowed, pct)
-            calls = shadowed.calls
-            out.append(
-                ShadowVerdict(
-                    goal,
-                    f"{_ms(b)} vs {_ms(a)} ms: {b / a:.2f}x; shadow calls made "
-                    f"{calls.share(calls.made):.1f} %, shed: {calls.shed_text()}",
-                    b / a <= 1 + LATENCY_TOLERANCE,
+    for scenario in result.scenarios:
+        for stream in (False, True):
+            mode = "streaming" if stream else "non-streaming"
+            plain = summarize(result.cells, scenario.name, stream, PLAIN)
+            shadowed = summarize(result.cells, scenario.name, stream, SHADOWED)
+            for pct in ("p50", "p99"):
+                goal = (
+                    f"{scenario.name}, {mode}, c={result.concurrency}: primary {pct} with shadows "
+                    f"≤ {1 + LATENCY_TOLERANCE:.2f}x without"
                 )
-            )
+                if plain is None or shadowed is None:
+                    out.append(ShadowVerdict(goal, NA, None))
+                    continue
+                a, b = getattr(plain, pct), getattr(shadowed, pct)
+                calls = shadowed.calls
+                met = b / a <= 1 + LATENCY_TOLERANCE
+                caveat = ""
+                if calls.overload_share >= SHED_BY_OVERLOAD:
+                    caveat = (
+                        f"by shedding: {100 * calls.overload_share:.0f} % of the shadow calls "
+                        "were shed for overload"
+                    )
+                out.append(
+                    ShadowVerdict(
+                        goal,
+                        f"{_ms(b)} vs {_ms(a)} ms: {b / a:.2f}x ({b - a:+.2f} ms); shadow calls "
+                        f"made {calls.share(calls.made):.1f} %, shed: {calls.shed_text()}",
+                        met,
+                        caveat,
+                    )
+                )
     mem = result.memory
-    goal = f"RSS flat over 100,000 requests with shadows (slope ≤ {FLAT_MB_PER_100K:g} MB/100k)"
+    where = f"{mem.scenario} route, c={mem.concurrency}; " if mem else ""
+    goal = (
+        f"RSS flat over 100,000 requests with shadows ({where}slope ≤ {FLAT_MB_PER_100K:g} MB/100k)"
+    )
     slope = mem.slope_mb_per_100k() if mem else None
     if mem is None or slope is None:
         out.append(ShadowVerdict(goal, NA, None))
     else:
         rss = [s.rss_mb for s in mem.samples]
+        calls = ShadowCalls.of(mem.counters)
         measured = (
             f"{rss[0]:.0f} → {rss[-1]:.0f} MB (max {max(rss):.0f}) over {mem.requests:,} "
-            f"requests; slope {slope:+.2f} MB/100k"
+            f"requests; slope {slope:+.2f} MB/100k; shadow calls made "
+            f"{calls.made:,.0f} ({calls.share(calls.made):.1f} %), shed: {calls.shed_text()}"
         )
         enough = mem.requests >= 100_000
-        out.append(ShadowVerdict(goal, measured, slope <= FLAT_MB_PER_100K if enough else None))
+        caveat = ""
+        if calls.overload_share >= SHED_BY_OVERLOAD:
+            caveat = f"{100 * calls.overload_share:.0f} % of the shadow calls were shed"
+        met = slope <= FLAT_MB_PER_100K if enough else None
+        out.append(ShadowVerdict(goal, measured, met, caveat))
     return out
 
 
 def verdict_table(checks: Sequence[ShadowVerdict]) -> str:
     word = {True: "met", False: "**not met**", None: "not measured"}
-    rows = ([v.goal, v.measured, word[v.met]] for v in checks)
+    rows = (
+        [v.goal, v.measured, word[v.met] + (f" — **{v.caveat}**" if v.caveat else "")]
+        for v in checks
+    )
     return table(["target", "measured", "verdict"], rows)
 
 
@@ -351,18 +430,23 @@ def _range(r: tuple[float, float]) -> str:
     return f"{_ms(r[0])}-{_ms(r[1])}"
 
 
-def latency_table(result: ShadowStageResult) -> str:
-    """Medians of the repeats per (mode, variant), and the shadowed/unshadowed ratio, with the
-    shadow calls made and shed next to them (a ratio near 1 may just mean everything was shed)."""
+def _diff(b: float | None, a: float | None) -> str:
+    return NA if a is None or b is None else f"{b - a:+.2f}"
+
+
+def latency_table(result: ShadowStageResult, scenario: str) -> str:
+    """Medians of one scenario's repeats per (mode, variant), the shadowed/unshadowed ratio and
+    difference, with the shadow calls made and shed next to them (a ratio near 1 may just mean
+    that everything was shed)."""
     headers = [
         "mode", "route", "req/s", "p50 ms", "p99 ms", "p50 range", "p99 range", "TTFT p50",
-        "TTFT p99", "gateway CPU µs/req", "mock CPU µs/req", "other CPU %",
+        "TTFT p99", "gateway CPU µs/req", "gateway CPU %", "mock CPU µs/req", "other CPU %",
         "shadow calls made", "shadow calls shed",
     ]  # fmt: skip
     rows: list[list[str]] = []
     for stream in (False, True):
         mode = "stream" if stream else "non-stream"
-        pair = [summarize(result.cells, stream, v) for v in (PLAIN, SHADOWED)]
+        pair = [summarize(result.cells, scenario, stream, v) for v in (PLAIN, SHADOWED)]
         for s in pair:
             if s is None:
                 continue
@@ -370,7 +454,8 @@ def latency_table(result: ShadowStageResult) -> str:
             rows.append([
                 mode, s.variant, f"{s.rps:,.0f}", _ms(s.p50), _ms(s.p99), _range(s.p50_range),
                 _range(s.p99_range), _ms(s.ttft_p50), _ms(s.ttft_p99), f"{s.gateway_cpu_us:,.0f}",
-                f"{s.mock_cpu_us:,.0f}", f"{s.other_cpu_percent:.0f}",
+                f"{s.gateway_cpu_percent:.0f}", f"{s.mock_cpu_us:,.0f}",
+                f"{s.other_cpu_percent:.0f}",
                 s.calls.made_text() if shadowed else NA, s.calls.shed_text() if shadowed else NA,
             ])  # fmt: skip
         a, b = pair
@@ -379,8 +464,14 @@ def latency_table(result: ShadowStageResult) -> str:
                 mode, "**ratio**", f"{b.rps / a.rps:.2f}x", f"**{b.p50 / a.p50:.2f}x**",
                 f"**{b.p99 / a.p99:.2f}x**", NA, NA,
                 _ratio(b.ttft_p50, a.ttft_p50), _ratio(b.ttft_p99, a.ttft_p99),
-                f"{b.gateway_cpu_us / a.gateway_cpu_us:.2f}x" if a.gateway_cpu_us else NA,
+                f"{b.gateway_cpu_us / a.gateway_cpu_us:.2f}x" if a.gateway_cpu_us else NA, NA,
                 f"{b.mock_cpu_us / a.mock_cpu_us:.2f}x" if a.mock_cpu_us else NA, NA, NA, NA,
+            ])  # fmt: skip
+            rows.append([
+                mode, "difference", f"{b.rps - a.rps:+,.0f}", _diff(b.p50, a.p50),
+                _diff(b.p99, a.p99), NA, NA, _diff(b.ttft_p50, a.ttft_p50),
+                _diff(b.ttft_p99, a.ttft_p99), f"{b.gateway_cpu_us - a.gateway_cpu_us:+,.0f}",
+                f"{b.gateway_cpu_percent - a.gateway_cpu_percent:+.0f}", NA, NA, NA, NA,
             ])  # fmt: skip
     return table(headers, rows)
 
@@ -391,30 +482,44 @@ def _ratio(b: float | None, a: float | None) -> str:
 
 def cells_table(result: ShadowStageResult) -> str:
     """Every measured cell, in the order run."""
-    headers = ["mode", "repeat", "route", "requests", "req/s", "p50 ms", "p99 ms", "other CPU %"]
+    headers = [
+        "scenario", "mode", "repeat", "route", "requests", "req/s", "p50 ms", "p99 ms",
+        "gateway CPU %", "other CPU %", "shadow calls made", "shed",
+    ]  # fmt: skip
     rows = []
     for sc in result.cells:
         c, lat = sc.cell, sc.cell.latency_ms
+        calls = ShadowCalls.of(sc.counters)
+        shadowed = sc.variant == SHADOWED
         rows.append([
-            c.mode, str(sc.repeat + 1), sc.variant, f"{c.requests:,}", f"{c.rps:,.0f}",
-            _ms(lat.p50 if lat else None), _ms(lat.p99 if lat else None),
+            sc.scenario, c.mode, str(sc.repeat + 1), sc.variant, f"{c.requests:,}",
+            f"{c.rps:,.0f}", _ms(lat.p50 if lat else None), _ms(lat.p99 if lat else None),
+            f"{c.rps * (c.server_cpu_us_per_request or 0.0) / 1e4:.0f}",
             f"{c.other_cpu_percent:.0f}",
+            f"{calls.made:,.0f}" if shadowed else NA, calls.shed_text() if shadowed else NA,
         ])  # fmt: skip
     return table(headers, rows)
 
 
 def calls_table(result: ShadowStageResult) -> str:
-    """Per mode and candidate: offered, ran (by status class), dropped (by reason)."""
+    """Per scenario, mode and candidate: offered, ran (by status class), dropped (by reason)."""
     parts: list[tuple[str, ShadowCounters]] = []
-    for stream in (False, True):
-        total = ShadowCounters()
-        for sc in result.cells:
-            if sc.cell.stream is stream and sc.variant == SHADOWED:
-                total = total + sc.counters
-        if total.offered:
-            parts.append(("stream" if stream else "non-stream", total))
-    if result.memory is not None and result.memory.counters.offered:
-        parts.append(("memory (non-stream)", result.memory.counters))
+    for scenario in result.scenarios:
+        for stream in (False, True):
+            total = ShadowCounters()
+            for sc in result.cells:
+                if (
+                    sc.scenario == scenario.name
+                    and sc.cell.stream is stream
+                    and sc.variant == SHADOWED
+                ):
+                    total = total + sc.counters
+            if total.offered:
+                mode = "stream" if stream else "non-stream"
+                parts.append((f"{scenario.name}, {mode}", total))
+    mem = result.memory
+    if mem is not None and mem.counters.offered:
+        parts.append((f"memory ({mem.scenario}, non-stream, c={mem.concurrency})", mem.counters))
     reasons = sorted({r for _, t in parts for d in t.dropped.values() for r in d})
     headers = ["cells", "candidate", "offered", "ran", "ran (non-2xx)", "ran %"]
     headers += [f"dropped: {r}" for r in reasons]
@@ -451,10 +556,31 @@ def markdown(result: ShadowStageResult, step: int) -> str:
         f"load average (1/5/15 min) at the start / end of the stage: {load}.",
         "",
         verdict_table(verdicts(result)),
+    ]
+    for scenario in result.scenarios:
+        parts += [
+            "",
+            f"#### {scenario.name.capitalize()}: {scenario.primary}",
+            "",
+            f"Routes `{scenario.plain_route}` (no shadows) and `{scenario.shadowed_route}` (2 "
+            f"shadows); {scenario.warmup_s:g} s warm-up + {scenario.cell_s:g} s measured per cell"
+            + (
+                f"; the clients' first requests spread over {1000 * scenario.ramp_s:g} ms, then "
+                f"a random pause of 0-{1000 * scenario.think_s:g} ms before each request (not "
+                "part of the latency)."
+                if scenario.ramp_s or scenario.think_s
+                else "."
+            ),
+            "",
+            latency_table(result, scenario.name),
+        ]
+    parts += [
         "",
-        latency_table(result),
+        "#### Shadow calls",
         "",
         calls_table(result),
+        "",
+        "#### Every cell, in the order run",
         "",
         cells_table(result),
     ]
@@ -463,10 +589,14 @@ def markdown(result: ShadowStageResult, step: int) -> str:
         slope, late = m.slope_mb_per_100k(), m.slope_mb_per_100k(0.5)
         rss = [s.rss_mb for s in m.samples] or [math.nan]
         before, after = m.backlog_before, m.backlog_after
+        calls = ShadowCalls.of(m.counters)
         parts += [
             "",
-            f"Memory with shadows: {m.requests:,} requests at {m.rps:,.0f} req/s "
-            f"({m.errors} errors); RSS start {rss[0]:.1f} MB, max {max(rss):.1f} MB, end "
+            f"#### Memory with shadows ({m.scenario}: `{m.route}`, c={m.concurrency}, non-stream)",
+            "",
+            f"{m.requests:,} requests at {m.rps:,.0f} req/s in {m.seconds:,.0f} s "
+            f"({m.errors} errors); shadow calls made {calls.made_text()}, shed: "
+            f"{calls.shed_text()}. RSS start {rss[0]:.1f} MB, max {max(rss):.1f} MB, end "
             f"{rss[-1]:.1f} MB, {m.rss_after_drain_mb:.1f} MB after the shadows drained; slope "
             f"{_signed(slope)} MB/100k requests over the stage, {_signed(late)} over its second "
             f"half. Records the recorder dropped during it: "
@@ -487,9 +617,10 @@ def as_json(result: ShadowStageResult) -> dict[str, Any]:
     data = asdict(result)
     data["summaries"] = [
         asdict(s)
+        for scenario in result.scenarios
         for stream in (False, True)
         for v in (PLAIN, SHADOWED)
-        if (s := summarize(result.cells, stream, v)) is not None
+        if (s := summarize(result.cells, scenario.name, stream, v)) is not None
     ]
     data["verdicts"] = [asdict(v) for v in verdicts(result)]
     if result.memory is not None:

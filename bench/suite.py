@@ -10,8 +10,10 @@ Stages, in order:
    (LiteLLM: a fixed time at c=16);
 5. profile: py-spy on mirrorgate under load (c=16 non-streaming and streaming, c=1 non-streaming);
 6. shadows: mirrorgate at c=16 on a route with two shadows (a fast and a 2 s candidate, both at
-   sample 1.0) against the same primary without shadows, alternated, repeated; then RSS over
-   100,000 more requests through the shadowed route (see bench/shadows.py);
+   sample 1.0) against the same primary without shadows, alternated, repeated, in two scenarios:
+   a primary that answers at once (the gateway saturated by client traffic: shadows are shed) and
+   a paced one (50 ms, the gateway far from saturated: shadows run); then RSS over 100,000 more
+   requests through the paced shadowed route (see bench/shadows.py);
 7. stop everything (by PID), write results.json and results.md, print the Markdown.
 """
 
@@ -71,17 +73,33 @@ class Plan:
     litellm_max_concurrency: int = 64
     """LiteLLM cells above this are skipped (at 20 req/s a c=64 cell mostly waits for its tail)."""
     shadow_repeats: int = 3
-    """Measured cells per (mode, with/without shadows) in the shadow stage; medians are reported."""
+    """Measured cells per (scenario, mode, with/without shadows) in the shadow stage; medians are
+    reported."""
     shadow_cell_s: float = 5.0
+    """A saturated-scenario cell (~1,000-2,500 req/s)."""
+    shadow_paced_cell_s: float = 10.0
+    """A paced-scenario cell: ~300 req/s, so it runs longer for a p99 of ~3,000 samples."""
     shadow_warmup_s: float = 1.5
     shadow_memory_requests: int = 100_000
-    shadow_memory_cap_s: float = 240.0
+    shadow_memory_cap_s: float = 600.0
+    """~330 s at the paced route's ~300 req/s; the cap leaves room for a slower machine."""
     shadow_rss_step: int = 10_000
     """The shadow memory table shows the RSS at every multiple of this many requests."""
 
 
 SHADOW_CONCURRENCY = 16
+PACED_THINK_S = 0.005
+"""Paced clients pause a random 0-5 ms before each request (`loadgen.py --think`): without it the
+16 closed-loop clients of a constant-latency upstream drift into lock-step, and a round of 16
+requests arriving within a millisecond starts 16 `cand-fast` calls at once, half of them over its
+`max_concurrency` of 8 (measured: 8 % of the fast candidate's calls dropped over 15 s without the
+pause, 0 with it). Real clients are independent; the pause costs ~5 % of the request rate."""
+SHADOW_MEMORY_CONCURRENCY = 16
+"""The shadow memory part runs on the paced shadowed route: at c=16 it serves ~300 req/s with the
+gateway's core ~13 % busy, so no shadow call is shed for overload and 100,000 requests take
+~5.5 minutes."""
 SHADOW_CANDIDATES = (targets.FAST_CANDIDATE, targets.SLOW_CANDIDATE)
+SHADOWED_ROUTES = (targets.SHADOW_ROUTE, targets.PACED_SHADOW_ROUTE)
 FULL = Plan(
     (1, 16, 64), cell_s=8, warmup_s=1.5, memory_requests=100_000, memory_cap_s=180,
     litellm_memory_s=20, profile_s=10, profiles=((False, 16), (True, 16), (False, 1)),
@@ -89,8 +107,8 @@ FULL = Plan(
 QUICK = Plan(
     (1, 16, 64), cell_s=1.5, warmup_s=0.5, memory_requests=10_000, memory_cap_s=8,
     litellm_memory_s=0, profile_s=3, profiles=((False, 16),), litellm_max_concurrency=16,
-    shadow_repeats=1, shadow_cell_s=1.5, shadow_warmup_s=0.5, shadow_memory_requests=5_000,
-    shadow_memory_cap_s=8, shadow_rss_step=1_000,
+    shadow_repeats=1, shadow_cell_s=1.5, shadow_paced_cell_s=2.0, shadow_warmup_s=0.5,
+    shadow_memory_requests=5_000, shadow_memory_cap_s=20, shadow_rss_step=1_000,
 )  # fmt: skip
 
 
@@ -310,60 +328,91 @@ class Suite:
         )  # fmt: skip
         return summary
 
+    def _shadow_scenarios(self) -> list[shadows.Scenario]:
+        plan = self.plan
+        return [
+            shadows.Scenario(
+                "saturated", targets.ROUTE, targets.SHADOW_ROUTE,
+                f"`{targets.UPSTREAM_MODEL}`, answers at once (the gateway's core saturated by "
+                "client traffic alone)",
+                plan.shadow_cell_s, plan.shadow_warmup_s,
+            ),
+            shadows.Scenario(
+                "paced", targets.PACED_ROUTE, targets.PACED_SHADOW_ROUTE,
+                f"`{targets.PACED_MODEL}`, answers after {targets.PACED_LATENCY_MS} ms (streams: "
+                "first token after that, the rest at once), the gateway far from saturated",
+                plan.shadow_paced_cell_s, plan.shadow_warmup_s,
+                ramp_s=targets.PACED_LATENCY_MS / 1000, think_s=PACED_THINK_S,
+            ),
+        ]  # fmt: skip
+
     def _shadows(self) -> None:
         gateway = next((t for t in self.targets if t.name == "mirrorgate"), None)
         if gateway is None or gateway.server is None:
             return
         plan = self.plan
-        variants = {
-            shadows.PLAIN: gateway,
-            shadows.SHADOWED: dataclasses.replace(gateway, model=targets.SHADOW_ROUTE),
-        }
-        stage = shadows.ShadowStageResult(SHADOW_CONCURRENCY, plan.shadow_repeats)
+        scenarios = self._shadow_scenarios()
+        stage = shadows.ShadowStageResult(SHADOW_CONCURRENCY, plan.shadow_repeats, scenarios)
         stage.loadavg.append(_loadavg())
         self.shadow_result = stage
         log(f"mirrorgate: shadow stage, c={SHADOW_CONCURRENCY}, {plan.shadow_repeats} repeats")
         self._drain_shadows()
-        for stream in (False, True):
-            for repeat in range(plan.shadow_repeats):
-                # Alternate which variant goes first, so that neither always follows the other.
-                order = list(variants) if repeat % 2 == 0 else list(variants)[::-1]
-                for variant in order:
-                    before = shadow_counters()
-                    cell = self._cell(
-                        variants[variant], stream, SHADOW_CONCURRENCY,
-                        seconds=plan.shadow_cell_s, warmup=plan.shadow_warmup_s,
-                    )  # fmt: skip
-                    self._drain_shadows()  # the next cell starts with no shadow call in flight
-                    counters = shadow_counters() - before
-                    stage.cells.append(shadows.ShadowCell(variant, repeat, cell, counters))
-                    lat = cell.latency_ms
-                    calls = shadows.ShadowCalls.of(counters)
-                    log(
-                        f"{cell.mode:10} #{repeat + 1} {variant:10} {cell.rps:6.0f} req/s  "
-                        f"p50 {lat.p50 if lat else float('nan'):6.2f} ms  "
-                        f"p99 {lat.p99 if lat else float('nan'):6.2f} ms  "
-                        f"shadow calls made {calls.made:,.0f}, shed: {calls.shed_text()}"
-                    )
-        stage.memory = self._shadow_memory(variants[shadows.SHADOWED], gateway.server)
+        for scenario in scenarios:
+            variants = {
+                v: dataclasses.replace(gateway, model=scenario.route(v))
+                for v in (shadows.PLAIN, shadows.SHADOWED)
+            }
+            for stream in (False, True):
+                for repeat in range(plan.shadow_repeats):
+                    # Alternate which variant goes first, so that neither always follows the other.
+                    order = list(variants) if repeat % 2 == 0 else list(variants)[::-1]
+                    for variant in order:
+                        before = shadow_counters(scenario.shadowed_route)
+                        cell = self._cell(
+                            variants[variant], stream, SHADOW_CONCURRENCY,
+                            seconds=scenario.cell_s, warmup=scenario.warmup_s,
+                            ramp=scenario.ramp_s, think=scenario.think_s,
+                        )  # fmt: skip
+                        self._drain_shadows()  # the next cell starts with no shadow call in flight
+                        counters = shadow_counters(scenario.shadowed_route) - before
+                        stage.cells.append(
+                            shadows.ShadowCell(scenario.name, variant, repeat, cell, counters)
+                        )
+                        lat = cell.latency_ms
+                        calls = shadows.ShadowCalls.of(counters)
+                        busy = cell.rps * (cell.server_cpu_us_per_request or 0.0) / 1e4
+                        log(
+                            f"{scenario.name:9} {cell.mode:10} #{repeat + 1} {variant:10} "
+                            f"{cell.rps:6.0f} req/s  "
+                            f"p50 {lat.p50 if lat else float('nan'):6.2f} ms  "
+                            f"p99 {lat.p99 if lat else float('nan'):6.2f} ms  "
+                            f"gateway CPU {busy:3.0f} %  "
+                            f"shadow calls made {calls.made:,.0f}, shed: {calls.shed_text()}"
+                        )
+        paced = scenarios[-1]
+        stage.memory = self._shadow_memory(
+            dataclasses.replace(gateway, model=paced.shadowed_route), gateway.server, paced
+        )
         stage.loadavg.append(_loadavg())
 
-    def _shadow_memory(self, target: Target, server: ServerProcess) -> shadows.ShadowMemory:
-        """RSS every 0.5 s while the shadowed route serves `shadow_memory_requests` at c=16."""
-        plan = self.plan
+    def _shadow_memory(
+        self, target: Target, server: ServerProcess, scenario: shadows.Scenario
+    ) -> shadows.ShadowMemory:
+        """RSS every 0.5 s while the shadowed route serves `shadow_memory_requests`."""
+        plan, route, concurrency = self.plan, scenario.shadowed_route, SHADOW_MEMORY_CONCURRENCY
         log(
-            f"mirrorgate: shadow memory stage, c={SHADOW_CONCURRENCY}, "
+            f"mirrorgate: shadow memory stage, {route}, c={concurrency}, "
             f"{plan.shadow_memory_requests:,} requests, {plan.shadow_memory_cap_s}s cap"
         )
-        memory = shadows.ShadowMemory()
+        memory = shadows.ShadowMemory(scenario.name, route, concurrency)
         text = _metrics_text()
-        start = shadows.ShadowCounters.parse(text, targets.SHADOW_ROUTE)
+        start = shadows.ShadowCounters.parse(text, route)
         memory.backlog_before = shadows.GatewayBacklog.parse(text)
         t0 = time.monotonic()
 
         def sample() -> None:
             text = _metrics_text()
-            served = shadows.ShadowCounters.parse(text, targets.SHADOW_ROUTE).offered
+            served = shadows.ShadowCounters.parse(text, route).offered
             queue = shadows.GatewayBacklog.parse(text).recorder_queue
             rss = server.rss_bytes() / MB
             elapsed = round(time.monotonic() - t0, 1)
@@ -372,8 +421,9 @@ class Suite:
         sample()
 
         load = self._load(
-            target, False, SHADOW_CONCURRENCY, plan.shadow_memory_cap_s,
-            requests=plan.shadow_memory_requests, every=sample,
+            target, False, concurrency, plan.shadow_memory_cap_s,
+            requests=plan.shadow_memory_requests, every=sample, ramp=scenario.ramp_s,
+            think=scenario.think_s,
         )  # fmt: skip
         sample()
         self._drain_shadows()
@@ -381,19 +431,28 @@ class Suite:
         memory.seconds = round(load.elapsed_s, 1)
         memory.rss_after_drain_mb = server.rss_bytes() / MB
         text = _metrics_text()
-        memory.counters = shadows.ShadowCounters.parse(text, targets.SHADOW_ROUTE) - start
+        memory.counters = shadows.ShadowCounters.parse(text, route) - start
         memory.backlog_after = shadows.GatewayBacklog.parse(text)
         first, last = memory.samples[0].rss_mb, memory.samples[-1].rss_mb
+        calls = shadows.ShadowCalls.of(memory.counters)
         log(
             f"mirrorgate: {first:.0f} -> {last:.0f} MB over {load.requests:,} shadowed requests "
-            f"({memory.rps:,.0f} req/s)"
+            f"({memory.rps:,.0f} req/s); shadow calls made {calls.made_text()}, "
+            f"shed: {calls.shed_text()}"
         )
         return memory
 
     def _drain_shadows(self, deadline_s: float = targets.SLOW_CANDIDATE_MS / 1000 + 10) -> None:
         """Wait (with a deadline) until every shadow call the gateway accepted has finished."""
         deadline = time.monotonic() + deadline_s
-        while shadow_counters().in_flight(SHADOW_CANDIDATES) > 0:
+        while True:
+            text = _metrics_text()
+            in_flight = sum(
+                shadows.ShadowCounters.parse(text, route).in_flight(SHADOW_CANDIDATES)
+                for route in SHADOWED_ROUTES
+            )
+            if in_flight <= 0:
+                return
             if time.monotonic() > deadline:
                 log("shadow calls still in flight after the drain deadline; going on")
                 return
@@ -403,7 +462,7 @@ class Suite:
 
     def _loadgen_argv(
         self, target: Target, stream: bool, concurrency: int, seconds: float, output: Path,
-        *, requests: int = 0, warmup: float = 0.0,
+        *, requests: int = 0, warmup: float = 0.0, ramp: float = 0.0, think: float = 0.0,
     ) -> list[str]:  # fmt: skip
         argv = [
             str(self.rig.python), str(self.rig.repo / "bench" / "loadgen.py"),
@@ -414,6 +473,10 @@ class Suite:
         ]  # fmt: skip
         if stream:
             argv.append("--stream")
+        if ramp > 0:
+            argv += ["--ramp", str(ramp)]
+        if think > 0:
+            argv += ["--think", str(think)]
         if target.api_key_env:
             argv += ["--api-key-env", target.api_key_env]
         return self.rig.layout.pin(self.rig.layout.load, argv)
@@ -421,7 +484,7 @@ class Suite:
     def _load(
         self, target: Target, stream: bool, concurrency: int, seconds: float, *,
         requests: int = 0, warmup: float = 0.0, on_measure: Callable[[], None] | None = None,
-        every: Callable[[], None] | None = None,
+        every: Callable[[], None] | None = None, ramp: float = 0.0, think: float = 0.0,
     ) -> LoadResult:  # fmt: skip
         """Run one load process to the end and return its result.
 
@@ -431,8 +494,9 @@ class Suite:
         output = self.rig.work / "load.json"
         output.unlink(missing_ok=True)
         argv = self._loadgen_argv(
-            target, stream, concurrency, seconds, output, requests=requests, warmup=warmup
-        )
+            target, stream, concurrency, seconds, output, requests=requests, warmup=warmup,
+            ramp=ramp, think=think,
+        )  # fmt: skip
         with subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         ) as proc:
@@ -450,7 +514,8 @@ class Suite:
 
     def _cell(
         self, target: Target, stream: bool, concurrency: int, *,
-        seconds: float | None = None, warmup: float | None = None,
+        seconds: float | None = None, warmup: float | None = None, ramp: float = 0.0,
+        think: float = 0.0,
     ) -> CellResult:  # fmt: skip
         servers = [s for s in (target.server, self.mock) if s is not None]
         before: dict[str, Any] = {}
@@ -467,7 +532,7 @@ class Suite:
             target, stream, concurrency,
             self.plan.cell_s if seconds is None else seconds,
             warmup=self.plan.warmup_s if warmup is None else warmup,
-            on_measure=snapshot,
+            on_measure=snapshot, ramp=ramp, think=think,
         )  # fmt: skip
         window = time.monotonic() - before["t"]
         busy = machine_busy_seconds() - before["busy"]
@@ -516,9 +581,9 @@ def mirrorgate_requests() -> float:
     )
 
 
-def shadow_counters() -> shadows.ShadowCounters:
-    """The shadowed route's counters, from the gateway's /metrics."""
-    return shadows.ShadowCounters.parse(_metrics_text(), targets.SHADOW_ROUTE)
+def shadow_counters(route: str) -> shadows.ShadowCounters:
+    """A shadowed route's counters, from the gateway's /metrics."""
+    return shadows.ShadowCounters.parse(_metrics_text(), route)
 
 
 def _loadavg() -> list[str]:
@@ -564,6 +629,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-requests", type=int, help="requests in the memory stage")
     parser.add_argument("--memory-cap-s", type=float, help="time cap of the memory stage (0: none)")
     parser.add_argument(
+        "--shadow-repeats", type=int,
+        help="repeats of each (scenario, mode, variant) cell in the shadow stage (default 3)",
+    )  # fmt: skip
+    parser.add_argument(
         "--shadow-memory-requests", type=int, help="requests in the shadow stage's memory part"
     )
     parser.add_argument(
@@ -586,6 +655,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = dataclasses.replace(plan, memory_requests=args.memory_requests)
     if args.memory_cap_s is not None:
         plan = dataclasses.replace(plan, memory_cap_s=args.memory_cap_s)
+    if args.shadow_repeats is not None:
+        plan = dataclasses.replace(plan, shadow_repeats=max(1, args.shadow_repeats))
     if args.shadow_memory_requests is not None:
         plan = dataclasses.replace(plan, shadow_memory_requests=args.shadow_memory_requests)
     if args.shadow_memory_cap_s is not None:

@@ -29,6 +29,18 @@ FAST_CANDIDATE = "cand-fast"
 SLOW_CANDIDATE = "cand-slow"
 """Shadow candidate that answers after `SLOW_CANDIDATE_MS` (non-streams and streams alike)."""
 SLOW_CANDIDATE_MS = 2000
+PACED_MODEL = "fake-paced"
+"""A primary that answers like a (fast) real model: after `PACED_LATENCY_MS`, streams too."""
+PACED_LATENCY_MS = 50
+"""Real LLM calls take hundreds of ms to seconds; 50 ms is a fast one. Short enough that the
+gateway still serves ~300 req/s at c=16 (the shadows' cost is not drowned in the upstream's
+wait: 1 ms is 2 % of it), long enough that the gateway's core is far from saturated (measured
+7-11 % busy without shadows, 13-19 % with them), so that the overload shedding stays off and the
+shadows run."""
+PACED_ROUTE = "bench-paced"
+"""The paced primary without shadows."""
+PACED_SHADOW_ROUTE = "bench-paced-shadow"
+"""The paced primary with the same two shadows as `SHADOW_ROUTE`."""
 
 
 @dataclass(frozen=True)
@@ -91,16 +103,19 @@ class Rig:
 
 
 def mock_upstream(rig: Rig) -> ServerProcess:
-    """The mock model server: no request recording, no faults, no delays except the slow candidate.
+    """The mock model server: no request recording, no faults, no delays except for the slow
+    candidate and the paced primary.
 
-    The slow candidate sets `ttft_ms` as well as `latency_ms`: shadows stream when the primary
-    streams, and `latency_ms` only delays non-streamed answers.
+    Both set `ttft_ms` as well as `latency_ms`: `latency_ms` only delays non-streamed answers
+    (and shadows stream when the primary streams). After the first token a stream goes as fast as
+    possible, so a paced stream takes about as long as a paced non-stream.
     """
     behavior = rig.work / "mock-behavior.yaml"
     behavior.write_text(
         "record_requests: false\n"
         "models:\n"
         f"  {SLOW_CANDIDATE}: {{latency_ms: {SLOW_CANDIDATE_MS}, ttft_ms: {SLOW_CANDIDATE_MS}}}\n"
+        f"  {PACED_MODEL}: {{latency_ms: {PACED_LATENCY_MS}, ttft_ms: {PACED_LATENCY_MS}}}\n"
     )
     argv = [
         str(rig.python), "-m", "proxy.cli", "--log-level", "warning", "mock-upstream",
@@ -115,9 +130,12 @@ def mock_upstream(rig: Rig) -> ServerProcess:
 def mirrorgate(rig: Rig) -> ServerProcess:
     """mirrorgate as a user would run it: `mirrorgate serve --config FILE`, default log level.
 
-    Two routes with the same primary: `ROUTE` (no shadows; every stage but `shadows` uses only
-    it) and `SHADOW_ROUTE`, which mirrors every request to a fast and a slow candidate with the
-    default shadow limits (`max_concurrency` 8, `server.max_shadow_calls` 1000).
+    Two routes with the same primary `UPSTREAM_MODEL` (answers at once): `ROUTE` (no shadows;
+    every stage but `shadows` uses only it) and `SHADOW_ROUTE`, which mirrors every request to a
+    fast and a slow candidate with the default shadow limits (`max_concurrency` 8,
+    `server.max_shadow_calls` 1000). Two more, only for the shadow stage, with the paced primary
+    `PACED_MODEL`: `PACED_ROUTE` (no shadows) and `PACED_SHADOW_ROUTE` (the same two shadows).
+    Overload shedding keeps its defaults.
     """
     config = rig.work / "mirrorgate.yaml"
     for suffix in ("", "-wal", "-shm"):  # every run starts from an empty store
@@ -126,7 +144,12 @@ def mirrorgate(rig: Rig) -> ServerProcess:
         f"  {name}: {{provider: openai, "
         f'base_url: "http://{HOST}:{MOCK_PORT}/v1", model: {name}, '
         "price: {input_per_mtok: 0.15, output_per_mtok: 0.6}}\n"
-        for name in (UPSTREAM_MODEL, FAST_CANDIDATE, SLOW_CANDIDATE)
+        for name in (UPSTREAM_MODEL, PACED_MODEL, FAST_CANDIDATE, SLOW_CANDIDATE)
+    )
+    shadows = (
+        "    shadows:\n"
+        f"      - {{model: {FAST_CANDIDATE}, sample: 1.0}}\n"
+        f"      - {{model: {SLOW_CANDIDATE}, sample: 1.0}}\n"
     )
     config.write_text(
         f"server: {{host: {HOST}, port: {MIRRORGATE_PORT}}}\n"
@@ -136,9 +159,11 @@ def mirrorgate(rig: Rig) -> ServerProcess:
         f"  {ROUTE}: {{primary: {UPSTREAM_MODEL}}}\n"
         f"  {SHADOW_ROUTE}:\n"
         f"    primary: {UPSTREAM_MODEL}\n"
-        "    shadows:\n"
-        f"      - {{model: {FAST_CANDIDATE}, sample: 1.0}}\n"
-        f"      - {{model: {SLOW_CANDIDATE}, sample: 1.0}}\n"
+        f"{shadows}"
+        f"  {PACED_ROUTE}: {{primary: {PACED_MODEL}}}\n"
+        f"  {PACED_SHADOW_ROUTE}:\n"
+        f"    primary: {PACED_MODEL}\n"
+        f"{shadows}"
     )
     argv = [str(rig.python), "-m", "proxy.cli", "serve", "--config", str(config)]
     return ServerProcess(
