@@ -6,8 +6,9 @@ Each run starts `mirrorgate mock-upstream` and `mirrorgate serve` (SQLite, defau
 settings: a look every 10 s, a 60 s window, `failure_limit: 2`) with route `support-bot`: primary
 `prod` follows the shipping rule in its system prompt, canary `stale` (50 %, sticky by user) always
 answers the old rule. Client threads send `--rate` requests/s in all (so `--rate 40` is 20 per arm,
-the issue's scenario) with rule v1 for `--before-s` seconds after the rollout starts, then switch
-the system prompt to rule v2. The clock runs from the first v2 request to the moment
+the issue's scenario) with rule v1 for `--before-s` seconds plus a random 0 to 10 s after the
+rollout starts (so the change lands anywhere in the judge's 10 s look cycle), then switch the
+system prompt to rule v2. The clock runs from the first v2 request to the moment
 `GET /admin/rollouts/support-bot` says `rolled_back`. The models answer after 50 ms.
 
 Prints one line per run and the median and maximum (the issue's target: 30 s median, 60 s p95).
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -210,13 +212,16 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=40, help="requests/s, both arms together")
     parser.add_argument("--before-s", type=float, default=60.0)
     parser.add_argument("--give-up-s", type=float, default=300.0)
+    parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
+    jitter = random.Random(args.seed)
     times: list[float] = []
     for run in range(1, args.runs + 1):
+        before = args.before_s + jitter.uniform(0, 10)
         with tempfile.TemporaryDirectory(prefix="mirrorgate-rollback-") as folder:
-            took = one_run(Path(folder), args.rate, args.before_s, args.give_up_s)
+            took = one_run(Path(folder), args.rate, before, args.give_up_s)
         shown = f"{took:.1f} s" if took is not None else "no rollback"
-        print(f"run {run}: rule change -> rollback {shown}", flush=True)
+        print(f"run {run}: rule v2 after {before:.1f} s, then rollback {shown}", flush=True)
         if took is not None:
             times.append(took)
     if times:
