@@ -23,9 +23,9 @@ from pathlib import Path
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 
-from proxy.recorder import BodiesPolicy, Recorder
-from proxy.records import Arm, ExchangeRecord, Status, Usage
-from proxy.store import Store
+from proxy.core.records import Arm, ExchangeRecord, Status, Usage
+from proxy.store.exchanges import Store
+from proxy.store.recorder import BodiesPolicy, Recorder
 
 
 def make_record(i: int) -> ExchangeRecord:

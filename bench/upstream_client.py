@@ -99,7 +99,7 @@ async def measure(send_one: Sender, concurrency: int, requests: int) -> tuple[fl
 async def bench(base_url: str, requests: int, rounds: int) -> list[tuple[str, int, float, float]]:
     import httpx  # noqa: PLC0415
 
-    from proxy.upstream_http import UpstreamHTTP  # noqa: PLC0415
+    from proxy.upstream.http11 import UpstreamHTTP  # noqa: PLC0415
 
     lean = UpstreamHTTP(base_url, connect_timeout_s=5, read_timeout_s=30)
 

@@ -15,10 +15,10 @@ import sqlalchemy as sa
 import yaml
 from prometheus_client import CollectorRegistry
 
-from proxy.config import MirrorgateConfig, parse_config
+from proxy.app.serve import GatewayServer
+from proxy.config.specs import MirrorgateConfig, parse_config
 from proxy.mock_upstream.behavior import parse_behavior
 from proxy.mock_upstream.server import MockUpstreamServer
-from proxy.serve import GatewayServer
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 

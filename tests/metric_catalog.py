@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from proxy.app import Gateway
+from proxy.app.gateway import Gateway
 from tests.conftest import gateway_config
 
 _SUFFIXES = {

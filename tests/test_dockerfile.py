@@ -112,4 +112,4 @@ def test_dockerignore_keeps_local_state_and_secrets_out() -> None:
     for path in (".venv/bin/python", ".git/config", "mirrorgate.db", "mirrorgate.yaml",
                  "proxy/__pycache__/app.cpython-311.pyc", "tests/conftest.py"):  # fmt: skip
         assert ignored(path, patterns), path
-    assert not ignored("proxy/cli.py", patterns)
+    assert not ignored("proxy/cli/main.py", patterns)

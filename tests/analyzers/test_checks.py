@@ -239,7 +239,7 @@ def test_local_references_and_draft_selection_work() -> None:
 
 
 def test_pydantic_checkspec_dumps_compile_as_they_are() -> None:
-    from proxy.config import CheckSpec
+    from proxy.config.specs import CheckSpec
 
     spec = CheckSpec.model_validate({"name": "max-weight", "type": "json_path",
                                      "path": "$.max_weight", "in": [150]})  # fmt: skip

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from proxy.cli import main
-from proxy.records import Arm, CheckRecord, ExchangeRecord, PairRecord, Status, Usage
-from proxy.store import Store
+from proxy.cli.main import main
+from proxy.core.records import Arm, CheckRecord, ExchangeRecord, PairRecord, Status, Usage
+from proxy.store.exchanges import Store
 from tests.conftest import require_service
 
 pytestmark = pytest.mark.e2e

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from proxy.sampling import sampled
+from proxy.core.sampling import sampled
 from tests.conftest import wait_until
 from tests.e2e.conftest import GatewayProcess, RolloutClient
 

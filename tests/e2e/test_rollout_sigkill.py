@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.sampling import sampled
+from proxy.core.sampling import sampled
 from tests.e2e.conftest import GatewayProcess, RolloutClient
 
 pytestmark = pytest.mark.e2e

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from proxy.store import Store
+from proxy.store.exchanges import Store
 from tests.e2e.conftest import GatewayProcess
 from tests.e2e.rawhttp import burst
 

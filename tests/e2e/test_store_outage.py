@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from proxy.rollout_store import aware
-from proxy.sampling import sampled
+from proxy.core.sampling import sampled
+from proxy.store.rollouts import aware
 from tests.conftest import wait_until
 from tests.e2e.conftest import GatewayProcess, RolloutClient
 from tests.e2e.tcp_forwarder import TcpForwarder

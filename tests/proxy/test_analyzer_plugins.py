@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from analyzers.plugins import ENTRY_POINT_GROUP
-from proxy.config import ConfigError, parse_config
-from proxy.serve import GatewayServer
+from proxy.app.serve import GatewayServer
+from proxy.config.specs import ConfigError, parse_config
 from tests.conftest import wait_until
 
 MODULE = "mirrorgate_test_gateway_plugins"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.budget import HourlySpend
+from proxy.core.budget import HourlySpend
 
 
 def test_spend_counts_the_last_hour_and_forgets_older_minutes() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.cli import main
+from proxy.cli.main import main
 
 GOOD = """
 models: {prod: {provider: openai, base_url: "http://127.0.0.1:9/v1", model: m}}

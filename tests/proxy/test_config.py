@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import ConfigError, load_config, parse_config
+from proxy.config.specs import ConfigError, load_config, parse_config
 
 GOOD = """
 server: {host: 127.0.0.1, port: 8080}

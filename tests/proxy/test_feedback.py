@@ -7,9 +7,9 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from proxy.feedback_store import FeedbackStore
-from proxy.records import Arm
-from proxy.serve import GatewayServer
+from proxy.app.serve import GatewayServer
+from proxy.core.records import Arm
+from proxy.store.feedback import FeedbackStore
 from tests.conftest import wait_until
 from tests.proxy.test_gateway_openai import MESSAGES
 

@@ -8,9 +8,9 @@ import anthropic
 import httpx
 import pytest
 
+from proxy.app.serve import GatewayServer
+from proxy.core.records import Status
 from proxy.mock_upstream.server import MockUpstreamServer
-from proxy.records import Status
-from proxy.serve import GatewayServer
 from tests.conftest import sdk_client
 from tests.proxy.test_gateway_openai import records_for
 

@@ -14,9 +14,9 @@ import orjson
 import pytest
 from prometheus_client import generate_latest
 
+from proxy.app.serve import GatewayServer
+from proxy.core.records import Arm, Status
 from proxy.mock_upstream.server import MockUpstreamServer
-from proxy.records import Arm, Status
-from proxy.serve import GatewayServer
 from tests.conftest import sdk_client, wait_until
 from tests.proxy.test_gateway_openai import MESSAGES, records_for
 

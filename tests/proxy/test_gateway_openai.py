@@ -10,9 +10,9 @@ import openai
 import orjson
 import pytest
 
+from proxy.app.serve import GatewayServer
+from proxy.core.records import Arm, ExchangeRecord, Status
 from proxy.mock_upstream.server import MockUpstreamServer
-from proxy.records import Arm, ExchangeRecord, Status
-from proxy.serve import GatewayServer
 from tests.conftest import sdk_client, wait_until
 
 MESSAGES = [

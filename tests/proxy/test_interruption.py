@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 
-from proxy.interruption import SignalStop
+from proxy.replay.interruption import SignalStop
 
 
 def test_signals_reach_the_loop_including_those_sent_before_it_was_attached() -> None:

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from proxy.judge import parse_scores
+from proxy.app.serve import GatewayServer
+from proxy.mirror.llm_judge import parse_scores
 from proxy.mock_upstream.server import MockUpstreamServer
-from proxy.serve import GatewayServer
 from tests.conftest import wait_until
 from tests.proxy.test_shadow import ask, model, received, shadowed
 

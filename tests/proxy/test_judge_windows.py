@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from proxy.judge_windows import (
+from proxy.core.records import Arm, CheckRecord, Status
+from proxy.rollout.evidence import (
     Arms,
     Epoch,
     check_windows,
@@ -17,8 +18,7 @@ from proxy.judge_windows import (
     failing_examples,
     traffic_windows,
 )
-from proxy.records import Arm, CheckRecord, Status
-from proxy.store import Store
+from proxy.store.exchanges import Store
 from tests.proxy.test_store import T0, make_record
 
 ARMS = Arms("support-bot", "prod", "cand")

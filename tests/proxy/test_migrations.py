@@ -9,7 +9,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from proxy.migrations import (
+from proxy.store.exchanges import Store, StoreError
+from proxy.store.migrations import (
     MIGRATIONS,
     Migration,
     SchemaVersionError,
@@ -17,7 +18,6 @@ from proxy.migrations import (
     head_version,
     migrate,
 )
-from proxy.store import Store, StoreError
 from tests.proxy import test_store
 from tests.proxy.test_store import make_record
 

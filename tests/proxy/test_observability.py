@@ -12,8 +12,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.app import Gateway
-from proxy.serve import GatewayServer
+from proxy.app.gateway import Gateway
+from proxy.app.serve import GatewayServer
 from tests.conftest import gateway_config, wait_until
 from tests.proxy.test_gateway_openai import MESSAGES, records_for
 
@@ -98,8 +98,8 @@ def test_spans_follow_the_genai_conventions(start_gateway: Callable[..., Gateway
 
 
 def test_tracing_is_off_without_an_endpoint_and_on_with_one() -> None:
-    from proxy.config import TelemetrySpec
-    from proxy.tracing import build_tracer_provider
+    from proxy.config.specs import TelemetrySpec
+    from proxy.observability.tracing import build_tracer_provider
 
     assert build_tracer_provider(TelemetrySpec(), env={}) is None
     provider = build_tracer_provider(

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from proxy.overload import HOLD_S, LoopLoadMonitor
+from proxy.mirror.overload import HOLD_S, LoopLoadMonitor
 
 STEP = 0.025
 

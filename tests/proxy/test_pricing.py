@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.config import PriceSpec
-from proxy.pricing import cost_usd
-from proxy.records import Usage
+from proxy.config.specs import PriceSpec
+from proxy.core.pricing import cost_usd
+from proxy.core.records import Usage
 
 
 def test_each_token_type_has_its_price() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from proxy.progress import ProgressBar
+from proxy.replay.progress import ProgressBar
 
 
 class Clock:

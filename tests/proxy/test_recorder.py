@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.config import StoreSpec
-from proxy.recorder import Recorder
-from proxy.records import ExchangeRecord
-from proxy.store import Store
+from proxy.config.specs import StoreSpec
+from proxy.core.records import ExchangeRecord
+from proxy.store.exchanges import Store
+from proxy.store.recorder import Recorder
 from tests.conftest import wait_until
 from tests.proxy import test_store
 from tests.proxy.test_store import make_record
@@ -171,7 +171,7 @@ def test_records_wait_out_a_locked_database(
     recorder, registry = make_recorder(store, batch_size=50)
     holder = sqlite3.connect(sqlite_path, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")  # the database is unwritable until this commits
-    caplog.set_level(logging.INFO, logger="proxy.recorder")
+    caplog.set_level(logging.INFO, logger="proxy.store.recorder")
     try:
         recorder.start()
         for _ in range(500):
@@ -188,7 +188,7 @@ def test_records_wait_out_a_locked_database(
     wait_until(lambda: recorder.pending() == 0, what="the held records to be written")
     assert store.count() == 1000
     assert metric(registry, "mirrorgate_recorder_dropped_total", reason="queue_full") == 0
-    messages = [r.getMessage() for r in caplog.records if r.name == "proxy.recorder"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "proxy.store.recorder"]
     assert sum("unavailable" in m for m in messages) == 1  # once per outage, not per retry
     assert sum("available again" in m for m in messages) == 1
     assert recorder.stop(timeout_s=10) is True

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from proxy.redaction import redact
+from proxy.store.redaction import redact
 
 OPENAI = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz_0123456789-abc"
 ANTHROPIC = "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_xyz"

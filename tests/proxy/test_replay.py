@@ -16,15 +16,15 @@ import openai
 import pytest
 import yaml
 
-from proxy.cli import build_parser, main
+from proxy.app.serve import GatewayServer
+from proxy.cli.main import build_parser, main
+from proxy.core.records import Arm, ExchangeRecord, PairRecord, Status, Usage
 from proxy.mock_upstream.server import MockUpstreamServer
-from proxy.records import Arm, ExchangeRecord, PairRecord, Status, Usage
-from proxy.redaction import redact
-from proxy.replay import run_replay
-from proxy.replay_runner import JobOutcome
-from proxy.serve import GatewayServer
-from proxy.store import Store
-from proxy.tokens import count_tokens
+from proxy.replay.command import run_replay
+from proxy.replay.runner import JobOutcome
+from proxy.store.exchanges import Store
+from proxy.store.redaction import redact
+from proxy.upstream.tokens import count_tokens
 from tests.conftest import sdk_client, wait_until
 
 PRICE = {"input_per_mtok": 1.0, "output_per_mtok": 4.0}

@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from proxy.cli import main
-from proxy.feedback_store import FeedbackStore
-from proxy.records import (
+from proxy.cli.main import main
+from proxy.core.records import (
     Arm,
     CheckRecord,
     ExchangeRecord,
@@ -21,7 +20,8 @@ from proxy.records import (
     Status,
     Usage,
 )
-from proxy.store import Store
+from proxy.store.exchanges import Store
+from proxy.store.feedback import FeedbackStore
 
 NOW = datetime.now(UTC)
 

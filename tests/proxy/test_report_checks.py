@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from proxy.records import Arm, CheckRecord
-from proxy.report_format import format_time
-from proxy.store import Store
+from proxy.core.records import Arm, CheckRecord
+from proxy.report.format import format_time
+from proxy.store.exchanges import Store
 from tests.proxy.test_report import exchange, report
 
 NOW = datetime.now(UTC)
@@ -35,7 +35,7 @@ def setup(tmp_path: Path) -> Iterator[tuple[Path, Store]]:
 
 
 def rule_event(store: Store, version: str, previous: str | None, at: datetime) -> None:
-    """A rule-change event, inserted as `proxy.rules.RuleTracker` writes it."""
+    """A rule-change event, inserted as `proxy.gateway.rules.RuleTracker` writes it."""
     table = sa.table(
         "rule_events",
         sa.column("rule"),

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from proxy.feedback_store import FeedbackStore
-from proxy.records import Arm, ExchangeRecord, FeedbackRecord, Status
-from proxy.store import Store
+from proxy.core.records import Arm, ExchangeRecord, FeedbackRecord, Status
+from proxy.store.exchanges import Store
+from proxy.store.feedback import FeedbackStore
 from tests.proxy.test_report import exchange, report, table_row
 from tests.proxy.test_report_checks import rows_under
 
@@ -38,7 +38,7 @@ def served(count: int, **fields: Any) -> list[ExchangeRecord]:
 
 
 def give(store: Store, answer: ExchangeRecord, kind: str, **fields: Any) -> None:
-    """Feedback on `answer`, joined to it as `proxy.feedback` does."""
+    """Feedback on `answer`, joined to it as `proxy.api.feedback` does."""
     values: dict[str, Any] = {
         "request_id": answer.request_id,
         "kind": kind,

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
-from proxy.config import MirrorgateConfig, parse_config
-from proxy.records import Arm
-from proxy.rollout import (
+from proxy.config.specs import MirrorgateConfig, parse_config
+from proxy.core.records import Arm
+from proxy.core.rollout_state import (
     Action,
     IllegalTransition,
     Phase,
@@ -17,8 +17,8 @@ from proxy.rollout import (
     initial_state,
     transition,
 )
-from proxy.routing import RouteTable
-from proxy.sampling import sampled
+from proxy.core.sampling import sampled
+from proxy.gateway.routing import RouteTable
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.cli import main
-from proxy.serve import GatewayServer
+from proxy.app.serve import GatewayServer
+from proxy.cli.main import main
 from tests.conftest import wait_until
 from tests.proxy.test_rollouts_api import AUTH, ENV, TOKEN, ask, rollout, rollout_config
 
@@ -343,7 +343,16 @@ def test_other_answers_exit_1_with_one_line(
 def test_the_console_entry_runs_as_a_process(gw: GatewayServer) -> None:
     env = {**os.environ, "MIRRORGATE_ADMIN_TOKEN": TOKEN, "MIRRORGATE_URL": gw.url}
     done = subprocess.run(
-        [sys.executable, "-m", "proxy.cli", "rollout", "start", "bot", "--reason", "from a shell"],
+        [
+            sys.executable,
+            "-m",
+            "proxy.cli",
+            "rollout",
+            "start",
+            "bot",
+            "--reason",
+            "from a shell",
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.serve import GatewayServer
+from proxy.app.serve import GatewayServer
 from tests.conftest import wait_until
 from tests.rollout_scene import rule_request
 from tests.webhook_receiver import WebhookReceiver

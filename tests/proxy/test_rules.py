@@ -11,12 +11,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 from sqlalchemy import exc as sa_exc
 
-from proxy.config import ConfigError, parse_config
-from proxy.metrics import GatewayMetrics
+from proxy.app.serve import GatewayServer
+from proxy.config.specs import ConfigError, parse_config
+from proxy.gateway.rules import RuleEvent, RuleMatch, RuleTracker
 from proxy.mock_upstream.server import MockUpstreamServer
-from proxy.rules import RuleEvent, RuleMatch, RuleTracker
-from proxy.serve import GatewayServer
-from proxy.store import Store
+from proxy.observability.metrics import GatewayMetrics
+from proxy.store.exchanges import Store
 from tests.conftest import wait_until
 
 RULES = {

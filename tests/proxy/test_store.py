@@ -16,8 +16,14 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from proxy.records import Arm, ExchangeRecord, Status, Usage
-from proxy.store import ExchangeRow, RecordRejectedError, Store, StoreError, StoreUnavailableError
+from proxy.core.records import Arm, ExchangeRecord, Status, Usage
+from proxy.store.exchanges import (
+    ExchangeRow,
+    RecordRejectedError,
+    Store,
+    StoreError,
+    StoreUnavailableError,
+)
 from tests.conftest import PG_ADMIN_URL
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)

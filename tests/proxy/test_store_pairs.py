@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from proxy.records import PairRecord
-from proxy.store import Store
+from proxy.core.records import PairRecord
+from proxy.store.exchanges import Store
 from tests.proxy import test_store
 
 db_url = test_store.db_url

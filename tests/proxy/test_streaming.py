@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from proxy.streaming import StreamObserver
+from proxy.upstream.streaming import StreamObserver
 
 
 def chunk(content: str | None, usage: object = None, with_usage_field: bool = True) -> bytes:

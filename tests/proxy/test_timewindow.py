@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from proxy.timewindow import parse_since
+from proxy.core.timewindow import parse_since
 
 NOW = datetime(2025, 3, 10, 12, 0, tzinfo=UTC)
 

@@ -18,8 +18,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from proxy.app.serve import GatewayServer
 from proxy.mock_upstream.server import MockUpstreamServer
-from proxy.serve import GatewayServer
 from tests.conftest import wait_until
 from tests.proxy.test_gateway_openai import MESSAGES, records_for
 from tests.proxy.test_shadow import ask, shadowed

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from proxy.upstream_http import (
+from proxy.upstream.http11 import (
     READ_BUFFER_BYTES,
     UpstreamConnectError,
     UpstreamConnectTimeout,
@@ -31,7 +31,7 @@ from proxy.upstream_http import (
     UpstreamTimeout,
     UpstreamWriteTimeout,
 )
-from proxy.upstream_pool import ConnectionPool
+from proxy.upstream.pool import ConnectionPool
 
 pytestmark = pytest.mark.anyio
 

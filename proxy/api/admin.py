@@ -1,0 +1,148 @@
+"""The admin API (`/admin/...`): what the gateway knows about its routes and rule versions.
+
+Every admin call needs `Authorization: Bearer <token>`, the token being the value of the variable
+named by `server.admin_token_env`. Without that variable the admin API is open, which the config
+loader allows only on a loopback address. Tokens are compared in constant time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from proxy.core import AuthError, ForbiddenError, GatewayError, PayloadTooLarge, error_body
+from proxy.gateway import RouteTable, RuleTracker
+from proxy.store import Store
+
+
+class AdminAuth:
+    """Checks the bearer token of admin calls."""
+
+    def __init__(self, token_env: str, env: Mapping[str, str]) -> None:
+        token = env.get(token_env) or ""
+        self._token = token.encode()
+        self.token_env = token_env
+
+    def __call__(self, request: Request) -> None:
+        if not self._token:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not given:
+            raise AuthError(f"admin calls need 'Authorization: Bearer <{self.token_env}>'")
+        if not hmac.compare_digest(given.strip().encode(), self._token):
+            raise ForbiddenError("the admin token is not right")
+
+
+async def read_limited(request: Request, limit: int, what: str) -> bytes:
+    """The request body, refused with 413 (`PayloadTooLarge`) as soon as it exceeds `limit`
+    bytes — by its declared length before reading, or while reading when none is declared."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"{what} is larger than {limit} bytes")
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > limit:
+            raise PayloadTooLarge(f"{what} is larger than {limit} bytes")
+    return bytes(raw)
+
+
+def gateway_error_response(exc: GatewayError) -> JSONResponse:
+    """A mirrorgate error raised in the FastAPI part, in the OpenAI wire format."""
+    return JSONResponse(orjson.loads(error_body(exc, "openai")), status_code=exc.status)
+
+
+def build_admin_router(
+    auth: AdminAuth, routes: RouteTable, tracker: RuleTracker, store: Store
+) -> APIRouter:
+    router = APIRouter(prefix="/admin", dependencies=[Depends(auth)])
+
+    @router.get("/routes")
+    async def list_routes() -> dict[str, Any]:
+        return {
+            "routes": [
+                {
+                    "name": state.name,
+                    "primary": state.primary,
+                    "primary_arm": state.primary_arm.value,
+                    "config_primary": state.spec.primary,
+                    "overridden": state.primary != state.spec.primary,
+                    "fallback": state.fallback,
+                    "shadows": [s.model for s in state.spec.shadows],
+                    "canary": state.spec.canary.model if state.spec.canary else None,
+                    "canary_weight_percent": state.canary.weight if state.canary else 0.0,
+                    "phase": (
+                        state.rollout.phase.value
+                        if state.rollout is not None and state.rollout.phase is not None
+                        else None
+                    ),
+                }
+                for state in routes.states().values()
+            ]
+        }
+
+    @router.get("/rules")
+    async def list_rules() -> dict[str, Any]:
+        events, counts = await asyncio.gather(
+            asyncio.to_thread(tracker.events), asyncio.to_thread(_version_counts, store)
+        )
+        versions = []
+        for event in events:
+            count, first, last = counts.get((event.rule, event.version), (0, None, None))
+            versions.append(
+                {
+                    "rule": event.rule,
+                    "version": event.version,
+                    "previous_version": event.previous_version,
+                    "changed_at": event.first_seen_at.isoformat(),
+                    "first_request_id": event.request_id,
+                    "route": event.route,
+                    "prompt_diff": event.prompt_diff,
+                    "exchanges": count,
+                    "first_seen": first.isoformat() if first else None,
+                    "last_seen": last.isoformat() if last else None,
+                }
+            )
+        return {"rule_versions": versions}
+
+    return router
+
+
+def _version_counts(store: Store) -> dict[tuple[str, str], tuple[int, Any, Any]]:
+    table = sa.table(
+        "exchanges", sa.column("rule"), sa.column("rule_version"), sa.column("started_at")
+    )
+    statement = (
+        sa.select(
+            table.c.rule,
+            table.c.rule_version,
+            sa.func.count(),
+            sa.func.min(table.c.started_at),
+            sa.func.max(table.c.started_at),
+        )
+        .where(table.c.rule.is_not(None))
+        .group_by(table.c.rule, table.c.rule_version)
+    )
+    with store.engine.connect() as conn:
+        rows: list[tuple[Any, ...]] = [tuple(row) for row in conn.execute(statement)]
+    return {
+        (str(rule), str(version)): (int(count), _aware(first), _aware(last))
+        for rule, version, count, first, last in rows
+    }
+
+
+def _aware(moment: Any) -> Any:
+    if isinstance(moment, str):  # SQLite returns aggregates of datetimes as text
+        moment = datetime.fromisoformat(moment)
+    if isinstance(moment, datetime) and moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment

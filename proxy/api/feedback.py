@@ -1,0 +1,183 @@
+"""`POST /v1/feedback`: user corrections and ratings, joined to the exchange they are about.
+
+    {"request_id": "…", "corrected": true, "correction": "150 kg", "score": 2, "label": "policy"}
+
+`request_id` is the `x-mirrorgate-request-id` of the answer; at least one other field is required.
+Each of correction (`corrected`/`correction`), `score` and `label` is stored once per request: a
+repeated post of the same kind is acknowledged and changes nothing. Feedback is written to the
+store before the answer (201), so an acknowledged correction is never lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from sqlalchemy import exc as sa_exc
+
+from proxy.core import (
+    Arm,
+    ExchangeRecord,
+    FeedbackRecord,
+    GatewayError,
+    NotFound,
+    RequestError,
+    UnsupportedMediaType,
+    error_body,
+)
+from proxy.observability import GatewayMetrics
+from proxy.store import FeedbackStore, Store
+
+from .admin import read_limited
+
+MAX_FEEDBACK_BYTES = 1024 * 1024
+_SERVING_ARMS = (Arm.PRIMARY, Arm.CANARY, Arm.FALLBACK)
+
+
+class StoreUnavailable(GatewayError):
+    status = 503
+    openai_type = "server_error"
+    anthropic_type = "overloaded_error"
+
+
+class FeedbackBody(BaseModel):
+    """The request body (unknown fields are refused)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    request_id: str = Field(min_length=1, max_length=128)
+    corrected: bool | None = None
+    correction: str | None = Field(None, max_length=100_000)
+    score: int | None = Field(None, ge=1, le=5)
+    label: str | None = Field(None, min_length=1, max_length=200)
+
+    @model_validator(mode="after")
+    def _something_to_say(self) -> FeedbackBody:
+        if (self.corrected, self.correction, self.score, self.label) == (None, None, None, None):
+            raise ValueError("give at least one of corrected, correction, score, label")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class ServedAnswer:
+    """What feedback needs to know about the answer a user saw (no bodies: many of these are
+    kept in memory)."""
+
+    route: str
+    target: str
+    arm: Arm
+    rule: str | None
+    rule_version: str | None
+
+
+class RecentExchanges:
+    """The answers served to recent requests, so feedback that arrives before the recorder
+    wrote the exchange still joins. A record sink; bounded (oldest forgotten first)."""
+
+    def __init__(self, size: int = 20_000) -> None:
+        self.size = size
+        """Answers remembered (a few MB); older feedback joins through the store instead."""
+        self._by_id: OrderedDict[str, ServedAnswer] = OrderedDict()
+
+    def __call__(self, record: object) -> None:
+        if (
+            isinstance(record, ExchangeRecord)
+            and record.arm in _SERVING_ARMS
+            and record.http_status
+        ):
+            self._by_id[record.request_id] = ServedAnswer(
+                record.route, record.target, record.arm, record.rule, record.rule_version
+            )
+            if len(self._by_id) > self.size:
+                self._by_id.popitem(last=False)
+
+    def get(self, request_id: str) -> ServedAnswer | None:
+        return self._by_id.get(request_id)
+
+
+class FeedbackService:
+    """Validates, joins, stores and counts feedback."""
+
+    def __init__(self, store: Store, recent: RecentExchanges, metrics: GatewayMetrics) -> None:
+        self.store = store
+        self.feedback = FeedbackStore(store.engine)
+        self.recent = recent
+        self.metrics = metrics
+
+    async def handle(self, request: Request) -> JSONResponse:
+        try:
+            body = await self._body(request)
+            return JSONResponse(await self.submit(body), status_code=201)
+        except GatewayError as exc:
+            return JSONResponse(orjson.loads(error_body(exc, "openai")), status_code=exc.status)
+
+    async def _body(self, request: Request) -> FeedbackBody:
+        if "json" not in request.headers.get("content-type", ""):
+            raise UnsupportedMediaType("content-type must be application/json")
+        raw = await read_limited(request, MAX_FEEDBACK_BYTES, "feedback")
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise RequestError(f"feedback is not valid JSON ({exc})") from None
+        try:
+            return FeedbackBody.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
+            )
+            raise RequestError(f"feedback is malformed: {problems}") from None
+
+    async def submit(self, body: FeedbackBody) -> dict[str, Any]:
+        exchange = self.recent.get(body.request_id) or await self._lookup(body.request_id)
+        if exchange is None:
+            raise NotFound(f"no exchange with request id '{body.request_id[:128]}'")
+        now = datetime.now(UTC)
+        base: dict[str, Any] = {
+            "request_id": body.request_id, "route": exchange.route, "target": exchange.target,
+            "arm": exchange.arm, "created_at": now, "rule": exchange.rule,
+            "rule_version": exchange.rule_version,
+        }  # fmt: skip
+        records: list[tuple[FeedbackRecord, str | None]] = []
+        if body.corrected is not None or body.correction is not None:
+            corrected = bool(body.corrected) or (body.corrected is None and bool(body.correction))
+            records.append((
+                FeedbackRecord(**base, kind="correction", corrected=corrected,
+                               correction=body.correction),
+                "correction" if corrected else None,
+            ))  # fmt: skip
+        if body.score is not None:
+            sentiment = "positive" if body.score >= 4 else "negative" if body.score <= 2 else None
+            records.append((FeedbackRecord(**base, kind="score", score=body.score), sentiment))
+        if body.label is not None:
+            records.append((FeedbackRecord(**base, kind="label", label=body.label), None))
+        recorded: list[str] = []
+        duplicates: list[str] = []
+        for record, metric_kind in records:
+            try:
+                new = await asyncio.to_thread(self.feedback.add, record)
+            except sa_exc.SQLAlchemyError as exc:
+                raise StoreUnavailable("the store is unavailable; send the feedback again") from exc
+            (recorded if new else duplicates).append(record.kind)
+            if new and metric_kind is not None:
+                self.metrics.feedback.labels(
+                    exchange.route, exchange.target, exchange.arm.value, metric_kind
+                ).inc()
+        return {"request_id": body.request_id, "recorded": recorded, "duplicates": duplicates}
+
+    async def _lookup(self, request_id: str) -> ServedAnswer | None:
+        try:
+            found = await asyncio.to_thread(self.store.query, request_id=request_id, limit=20)
+        except Exception as exc:
+            raise StoreUnavailable("the store is unavailable; send the feedback again") from exc
+        serving = [r for r in found if r.arm in _SERVING_ARMS and r.http_status]
+        if not serving:
+            return None
+        r = serving[-1]
+        return ServedAnswer(r.route, r.target, r.arm, r.rule, r.rule_version)

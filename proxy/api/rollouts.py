@@ -1,0 +1,250 @@
+"""The rollout part of the HTTP surface (DESIGN §5): `/admin/rollouts/...` and the Alertmanager
+webhook `/hooks/alertmanager`. Both need the admin bearer token.
+
+    GET  /admin/rollouts                       every route's rollout state, whether the store
+                                               is reachable, and this replica: its `replica`
+                                               id (host:pid) and `decider` (true on the one
+                                               replica that judges now)
+    GET  /admin/rollouts/{route}               one route: state, live routing, transitions, verdicts
+    GET  /admin/rollouts/{route}/verdicts      the judge's recent verdicts (?limit=, at most 1000)
+    POST /admin/rollouts/{route}/{action}      start | pause | resume | promote | abort | rollback
+                                               | restore
+                                               optional JSON body {"reason": "..."}
+
+Answers: 200 with `changed` (false when the route already was where the action leads), 404 for
+an unknown route or action, 409 with the current phase for an illegal transition, 503 when the
+store cannot be reached (nothing changed; retry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import UTC
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from alerts.alertmanager_webhook import parse_payload
+from alerts.errors import PayloadError
+from alerts.rollback_request import decide_rollbacks
+from proxy.core import (
+    OPERATOR_ACTIONS,
+    Action,
+    Conflict,
+    GatewayError,
+    IllegalTransition,
+    NotFound,
+    RequestError,
+    RolloutState,
+    Unavailable,
+    UnsupportedMediaType,
+    error_body,
+)
+from proxy.gateway import RouteTable
+from proxy.rollout import RolloutManager, RouteUnknownError, TransitionConflictError
+from proxy.store import StoreUnavailableError
+
+from .admin import AdminAuth, read_limited
+
+log = logging.getLogger("mirrorgate.rollout_api")
+
+MAX_REASON_BODY = 16 * 1024
+MAX_ALERTMANAGER_BODY = 1024 * 1024
+"""Alertmanager batches at most a group's alerts; a megabyte is far beyond any real payload."""
+
+
+def state_json(state: RolloutState, routes: RouteTable) -> dict[str, Any]:
+    live = routes.get(state.route)
+    spec = live.spec if live else None
+    return {
+        "route": state.route,
+        "phase": state.phase.value if state.phase else None,
+        "revision": state.revision,
+        "rollout_id": state.rollout_id,
+        "candidate": state.candidate,
+        "baseline": state.baseline,
+        "step": state.step,
+        "steps": list(spec.canary.steps) if spec and spec.canary else [],
+        "weight_percent": state.weight,
+        "reason": state.reason,
+        "actor": state.actor,
+        "changed_at": state.changed_at.isoformat() if state.changed_at else None,
+        "started_at": state.started_at.isoformat() if state.started_at else None,
+        "step_started_at": state.step_started_at.isoformat() if state.step_started_at else None,
+        "serving": {
+            "primary": live.primary if live else None,
+            "arm": live.primary_arm.value if live else None,
+            "canary": live.canary.target if live and live.canary else None,
+            "canary_weight_percent": live.canary.weight if live and live.canary else 0.0,
+        },
+        "override": (
+            {
+                "model": state.override,
+                "arm": state.override_arm.value,
+                "config_primary": spec.primary if spec else None,
+            }
+            if state.override is not None
+            else None
+        ),
+    }
+
+
+def _error(exc: GatewayError, **extra: Any) -> JSONResponse:
+    body = orjson.loads(error_body(exc, "openai"))
+    body["error"].update(extra)
+    return JSONResponse(body, status_code=exc.status)
+
+
+def build_rollout_router(
+    auth: AdminAuth,
+    manager: RolloutManager,
+    routes: RouteTable,
+    *,
+    replica: str = "",
+    decider: Callable[[], bool] = lambda: False,
+) -> APIRouter:
+    """`replica` names this gateway process in `GET /admin/rollouts`; `decider` says whether it
+    is the one replica running the judge right now (it holds the decider lock)."""
+    router = APIRouter(dependencies=[Depends(auth)])
+
+    @router.get("/admin/rollouts")
+    async def all_rollouts() -> dict[str, Any]:
+        return {
+            "rollouts": [state_json(s, routes) for s in manager.states().values()],
+            "store_reachable": manager.store_ok,
+            "replica": replica,
+            "decider": decider(),
+        }
+
+    @router.get("/admin/rollouts/{route}", response_model=None)
+    async def one_rollout(route: str) -> dict[str, Any] | JSONResponse:
+        try:
+            state = manager.state(route)
+        except RouteUnknownError:
+            return _error(NotFound(f"no route '{route[:200]}'"))
+        try:
+            events, verdicts = await asyncio.gather(
+                asyncio.to_thread(manager.store.events, route, 50),
+                asyncio.to_thread(manager.store.recent_verdicts, route, 50),
+            )
+        except Exception as exc:  # the state above is still worth showing
+            log.warning("rollout history unavailable: %s", exc)
+            events, verdicts = [], []
+        return {**state_json(state, routes), "transitions": events, "verdicts": verdicts}
+
+    @router.get("/admin/rollouts/{route}/verdicts", response_model=None)
+    async def verdicts(route: str, limit: int = 100) -> dict[str, Any] | JSONResponse:
+        if route not in manager.states():
+            return _error(NotFound(f"no route '{route[:200]}'"))
+        limit = max(1, min(limit, 1000))
+        try:
+            rows = await asyncio.to_thread(manager.store.recent_verdicts, route, limit)
+        except Exception as exc:
+            return _error(Unavailable(f"the store cannot be read: {type(exc).__name__}"))
+        return {"route": route, "verdicts": rows}
+
+    @router.post("/admin/rollouts/{route}/{action}", response_model=None)
+    async def act(route: str, action: str, request: Request) -> dict[str, Any] | JSONResponse:
+        try:
+            chosen = Action(action)
+            if chosen not in OPERATOR_ACTIONS:
+                raise ValueError(action)
+        except ValueError:
+            names = ", ".join(a.value for a in Action if a in OPERATOR_ACTIONS)
+            return _error(NotFound(f"no rollout action '{action[:50]}' (one of: {names})"))
+        if route not in manager.states():
+            return _error(NotFound(f"no route '{route[:200]}'"))
+        try:
+            reason = await _reason(request)
+        except GatewayError as exc:
+            return _error(exc)
+        try:
+            change = await manager.act(
+                route, chosen, reason=reason or f"{chosen.value} by operator", actor="operator"
+            )
+        except IllegalTransition as exc:
+            phase = exc.phase.value if exc.phase else None
+            return _error(Conflict(str(exc)), phase=phase)
+        except TransitionConflictError as exc:
+            return _error(Conflict(str(exc)), phase=manager.state(route).phase)
+        except StoreUnavailableError as exc:
+            return _error(Unavailable(f"nothing changed: {exc}"))
+        return {"changed": change.changed, "rollout": state_json(change.after, routes)}
+
+    @router.post("/hooks/alertmanager", response_model=None)
+    async def alertmanager(request: Request) -> dict[str, Any] | JSONResponse:
+        try:
+            if "json" not in request.headers.get("content-type", "json"):
+                raise UnsupportedMediaType("content-type must be application/json")
+            raw = await read_limited(request, MAX_ALERTMANAGER_BODY, "the Alertmanager payload")
+            try:
+                payload = parse_payload(raw)
+            except PayloadError as exc:
+                raise RequestError(f"not an Alertmanager webhook payload: {exc}") from None
+        except GatewayError as exc:
+            return _error(exc)
+        decision = decide_rollbacks(payload, known_routes=list(manager.states()))
+        rolled: list[dict[str, Any]] = []
+        for req in decision.requests:
+            starts = req.starts_at.astimezone(UTC)
+            # Seen before? Then a redelivery: never act twice on one firing (an operator may
+            # have restored the route since). Otherwise act first and record the firing after,
+            # so a store failure in between makes Alertmanager retry instead of losing it.
+            try:
+                seen = await asyncio.to_thread(manager.store.alert_seen, req.fingerprint, starts)
+            except Exception as exc:
+                return _error(Unavailable(f"the store cannot be reached: {type(exc).__name__}"))
+            if seen:
+                rolled.append({"route": req.route, "fingerprint": req.fingerprint, "done": "seen"})
+                continue
+            try:
+                change = await manager.act(
+                    req.route,
+                    Action.ROLLBACK,
+                    reason=req.reason + (f": {req.summary}" if req.summary else ""),
+                    actor="alertmanager",
+                    evidence={"fingerprint": req.fingerprint, "starts_at": starts.isoformat()},
+                )
+            except (StoreUnavailableError, TransitionConflictError) as exc:
+                return _error(Unavailable(f"rollback of {req.route} not made: {exc}"))
+            try:
+                await asyncio.to_thread(
+                    manager.store.claim_alert, req.fingerprint, starts, req.route
+                )
+            except Exception as exc:  # the rollback stands; a redelivery finds it done
+                log.warning("could not record alert %s as handled: %s", req.fingerprint, exc)
+            rolled.append(
+                {
+                    "route": req.route,
+                    "fingerprint": req.fingerprint,
+                    "done": "rolled_back" if change.changed else "already_rolled_back",
+                }
+            )
+        return {
+            "rollbacks": rolled,
+            "skipped": [
+                {"fingerprint": s.fingerprint, "reason": s.reason} for s in decision.skipped
+            ],
+        }
+
+    return router
+
+
+async def _reason(request: Request) -> str:
+    raw = await read_limited(request, MAX_REASON_BODY, "the request body")
+    if not raw.strip():
+        return ""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise RequestError(f"the body must be JSON ({exc})") from None
+    if not isinstance(body, dict) or set(body) - {"reason"}:
+        raise RequestError('the body must be {"reason": "..."} or empty')
+    reason = body.get("reason", "")
+    if not isinstance(reason, str) or len(reason) > 1000:
+        raise RequestError("'reason' must be a string of at most 1000 characters")
+    return reason

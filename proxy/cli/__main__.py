@@ -1,0 +1,7 @@
+"""`python -m proxy.cli`: the same as the `mirrorgate` command."""
+
+import sys
+
+from proxy.cli import main
+
+sys.exit(main())

@@ -1,0 +1,223 @@
+"""The `mirrorgate` command (DESIGN §3).
+
+Exit codes: 0 success, 1 a problem the user can fix (named on stderr), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+from collections.abc import Sequence
+
+from proxy.config import ConfigError, MirrorgateConfig, load_config
+from proxy.core import OPERATOR_ACTIONS, Action
+
+ROLLOUT_ACTIONS = ("status", *(a.value for a in Action if a in OPERATOR_ACTIONS))
+ROLLOUT_URL_ENV = "MIRRORGATE_URL"
+ROLLOUT_DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+def _config_path(value: str | None) -> str:
+    return value or os.environ.get("MIRRORGATE_CONFIG") or "mirrorgate.yaml"
+
+
+def _load(path: str) -> MirrorgateConfig | None:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        print(f"mirrorgate: {path}: {len(exc.problems)} problem(s)", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return None
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    path = args.file or _config_path(args.config)
+    cfg = _load(path)
+    if cfg is None:
+        return 1
+    print(
+        f"{path}: ok ({len(cfg.models)} models, {len(cfg.routes)} routes, {len(cfg.rules)} rules)"
+    )
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    path = _config_path(args.config)
+    cfg = _load(path)
+    if cfg is None:
+        return 1
+    server = cfg.server.model_copy(
+        update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    )
+    cfg = cfg.model_copy(update={"server": server})
+    from proxy.app import run_gateway
+
+    return run_gateway(cfg)
+
+
+def cmd_mock_upstream(args: argparse.Namespace) -> int:
+    from proxy.mock_upstream.behavior import BehaviorError
+    from proxy.mock_upstream.server import serve
+
+    try:
+        serve(args.host, args.port, args.behavior)
+    except BehaviorError as exc:
+        print(f"mirrorgate: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(port=args.port, duration_s=args.duration, keep_running=args.keep_running)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from proxy.replay import run_replay
+
+    return run_replay(args)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from proxy.report import run_report
+
+    return run_report(args)
+
+
+def _gateway_url(value: str) -> str:
+    """An http(s) base URL (a path prefix allowed), without its trailing slash."""
+    if not re.match(r"^https?://[^/\s]+(/\S*)?$", value):
+        raise argparse.ArgumentTypeError(f"must be an http:// or https:// URL, got {value!r}")
+    return value.rstrip("/")
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    parser: argparse.ArgumentParser = args.parser
+    if args.action != "status" and not args.route:
+        parser.error(f"rollout {args.action} needs a ROUTE")
+    if args.action == "status" and args.reason is not None:
+        parser.error("--reason goes with an action, not with status")
+    if not args.timeout > 0:
+        parser.error("--timeout must be a positive number of seconds")
+    if args.url is None:
+        try:
+            args.url = _gateway_url(os.environ.get(ROLLOUT_URL_ENV) or ROLLOUT_DEFAULT_URL)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"${ROLLOUT_URL_ENV} {exc}")
+    from .rollout import run_rollout
+
+    return run_rollout(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mirrorgate",
+        description="Shadow, canary and roll back LLMs, prompts and policies on live traffic.",
+    )
+    parser.add_argument("--log-level", default=os.environ.get("MIRRORGATE_LOG_LEVEL", "info"))
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument(
+        "--config", help="config file (default: $MIRRORGATE_CONFIG, ./mirrorgate.yaml)"
+    )
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.set_defaults(func=cmd_serve)
+
+    check = sub.add_parser("check-config", help="validate a config; exit 1 naming every problem")
+    check.add_argument("file", nargs="?")
+    check.add_argument("--config")
+    check.set_defaults(func=cmd_check_config)
+
+    mock = sub.add_parser(
+        "mock-upstream", help="run the built-in fake OpenAI/Anthropic model server"
+    )
+    mock.add_argument("--host", default="127.0.0.1")
+    mock.add_argument("--port", type=int, default=9999)
+    mock.add_argument("--behavior", help="behaviour file (docs/mock-upstream.md)")
+    mock.set_defaults(func=cmd_mock_upstream)
+
+    replay = sub.add_parser(
+        "replay", help="replay recorded traffic (or an evaluation set) to candidate models offline"
+    )
+    replay.add_argument(
+        "--config", help="config file (default: $MIRRORGATE_CONFIG, ./mirrorgate.yaml)"
+    )
+    replay.add_argument(
+        "--candidate", action="append", required=True, help="a model name from config (repeatable)"
+    )
+    replay.add_argument("--route", help="only exchanges of this route")
+    replay.add_argument("--since", help="only exchanges since (ISO time, or 30m / 6h / 7d ago)")
+    replay.add_argument("--limit", type=int, help="at most N exchanges")
+    replay.add_argument("--from-file", help="JSONL of recorded requests instead of the store")
+    replay.add_argument("--eval-set", help="JSONL evaluation set: score answers against 'expect'")
+    replay.add_argument("--concurrency", type=int, default=8)
+    replay.add_argument("--max-usd", type=float, help="stop a candidate once it has cost this much")
+    replay.set_defaults(func=cmd_replay)
+
+    report = sub.add_parser(
+        "report", help="compare arms: latency, ttft, cost, errors, agreement, checks, corrections"
+    )
+    report.add_argument(
+        "--config", help="config file (default: $MIRRORGATE_CONFIG, ./mirrorgate.yaml)"
+    )
+    report.add_argument("--route", help="only this route")
+    report.add_argument("--since", help="only since (ISO time, or 30m / 6h / 7d ago)")
+    report.add_argument("--format", choices=("md", "html"), default="md")
+    report.add_argument("--output", help="write to FILE instead of stdout")
+    report.set_defaults(func=cmd_report)
+
+    rollout = sub.add_parser(
+        "rollout",
+        help="show or drive canary rollouts through a gateway's admin API",
+        description=(
+            "Show or drive the canary rollouts of a running gateway through its admin API "
+            "(token: $MIRRORGATE_ADMIN_TOKEN). 'status' without ROUTE lists every route."
+        ),
+    )
+    rollout.add_argument("action", choices=ROLLOUT_ACTIONS)
+    rollout.add_argument("route", nargs="?", help="route name (optional for status)")
+    rollout.add_argument(
+        "--url",
+        type=_gateway_url,
+        help=f"gateway base URL (default: ${ROLLOUT_URL_ENV}, else {ROLLOUT_DEFAULT_URL})",
+    )
+    rollout.add_argument("--reason", help="why; kept with the transition (actions only)")
+    rollout.add_argument("--json", action="store_true", help="print the admin API's JSON")
+    rollout.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for the gateway (10)"
+    )
+    rollout.set_defaults(func=cmd_rollout, parser=rollout)
+
+    demo = sub.add_parser("demo", help="run a complete local scene with no setup")
+    demo.add_argument("--port", type=int, default=8080, help="gateway port (0: any free port)")
+    demo.add_argument(
+        "--duration", type=float, default=0.0, help="cut the story short after N seconds"
+    )
+    demo.add_argument(
+        "--keep-running", action="store_true", help="keep the gateway up after the story"
+    )
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for chatty in ("httpx", "httpx2", "httpcore", "openai", "anthropic"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)  # one line per request otherwise
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

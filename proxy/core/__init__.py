@@ -1,0 +1,100 @@
+"""The gateway's vocabulary, with no I/O: records, the gateway's error tree and `error_body`,
+the endpoints, the pure rollout state machine, sampling, pricing, budgets, time windows and the one
+door for background tasks. Imports only `proxy.config` and `analyzers`; every other package may
+import it.
+"""
+
+from .budget import HourlySpend
+from .endpoints import ENDPOINTS, Endpoint
+from .errors import (
+    AuthError,
+    Conflict,
+    ForbiddenError,
+    GatewayError,
+    NotFound,
+    PayloadTooLarge,
+    RequestError,
+    RouteNotFound,
+    Unavailable,
+    UnsupportedMediaType,
+    UpstreamError,
+    UpstreamTimeout,
+    WireFormat,
+    WrongWireFormat,
+    error_body,
+)
+from .pricing import cost_usd
+from .records import (
+    Arm,
+    CheckRecord,
+    ExchangeRecord,
+    FeedbackRecord,
+    FindingRecord,
+    PairRecord,
+    RecordSink,
+    Status,
+    StoredRecord,
+    Usage,
+    as_utc,
+)
+from .rollout_state import (
+    ACTIVE,
+    OPERATOR_ACTIONS,
+    Action,
+    IllegalTransition,
+    Phase,
+    RolloutState,
+    Transition,
+    initial_state,
+    serving,
+    transition,
+)
+from .sampling import sampled
+from .tasks import TaskSet
+from .timewindow import parse_since
+
+__all__ = [
+    "ACTIVE",
+    "ENDPOINTS",
+    "OPERATOR_ACTIONS",
+    "Action",
+    "Arm",
+    "AuthError",
+    "CheckRecord",
+    "Conflict",
+    "Endpoint",
+    "ExchangeRecord",
+    "FeedbackRecord",
+    "FindingRecord",
+    "ForbiddenError",
+    "GatewayError",
+    "HourlySpend",
+    "IllegalTransition",
+    "NotFound",
+    "PairRecord",
+    "PayloadTooLarge",
+    "Phase",
+    "RecordSink",
+    "RequestError",
+    "RolloutState",
+    "RouteNotFound",
+    "Status",
+    "StoredRecord",
+    "TaskSet",
+    "Transition",
+    "Unavailable",
+    "UnsupportedMediaType",
+    "UpstreamError",
+    "UpstreamTimeout",
+    "Usage",
+    "WireFormat",
+    "WrongWireFormat",
+    "as_utc",
+    "cost_usd",
+    "error_body",
+    "initial_state",
+    "parse_since",
+    "sampled",
+    "serving",
+    "transition",
+]

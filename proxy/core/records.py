@@ -1,0 +1,220 @@
+"""The exchange record: one upstream call, as mirrorgate saw it.
+
+Every arm (primary, canary, fallback, shadow) produces one `ExchangeRecord` per upstream call.
+Records are built once, when the exchange ends, and never change afterwards: the recorder, the
+metrics, the analyzers and the store all read the same frozen object.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+
+def as_utc(moment: datetime) -> datetime:
+    """`moment` as an aware UTC datetime (a naive one, as some databases return, is taken as
+    UTC)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+class Arm(enum.StrEnum):
+    """Which part of a route served (or shadowed) the request."""
+
+    PRIMARY = "primary"
+    CANARY = "canary"
+    FALLBACK = "fallback"
+    SHADOW = "shadow"
+
+
+class Status(enum.StrEnum):
+    """How an exchange ended. Everything but `OK` is an error of some kind."""
+
+    OK = "ok"
+    """The upstream answered 2xx and the whole answer reached the client."""
+    UPSTREAM_ERROR = "upstream_error"
+    """The upstream answered with an HTTP error status (its body was forwarded)."""
+    CONNECT_ERROR = "connect_error"
+    """The upstream could not be reached, or reset the connection."""
+    TIMEOUT = "timeout"
+    """The upstream did not answer (or stalled mid-stream) within the model's `timeout_s`."""
+    INVALID_RESPONSE = "invalid_response"
+    """The upstream answered 2xx with a body that is not the wire format (garbage, bad chunk)."""
+    CLIENT_DISCONNECTED = "client_disconnected"
+    """The client went away before the answer was complete; the upstream call was cancelled."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts for one exchange, split the way providers bill them."""
+
+    input_tokens: int = 0
+    """Prompt tokens billed at the full input price (cached tokens excluded)."""
+    output_tokens: int = 0
+    """Completion tokens, reasoning tokens included (as OpenAI reports them)."""
+    cached_input_tokens: int = 0
+    """Prompt tokens served from the provider's prompt cache (cheaper)."""
+    cache_write_tokens: int = 0
+    """Anthropic prompt-cache writes (billed at the input price unless priced separately)."""
+    reasoning_tokens: int = 0
+    """The part of `output_tokens` spent on hidden reasoning, where the provider says so."""
+    estimated: bool = False
+    """True when the upstream did not report usage and mirrorgate counted tokens itself."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeRecord:
+    """One upstream call and its outcome. Times are UTC; durations are seconds."""
+
+    request_id: str
+    """The id mirrorgate gave the client request (`x-mirrorgate-request-id`); shared by all arms."""
+    route: str
+    """The route name from config (what the client put in `model`)."""
+    target: str
+    """The model name from config (`models.<target>`) that served this call."""
+    upstream_model: str
+    """The model name sent upstream (`models.<target>.model`)."""
+    arm: Arm
+    """primary, canary, fallback or shadow."""
+    endpoint: str
+    """The wire endpoint: chat.completions, completions, embeddings, responses or messages."""
+    provider: str
+    """The wire format spoken upstream: openai or anthropic."""
+    streamed: bool
+    """True when the answer was streamed (SSE)."""
+    started_at: datetime
+    """When mirrorgate received the client request."""
+    duration_s: float
+    """From receiving the request to the last byte of the answer (or the failure)."""
+    ttft_s: float | None
+    """Time to first token: from receiving the request to the first content chunk (streams only)."""
+    overhead_s: float
+    """Time spent in mirrorgate itself: the duration minus the time waiting on upstreams."""
+    status: Status
+    """How the exchange ended."""
+    http_status: int
+    """The HTTP status the client received (or would have, for shadows); 0 if none was sent."""
+    usage: Usage = field(default_factory=Usage)
+    """Token counts, from the upstream's usage report or estimated."""
+    cost_usd: float = 0.0
+    """Price of the call from the model's price table (0 when the model has no price)."""
+    error_class: str | None = None
+    """A short machine-readable cause for a failed exchange, e.g. `ReadTimeout`, `http_503`."""
+    rule: str | None = None
+    """The rule set governing this request (rules issue), if any."""
+    rule_version: str | None = None
+    """The version of that rule set this request carried."""
+    pair_id: str | None = None
+    """Links a shadow record to its primary (shadow issue)."""
+    tags: tuple[str, ...] = ()
+    """Free labels such as `replay`."""
+    request_body: str | None = None
+    """The request as sent upstream, subject to `store.bodies` (None when not kept)."""
+    response_body: str | None = None
+    """The answer as received (non-streamed answers only), subject to `store.bodies`."""
+    response_text: str | None = None
+    """The plain answer text (message content), for analyzers; not stored when bodies is `none`."""
+
+
+@dataclass(frozen=True, slots=True)
+class PairRecord:
+    """A candidate's answer compared with the primary's answer to the same request."""
+
+    pair_id: str
+    """Shared with the candidate's `ExchangeRecord.pair_id`."""
+    kind: str
+    """`shadow` (live mirroring), `noise` (the primary asked twice), `replay` (recorded traffic
+    sent again offline) or `eval` (an evaluation-set item; `primary_target` is then `expect`)."""
+    request_id: str
+    """The client request both answers belong to (for replays: the recorded request's id)."""
+    route: str
+    primary_target: str
+    candidate_target: str
+    created_at: datetime
+    primary_status: str
+    candidate_status: str
+    exact_equal: bool
+    normalized_equal: bool
+    json_equal: bool | None
+    """None when either answer is not JSON."""
+    json_fields: tuple[tuple[str, bool], ...] = ()
+    """Per top-level JSON key: equal in both answers."""
+    length_ratio: float | None = None
+    """len(candidate answer) / len(primary answer)."""
+    latency_delta_s: float | None = None
+    """Candidate duration minus primary duration."""
+    ttft_delta_s: float | None = None
+    """Candidate time to first token minus the primary's (streams only)."""
+    cost_delta_usd: float | None = None
+    """Candidate cost minus primary cost."""
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackRecord:
+    """A user's correction or rating of one answer, joined to the exchange that produced it."""
+
+    request_id: str
+    """The `x-mirrorgate-request-id` of the answer."""
+    kind: str
+    """`correction`, `score` or `label`: feedback is idempotent per (request id, kind)."""
+    route: str
+    target: str
+    arm: Arm
+    """The arm that served the answer the user saw."""
+    created_at: datetime
+    corrected: bool = False
+    """The user corrected the answer (with or without saying how)."""
+    correction: str | None = None
+    """What the answer should have been, when the user said."""
+    score: int | None = None
+    """A rating from 1 to 5."""
+    label: str | None = None
+    """A free label such as `wrong-policy` or `rude`."""
+    rule: str | None = None
+    rule_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRecord:
+    """One rule check's verdict on one answer."""
+
+    request_id: str
+    route: str
+    target: str
+    arm: Arm
+    rule: str
+    rule_version: str
+    check: str
+    result: str
+    """`pass`, `fail` or `error` (a check that crashed is `error`, never `pass`)."""
+    reason: str
+    created_at: datetime
+    pair_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FindingRecord:
+    """One analyzer plugin's scored observation about an answer (or a pair of answers)."""
+
+    request_id: str
+    route: str
+    target: str
+    """The answer's model (for a pair: the candidate's)."""
+    arm: Arm
+    analyzer: str
+    name: str
+    created_at: datetime
+    value: float | None = None
+    label: str | None = None
+    detail: str = ""
+    pair_id: str | None = None
+    """Set when the finding is about a pair (the candidate compared with the primary)."""
+
+
+StoredRecord = ExchangeRecord | PairRecord | CheckRecord | FindingRecord
+"""Every kind of record the recorder writes."""
+
+RecordSink = Callable[[StoredRecord], object]
+"""Where a part hands its records: the recorder's `submit`, the recent-answers index, a test's
+list. A sink never blocks and may drop (counting what it drops)."""

@@ -1,0 +1,25 @@
+"""The client path: ASGI helpers, the exchange (read, plan, call, forward, record), canary and
+sticky routing, rule-version resolution, and the hooks (`ExchangeObserver`) through which
+off-path features listen without the client path importing them. Imports the layers below
+(`store`, `upstream`, `observability`, `core`, `config`).
+"""
+
+from .asgi import Receive, Scope, Send
+from .exchange import ProxyHandler
+from .hooks import ExchangeObserver, FinishedExchange
+from .routing import RoutePlan, RouteState, RouteTable
+from .rules import RuleTracker, rule_events_table
+
+__all__ = [
+    "ExchangeObserver",
+    "FinishedExchange",
+    "ProxyHandler",
+    "Receive",
+    "RoutePlan",
+    "RouteState",
+    "RouteTable",
+    "RuleTracker",
+    "Scope",
+    "Send",
+    "rule_events_table",
+]

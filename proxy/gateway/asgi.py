@@ -1,0 +1,67 @@
+"""Small pieces of raw ASGI used on the proxy's hot path (no framework in between)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+from proxy.core import GatewayError, PayloadTooLarge, WireFormat, error_body
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+Headers = list[tuple[bytes, bytes]]
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request was read."""
+
+
+def header(scope: Scope, name: bytes) -> bytes | None:
+    """The first value of a (lower-case) request header."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return value  # type: ignore[no-any-return]
+    return None
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    """The whole request body, refusing (413) as soon as it is known to exceed `limit` bytes."""
+    declared = header(scope, b"content-length")
+    if declared is not None:
+        try:
+            if int(declared) > limit:
+                raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+        except ValueError:
+            pass
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        body = message.get("body", b"")
+        size += len(body)
+        if size > limit:
+            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+        chunks.append(body)
+        if not message.get("more_body", False):
+            return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+
+
+async def send_bytes(
+    send: Send, status: int, body: bytes, headers: Iterable[tuple[bytes, bytes]]
+) -> None:
+    """A complete response in one go."""
+    out = [*headers, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": out})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(
+    send: Send, exc: GatewayError, wire: WireFormat, extra: Iterable[tuple[bytes, bytes]] = ()
+) -> None:
+    """A mirrorgate error in the caller's wire format."""
+    headers = [(b"content-type", b"application/json"), *extra]
+    await send_bytes(send, exc.status, error_body(exc, wire), headers)

@@ -1,0 +1,137 @@
+"""The live route table: which model serves a route's request, and on which arm.
+
+Built from config at start; rollouts change it at run time (`RouteTable.apply`), on every replica,
+from the state persisted in the store. Every lookup reads one immutable `RouteState`, so a request
+never sees half a change.
+
+Canary assignment is sticky: a hash of the route's sticky key (a header or a body field) salted
+with the rollout's id decides the arm, so one user stays in one arm on every replica for the whole
+rollout, and the next rollout draws its users afresh. Without a sticky key (or when the request
+lacks it) each request is drawn on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.config import MirrorgateConfig, RouteSpec
+from proxy.core import Arm, RolloutState, initial_state, sampled, serving
+
+
+@dataclass(frozen=True, slots=True)
+class Canary:
+    """The canary share of a route in the current rollout step."""
+
+    target: str
+    weight: float
+    """Percent of the route's live traffic."""
+    salt: str
+
+
+@dataclass(frozen=True, slots=True)
+class RouteState:
+    """What one route does right now."""
+
+    name: str
+    spec: RouteSpec
+    primary: str
+    """The model serving the route's main traffic (the config's, unless a rollout changed it)."""
+    fallback: str | None
+    """The model retried on when the main one fails before any byte reached the client."""
+    primary_arm: Arm = Arm.PRIMARY
+    """`fallback` after a rollback (the route is served by its safe model)."""
+    canary: Canary | None = None
+    rollout: RolloutState | None = None
+    """The persisted rollout state this route state was built from (None: config only)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePlan:
+    """The decision for one request."""
+
+    route: RouteState
+    target: str
+    arm: Arm
+
+
+def sticky_value(
+    sticky: str, headers: Sequence[tuple[bytes, bytes]], payload: Mapping[str, Any]
+) -> str | None:
+    """The value of a `header:<name>` / `body:<field.path>` sticky key in one request, if any."""
+    kind, _, name = sticky.partition(":")
+    if kind == "header":
+        wanted = name.lower().encode()
+        for key, raw in headers:
+            if key == wanted and raw:
+                return raw.decode("latin-1")
+        return None
+    if kind == "body":
+        value: Any = payload
+        for part in name.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if isinstance(value, str | int) and not isinstance(value, bool) and value != "":
+            return str(value)
+    return None
+
+
+def state_for(name: str, spec: RouteSpec, rollout: RolloutState) -> RouteState:
+    """The live state of route `name` under `rollout` (the persisted row, or the initial one)."""
+    target, arm = serving(rollout, spec)
+    canary = None
+    configured = spec.canary.model if spec.canary is not None else None
+    if rollout.active and rollout.candidate is not None and rollout.candidate == configured:
+        # A canary removed from (or changed in) the config stops taking traffic at once.
+        canary = Canary(rollout.candidate, rollout.weight, rollout.salt)
+    fallback = spec.fallback if spec.fallback != target else None
+    return RouteState(name, spec, target, fallback, arm, canary, rollout)
+
+
+class RouteTable:
+    """Route name → current state. Lookups are a dict read; changes swap one entry."""
+
+    def __init__(self, config: MirrorgateConfig) -> None:
+        self._states: dict[str, RouteState] = {
+            name: state_for(name, spec, initial_state(name, spec))
+            for name, spec in config.routes.items()
+        }
+
+    def get(self, name: str) -> RouteState | None:
+        return self._states.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._states)
+
+    def states(self) -> Mapping[str, RouteState]:
+        return dict(self._states)
+
+    def apply(self, rollout: RolloutState) -> RouteState | None:
+        """Serve route `rollout.route` as `rollout` says; None for a route not in this config."""
+        current = self._states.get(rollout.route)
+        if current is None:
+            return None
+        state = state_for(rollout.route, current.spec, rollout)
+        self._states[rollout.route] = state
+        return state
+
+    def plan(
+        self,
+        name: str,
+        headers: Sequence[tuple[bytes, bytes]] = (),
+        payload: Mapping[str, Any] | None = None,
+        request_id: str = "",
+    ) -> RoutePlan | None:
+        """Choose the model and arm for one request to route `name` (None: no such route)."""
+        state = self._states.get(name)
+        if state is None:
+            return None
+        canary = state.canary
+        if canary is not None:
+            spec = state.spec.canary
+            key = None
+            if spec is not None and spec.sticky != "none":
+                key = sticky_value(spec.sticky, headers, payload or {})
+            if sampled(key if key is not None else request_id, canary.salt, canary.weight / 100):
+                return RoutePlan(state, canary.target, Arm.CANARY)
+        return RoutePlan(state, state.primary, state.primary_arm)

@@ -1,0 +1,313 @@
+"""Rule checks and analyzer plugins on every arm's answers, off the client path.
+
+Each finished exchange is handed to `AnalysisWorker.submit` with its answer (text and tool
+calls), and each shadow pair to `submit_pair`. The worker runs on its own thread, so even a slow
+check or plugin never holds up the event loop:
+
+- for a request that carried a rule version it runs the rule set's checks for every version plus
+  the version's own (`rules.<r>.checks` + `rules.<r>.versions.<v>.checks`), counts each verdict in
+  `mirrorgate_check_results_total` and records it (`check_results` table);
+- it runs every analyzer plugin named in `analyzers:` (`analyze_exchange`, `analyze_pair`),
+  records their findings (`findings` table, `mirrorgate_analyzer_findings_total`); a plugin that
+  raises is logged and counted in `mirrorgate_analyzer_errors_total`, and nothing else is affected.
+
+A full queue drops the work and counts it in `mirrorgate_analysis_dropped_total`; it never blocks
+the client.
+
+Metric labels stay bounded: a version named in config is its own label; other versions
+(fingerprints, header values) are labelled as they come for the first `MAX_VERSION_LABELS` of a
+rule, then `other`.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from prometheus_client import CollectorRegistry, Counter
+
+from analyzers.answer import Answer, ToolCall
+from analyzers.checkbase import Check
+from analyzers.checks import compile_check, run_checks
+from analyzers.plugins import Analyzer, AnalyzerFailure, run_safely
+from analyzers.rule_version import extract_system_prompt
+from analyzers.views import ExchangeView, Finding, PairView
+from proxy.config import MirrorgateConfig
+from proxy.core import CheckRecord, ExchangeRecord, FindingRecord
+from proxy.gateway import ExchangeObserver, FinishedExchange
+from proxy.observability import GatewayMetrics
+
+log = logging.getLogger("mirrorgate.analysis")
+
+MAX_VERSION_LABELS = 20
+_STOP = object()
+
+
+class CompiledRules:
+    """Every rule set's checks, compiled once at start (the config loader already proved they
+    compile)."""
+
+    def __init__(self, config: MirrorgateConfig) -> None:
+        self._base: dict[str, list[Check]] = {}
+        self._versions: dict[tuple[str, str], list[Check]] = {}
+        self._named: dict[str, frozenset[str]] = {}
+        for name, rule in config.rules.items():
+            self._base[name] = [compile_check(_fields(c)) for c in rule.checks]
+            self._named[name] = frozenset(rule.versions)
+            for version, spec in rule.versions.items():
+                self._versions[(name, version)] = [compile_check(_fields(c)) for c in spec.checks]
+
+    def checks_for(self, rule: str, version: str) -> list[Check]:
+        return [*self._base.get(rule, ()), *self._versions.get((rule, version), ())]
+
+    def is_named(self, rule: str, version: str) -> bool:
+        return version in self._named.get(rule, frozenset())
+
+
+def _fields(check: Any) -> dict[str, Any]:
+    return check.model_dump(by_alias=True, exclude_none=True)  # type: ignore[no-any-return]
+
+
+def answer_of(endpoint: str, text: str, body: Mapping[str, Any] | None) -> Answer:
+    """The answer to check: its text, and the tool calls of a non-streamed body."""
+    calls: list[ToolCall] = []
+    if body is not None:
+        if endpoint == "chat.completions":
+            choices = body.get("choices") or [{}]
+            message = choices[0].get("message") if isinstance(choices[0], dict) else None
+            for call in (message or {}).get("tool_calls") or ():
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, dict):
+                    calls.append(
+                        ToolCall(str(function.get("name", "")), str(function.get("arguments", "")))
+                    )
+        elif endpoint == "responses":
+            for item in body.get("output") or ():
+                if isinstance(item, dict) and item.get("type") == "function_call":
+                    calls.append(
+                        ToolCall(str(item.get("name", "")), str(item.get("arguments", "")))
+                    )
+        elif endpoint == "messages":
+            for block in body.get("content") or ():
+                if isinstance(block, dict) and block.get("type") == "tool_use":
+                    arguments = orjson.dumps(block.get("input", {})).decode()
+                    calls.append(ToolCall(str(block.get("name", "")), arguments))
+    return Answer(text=text, tool_calls=tuple(calls))
+
+
+class AnalysisWorker(ExchangeObserver):
+    """Runs rule checks and analyzer plugins on a thread of its own (see the module docstring)."""
+
+    def __init__(
+        self,
+        rules: CompiledRules,
+        analyzers: Sequence[Analyzer],
+        metrics: GatewayMetrics,
+        registry: CollectorRegistry,
+        sink: Callable[[CheckRecord | FindingRecord], object],
+        queue_size: int = 10_000,
+    ) -> None:
+        self.rules = rules
+        self.analyzers = list(analyzers)
+        self.metrics = metrics
+        self.sink = sink
+        self._queue: queue.Queue[Any] = queue.Queue(queue_size)
+        self._labels: dict[str, set[str]] = {}
+        self._dropped = Counter(
+            "mirrorgate_analysis_dropped",
+            "Answers not analysed because the analysis queue was full.",
+            registry=registry,
+        )
+        self._errors = Counter(
+            "mirrorgate_analyzer_errors",
+            "Analyzer plugin calls that raised or returned something that is not findings.",
+            ("analyzer",),
+            registry=registry,
+        )
+        self._findings = Counter(
+            "mirrorgate_analyzer_findings",
+            "Findings produced by analyzer plugins.",
+            ("analyzer", "finding"),
+            registry=registry,
+        )
+        self._thread = threading.Thread(target=self._run, name="mirrorgate-analysis", daemon=True)
+        self.analysed = 0
+        """Exchanges and pairs analysed so far (read by tests and the demo)."""
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float) -> None:
+        """Analyse what is queued (up to `timeout_s`), then end the thread."""
+        try:
+            self._queue.put(_STOP, timeout=timeout_s)
+        except queue.Full:
+            return
+        self._thread.join(timeout_s)
+
+    def exchange_finished(self, done: FinishedExchange) -> None:
+        """Every attempt of the client path is analysed (the abandoned one too: its checks say
+        what the model answered, though the client never saw it)."""
+        record = done.record
+        if record.rule is None and not self.analyzers:
+            return
+        prompt = ""
+        if self.analyzers:
+            ctx = done.ctx
+            prompt = (
+                ctx.system_prompt
+                if ctx.system_prompt is not None
+                else extract_system_prompt(ctx.endpoint.name, ctx.payload)
+            )
+        self.submit(record, answer_of(done.ctx.endpoint.name, done.text, done.parsed), prompt)
+
+    def submit(self, record: ExchangeRecord, answer: Answer, system_prompt: str = "") -> None:
+        """Queue one answer; never blocks (a full queue drops and counts)."""
+        if record.rule is None and not self.analyzers:
+            return
+        self._put(("exchange", record, answer, system_prompt))
+
+    def submit_pair(
+        self,
+        primary: ExchangeRecord,
+        primary_answer: Answer,
+        candidate: ExchangeRecord,
+        candidate_answer: Answer,
+        kind: str,
+    ) -> None:
+        """Queue one pair for the analyzer plugins; never blocks."""
+        if self.analyzers:
+            self._put(("pair", primary, primary_answer, candidate, candidate_answer, kind))
+
+    def _put(self, item: tuple[Any, ...]) -> None:
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            self._dropped.inc()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            try:
+                if item[0] == "exchange":
+                    self._exchange(*item[1:])
+                else:
+                    self._pair(*item[1:])
+            except Exception:
+                log.exception("analysis failed for one answer")
+            self.analysed += 1
+
+    def _exchange(self, record: ExchangeRecord, answer: Answer, system_prompt: str) -> None:
+        if record.rule is not None and record.rule_version is not None:
+            self._check(record, answer)
+        if self.analyzers:
+            view = _view(record, answer, system_prompt)
+            for analyzer in self.analyzers:
+                findings, failure = run_safely(analyzer, "exchange", view)
+                self._keep(record, analyzer, findings, failure, None)
+
+    def _pair(
+        self,
+        primary: ExchangeRecord,
+        primary_answer: Answer,
+        candidate: ExchangeRecord,
+        candidate_answer: Answer,
+        kind: str,
+    ) -> None:
+        view = PairView(
+            _view(primary, primary_answer, ""),
+            _view(candidate, candidate_answer, ""),
+            "noise" if kind == "noise" else "shadow",
+        )
+        for analyzer in self.analyzers:
+            findings, failure = run_safely(analyzer, "pair", view)
+            self._keep(candidate, analyzer, findings, failure, candidate.pair_id)
+
+    def _keep(
+        self,
+        record: ExchangeRecord,
+        analyzer: Analyzer,
+        findings: Sequence[Finding],
+        failure: AnalyzerFailure | None,
+        pair_id: str | None,
+    ) -> None:
+        if failure is not None:
+            self._errors.labels(failure.analyzer).inc()
+            log.warning(
+                "analyzer %s failed on %s (%s)",
+                failure.analyzer,
+                record.request_id,
+                failure.message,
+            )
+            return
+        now = datetime.now(UTC)
+        for finding in findings:
+            self._findings.labels(finding.analyzer, finding.name).inc()
+            self.sink(
+                FindingRecord(
+                    request_id=record.request_id, route=record.route, target=record.target,
+                    arm=record.arm, analyzer=finding.analyzer, name=finding.name, created_at=now,
+                    value=finding.value, label=finding.label, detail=finding.detail,
+                    pair_id=pair_id,
+                )
+            )  # fmt: skip
+
+    def _check(self, record: ExchangeRecord, answer: Answer) -> None:
+        rule, version = record.rule or "", record.rule_version or ""
+        checks = self.rules.checks_for(rule, version)
+        if not checks:
+            return
+        label = self._version_label(rule, version)
+        now = datetime.now(UTC)
+        for result in run_checks(checks, answer):
+            self.metrics.check_results.labels(
+                record.route, record.target, record.arm.value, rule, label, result.name,
+                result.result,
+            ).inc()  # fmt: skip
+            self.sink(
+                CheckRecord(
+                    request_id=record.request_id, route=record.route, target=record.target,
+                    arm=record.arm, rule=rule, rule_version=version, check=result.name,
+                    result=result.result, reason=result.reason, created_at=now,
+                    pair_id=record.pair_id,
+                )
+            )  # fmt: skip
+
+    def _version_label(self, rule: str, version: str) -> str:
+        if self.rules.is_named(rule, version):
+            return version
+        seen = self._labels.setdefault(rule, set())
+        if version in seen:
+            return version
+        if len(seen) < MAX_VERSION_LABELS:
+            seen.add(version)
+            return version
+        return "other"
+
+
+def _view(record: ExchangeRecord, answer: Answer, system_prompt: str) -> ExchangeView:
+    usage = record.usage
+    return ExchangeView(
+        route=record.route,
+        target=record.target,
+        arm=record.arm.value,
+        answer=answer,
+        endpoint=record.endpoint,
+        rule=record.rule,
+        rule_version=record.rule_version,
+        system_prompt=system_prompt,
+        status=record.status.value,
+        http_status=record.http_status,
+        duration_s=record.duration_s,
+        ttft_s=record.ttft_s,
+        cost_usd=record.cost_usd,
+        input_tokens=usage.input_tokens + usage.cached_input_tokens + usage.cache_write_tokens,
+        output_tokens=usage.output_tokens,
+    )

@@ -1,0 +1,176 @@
+"""Prometheus metrics (DESIGN §6, a contract: names and labels are what dashboards query).
+
+Every family is registered on the registry passed in. Label values come from config names and fixed
+vocabularies only, never from client strings, so cardinality is bounded by the config.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from proxy.core import ExchangeRecord
+
+LATENCY_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0,
+    30.0, 60.0, 120.0,
+)  # fmt: skip
+OVERHEAD_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1,
+)  # fmt: skip
+
+
+def status_class(http_status: int) -> str:
+    """`2xx` … `5xx`, or `none` when no response was sent (disconnects, failures before headers)."""
+    return f"{http_status // 100}xx" if 100 <= http_status < 600 else "none"
+
+
+class GatewayMetrics:
+    """All mirrorgate metric families, on one registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        arm = ("route", "target", "arm")
+        self.requests = Counter(
+            "mirrorgate_requests", "Upstream exchanges, by how they ended.",
+            (*arm, "status_class"), registry=registry,
+        )  # fmt: skip
+        self.duration = Histogram(
+            "mirrorgate_request_duration_seconds",
+            "From receiving the request to the last byte of the answer.",
+            arm, buckets=LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.ttft = Histogram(
+            "mirrorgate_time_to_first_token_seconds",
+            "From receiving the request to the first generated token (streams only).",
+            arm, buckets=LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.overhead = Histogram(
+            "mirrorgate_overhead_seconds",
+            "Time spent in mirrorgate itself per client request (excludes waiting on upstream).",
+            ("route",), buckets=OVERHEAD_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.tokens = Counter(
+            "mirrorgate_tokens", "Tokens by type (input excludes cached input).",
+            (*arm, "type"), registry=registry,
+        )  # fmt: skip
+        self.cost = Counter(
+            "mirrorgate_cost_usd", "Spend computed from the price table.", arm, registry=registry
+        )
+        self.internal_errors = Counter(
+            "mirrorgate_internal_errors",
+            "Bugs caught where they would otherwise end a task or a request: a hook, a sink, the "
+            "decider or an API handler that raised (the traceback is in the log).",
+            ("component",), registry=registry,
+        )  # fmt: skip
+        self.shadow_dropped = Counter(
+            "mirrorgate_shadow_dropped", "Shadow calls not made, by reason.",
+            ("route", "target", "reason"), registry=registry,
+        )  # fmt: skip
+        # The overload monitor's readings (proxy.mirror.overload), read when scraped; measured only
+        # while a route has shadows or a noise floor.
+        self.loop_lag = Gauge(
+            "mirrorgate_event_loop_lag_seconds",
+            "How late the event loop runs ready work (moving average).", registry=registry,
+        )  # fmt: skip
+        self.loop_busy = Gauge(
+            "mirrorgate_event_loop_busy_ratio",
+            "Share of the time the event loop's thread is on the CPU (moving average).",
+            registry=registry,
+        )  # fmt: skip
+        self.shadow_overloaded = Gauge(
+            "mirrorgate_shadow_overloaded",
+            "1 while new shadow calls are dropped because the event loop is overloaded.",
+            registry=registry,
+        )  # fmt: skip
+        self.check_results = Counter(
+            "mirrorgate_check_results", "Rule check outcomes.",
+            (*arm, "rule", "rule_version", "check", "result"), registry=registry,
+        )  # fmt: skip
+        self.agreement = Counter(
+            "mirrorgate_agreement", "Candidate answers compared with the primary's.",
+            ("route", "target", "result"), registry=registry,
+        )  # fmt: skip
+        self.feedback = Counter(
+            "mirrorgate_feedback", "User feedback joined to exchanges.",
+            (*arm, "kind"), registry=registry,
+        )  # fmt: skip
+        self.rollout_weight = Gauge(
+            "mirrorgate_rollout_weight_percent", "Share of live traffic sent to the canary.",
+            ("route", "target"), registry=registry,
+        )  # fmt: skip
+        self.rollout_phase = Gauge(
+            "mirrorgate_rollout_phase", "1 for the rollout's current phase.",
+            ("route", "target", "phase"), registry=registry,
+        )  # fmt: skip
+        self.rollbacks = Counter(
+            "mirrorgate_rollbacks", "Rollbacks, by reason.",
+            ("route", "target", "reason"), registry=registry,
+        )  # fmt: skip
+        self.verdicts = Counter(
+            "mirrorgate_analysis_verdicts", "Judge verdicts per metric.",
+            ("route", "target", "metric", "verdict"), registry=registry,
+        )  # fmt: skip
+        self.rejected = Counter(
+            "mirrorgate_rejected_requests",
+            "Client requests refused before reaching any upstream, by endpoint and HTTP status.",
+            ("endpoint", "status"), registry=registry,
+        )  # fmt: skip
+        self.rule_changes = Counter(
+            "mirrorgate_rule_changes",
+            "Rule-change events: the first exchange of a new rule version (a Grafana annotation).",
+            ("rule",), registry=registry,
+        )  # fmt: skip
+        self.inflight = Gauge(
+            "mirrorgate_inflight_requests", "Client requests being served now.", registry=registry
+        )
+        self._children: dict[tuple[str, str, str], _ArmChildren] = {}
+        self._overhead: dict[str, Histogram] = {}
+
+    def observe_overhead(self, route: str, seconds: float) -> None:
+        """Count the time mirrorgate itself spent on one client request of `route`."""
+        child = self._overhead.get(route)
+        if child is None:
+            child = self._overhead[route] = self.overhead.labels(route)
+        child.observe(seconds)
+
+    def observe(self, record: ExchangeRecord) -> None:
+        """Count one finished exchange."""
+        key = (record.route, record.target, record.arm.value)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = _ArmChildren(self, *key)
+        children.observe(record)
+
+
+class _ArmChildren:
+    """Label children for one (route, target, arm), resolved once; `labels()` is not free."""
+
+    def __init__(self, metrics: GatewayMetrics, route: str, target: str, arm: str) -> None:
+        labels = (route, target, arm)
+        self._requests = {
+            cls: metrics.requests.labels(*labels, cls)
+            for cls in ("1xx", "2xx", "3xx", "4xx", "5xx", "none")
+        }
+        self._duration = metrics.duration.labels(*labels)
+        self._ttft = metrics.ttft.labels(*labels)
+        self._tokens = {
+            kind: metrics.tokens.labels(*labels, kind)
+            for kind in ("input", "output", "cached_input", "reasoning")
+        }
+        self._cost = metrics.cost.labels(*labels)
+
+    def observe(self, record: ExchangeRecord) -> None:
+        self._requests[status_class(record.http_status)].inc()
+        self._duration.observe(record.duration_s)
+        if record.ttft_s is not None:
+            self._ttft.observe(record.ttft_s)
+        usage = record.usage
+        if usage.input_tokens or usage.cache_write_tokens:
+            self._tokens["input"].inc(usage.input_tokens + usage.cache_write_tokens)
+        if usage.output_tokens:
+            self._tokens["output"].inc(usage.output_tokens)
+        if usage.cached_input_tokens:
+            self._tokens["cached_input"].inc(usage.cached_input_tokens)
+        if usage.reasoning_tokens:
+            self._tokens["reasoning"].inc(usage.reasoning_tokens)
+        if record.cost_usd:
+            self._cost.inc(record.cost_usd)

@@ -1,0 +1,84 @@
+"""Agreement with the primary, per candidate arm, for `mirrorgate report`.
+
+Pairs (`proxy.core.PairRecord`) are grouped by kind and candidate target — `shadow · cand-a`,
+`replay · cand-c` — and each group is summarised over the pairs where both answers ended `ok`.
+`noise` pairs (the primary asked twice) are the route's noise floor; each candidate's disagreement
+is compared with it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from analyzers.summary import AgreementSummary, attributable_disagreement, median
+from proxy.core import Arm, PairRecord, Status
+
+from .model import ArmReport, CandidateReport, arm_key
+
+CANDIDATE_ARMS = (Arm.CANARY.value, Arm.SHADOW.value)
+"""Arms whose answers can be compared with the primary's; one without pairs is named as such."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgreementReport:
+    """A route's candidates, its noise floor, and the candidate arms that have no pairs."""
+
+    candidates: tuple[CandidateReport, ...]
+    noise: AgreementSummary | None
+    noise_pairs: int
+    unpaired: tuple[str, ...]
+
+
+def build_agreement(arms: Sequence[ArmReport], pairs: Sequence[PairRecord]) -> AgreementReport:
+    noise_pairs = [p for p in pairs if p.kind == "noise"]
+    noise_ok = [p for p in noise_pairs if _both_ok(p)]
+    noise = _agreement(noise_ok) if noise_ok else None
+    grouped: dict[tuple[str, str], list[PairRecord]] = defaultdict(list)
+    for pair in pairs:
+        if pair.kind != "noise":
+            grouped[(pair.kind, pair.candidate_target)].append(pair)
+    candidates = []
+    for (kind, candidate), group in sorted(grouped.items(), key=lambda item: arm_key(*item[0])):
+        ok = [p for p in group if _both_ok(p)]
+        agreement = _agreement(ok)
+        candidates.append(
+            CandidateReport(
+                kind=kind,
+                candidate=candidate,
+                pairs=len(group),
+                agreement=agreement,
+                latency_delta_p50_s=_median_of([p.latency_delta_s for p in ok]),
+                ttft_delta_p50_s=_median_of([p.ttft_delta_s for p in ok]),
+                cost_delta_p50_usd=_median_of([p.cost_delta_usd for p in ok]),
+                length_ratio_p50=_median_of([p.length_ratio for p in ok]),
+                beyond_noise=(
+                    attributable_disagreement(agreement, noise)
+                    if noise is not None and agreement.n
+                    else None
+                ),
+            )
+        )
+    unpaired = tuple(
+        arm.label
+        for arm in arms
+        if arm.arm in CANDIDATE_ARMS and (arm.arm, arm.target) not in grouped
+    )
+    return AgreementReport(tuple(candidates), noise, len(noise_pairs), unpaired)
+
+
+def _both_ok(pair: PairRecord) -> bool:
+    return pair.primary_status == Status.OK.value and pair.candidate_status == Status.OK.value
+
+
+def _agreement(pairs: Sequence[PairRecord]) -> AgreementSummary:
+    return AgreementSummary.from_pairs(
+        [p.exact_equal for p in pairs],
+        [p.normalized_equal for p in pairs],
+        [p.json_equal for p in pairs],
+    )
+
+
+def _median_of(values: Sequence[float | None]) -> float | None:
+    return median([v for v in values if v is not None])

@@ -1,0 +1,309 @@
+"""`mirrorgate report`: compare the arms of every route over a window of recorded traffic.
+
+`run_report` reads the window from the store — exchanges, pairs, rule check verdicts, feedback and
+the rule-change events — and `build_report` groups them by route into the records of
+`proxy.report.model`: arms (`analyzers.summary`), agreement per candidate arm
+(`proxy.report.agreement`), checks by rule version (`proxy.report.checks`) and corrections and
+ratings (`proxy.report.feedback`). `proxy.report.markdown` or `proxy.report.html` turns the
+`Report` into text. How each number is computed is written down in docs/report.md.
+
+The report only reads: it never migrates or creates the database, so pointing it at a production
+store is safe. Every problem the user can fix (bad `--since`, a missing database, an output path
+that cannot be written) is one line on stderr and exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import make_url
+
+from analyzers.summary import ArmSummary
+from proxy.config import ConfigError, MirrorgateConfig, load_config
+from proxy.core import CheckRecord, ExchangeRecord, FeedbackRecord, PairRecord, Status
+from proxy.core import parse_since as _parse_since
+from proxy.store import FeedbackStore, Store, StoreError, current_version, head_version
+
+from .agreement import build_agreement
+from .checks import build_rule_versions
+from .feedback import build_feedback
+from .html import render_html
+from .markdown import render_markdown
+from .model import ArmReport, Report, RouteReport, RuleChange, arm_key
+
+MAX_ROWS = 1_000_000
+"""At most this many exchanges (and as many pairs, and check verdicts) are read; a larger window
+is cut, and says so."""
+
+
+class ReportError(Exception):
+    """A problem the user can fix; the message is printed as is and the command exits 1."""
+
+
+def parse_since(value: str, now: datetime) -> datetime:
+    """`--since`, read as `proxy.core.parse_since` reads it; a bad value is a ReportError."""
+    try:
+        return _parse_since(value, now)
+    except ValueError as exc:
+        raise ReportError(f"--since {exc}") from None
+
+
+def build_report(
+    exchanges: Sequence[ExchangeRecord],
+    pairs: Sequence[PairRecord],
+    *,
+    generated_at: datetime,
+    since: datetime | None = None,
+    route_filter: str | None = None,
+    store: str = "",
+    truncated_from: int | None = None,
+    checks: Sequence[CheckRecord] = (),
+    feedback: Sequence[FeedbackRecord] = (),
+    changes: Sequence[RuleChange] = (),
+) -> Report:
+    """Group the window's records by route and arm · target, and summarise each group.
+
+    `changes` are every rule-change event in the store (old ones say when a version began);
+    everything else is the window's.
+    """
+    by_route: dict[str, list[ExchangeRecord]] = defaultdict(list)
+    for record in exchanges:
+        by_route[record.route].append(record)
+    pairs_by_route: dict[str, list[PairRecord]] = defaultdict(list)
+    for pair in pairs:
+        pairs_by_route[pair.route].append(pair)
+    checks_by_route: dict[str, list[CheckRecord]] = defaultdict(list)
+    for check in checks:
+        checks_by_route[check.route].append(check)
+    feedback_by_route: dict[str, list[FeedbackRecord]] = defaultdict(list)
+    for item in feedback:
+        feedback_by_route[item.route].append(item)
+
+    routes = []
+    for route in sorted(set(by_route) | set(pairs_by_route) | set(checks_by_route)):
+        records = by_route.get(route, [])
+        groups: dict[tuple[str, str], list[ExchangeRecord]] = defaultdict(list)
+        for record in records:
+            groups[(record.arm.value, record.target)].append(record)
+        arms = tuple(
+            _arm_report(arm, target, groups[(arm, target)])
+            for arm, target in sorted(groups, key=lambda k: arm_key(*k))
+        )
+        agreement = build_agreement(arms, pairs_by_route.get(route, []))
+        routes.append(
+            RouteReport(
+                route=route,
+                arms=arms,
+                candidates=agreement.candidates,
+                noise=agreement.noise,
+                noise_pairs=agreement.noise_pairs,
+                unpaired=agreement.unpaired,
+                rule_versions=build_rule_versions(
+                    route,
+                    checks_by_route.get(route, []),
+                    changes,
+                    rules={r.rule for r in records if r.rule is not None},
+                    since=since,
+                ),
+                feedback=build_feedback(records, feedback_by_route.get(route, [])),
+            )
+        )
+    started = [record.started_at for record in exchanges]
+    return Report(
+        generated_at=generated_at,
+        since=since,
+        route_filter=route_filter,
+        store=store,
+        routes=tuple(routes),
+        exchanges=len(exchanges),
+        pairs=len(pairs),
+        first_at=min(started, default=None),
+        last_at=max(started, default=None),
+        truncated_from=truncated_from,
+        checks=len(checks),
+        feedback=len(feedback),
+    )
+
+
+def _arm_report(arm: str, target: str, records: Sequence[ExchangeRecord]) -> ArmReport:
+    durations = sorted(r.duration_s for r in records)
+    ttfts = sorted(r.ttft_s for r in records if r.streamed and r.ttft_s is not None)
+    failures: dict[str, int] = defaultdict(int)
+    for r in records:
+        if r.status is not Status.OK:
+            failures[r.status.value] += 1
+    summary = ArmSummary.from_samples(
+        durations_s=[r.duration_s for r in records],
+        failed=[r.status is not Status.OK for r in records],
+        ttfts_s=ttfts,
+        costs_usd=[r.cost_usd for r in records],
+        tokens_in=[
+            r.usage.input_tokens + r.usage.cached_input_tokens + r.usage.cache_write_tokens
+            for r in records
+        ],
+        tokens_out=[r.usage.output_tokens for r in records],
+    )
+    return ArmReport(
+        arm=arm,
+        target=target,
+        summary=summary,
+        durations_s=tuple(durations),
+        ttfts_s=tuple(ttfts),
+        failures=tuple(sorted(failures.items(), key=lambda item: (-item[1], item[0]))),
+    )
+
+
+# ---- reading the store ----
+
+
+class _ConfigProblemError(Exception):
+    """The config could not be loaded; its problems are already on stderr."""
+
+
+def _load_config(args: argparse.Namespace) -> MirrorgateConfig:
+    path = args.config or os.environ.get("MIRRORGATE_CONFIG") or "mirrorgate.yaml"
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        print(f"mirrorgate: {path}: {len(exc.problems)} problem(s)", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        raise _ConfigProblemError from exc
+
+
+def _open_store(url: str) -> Store:
+    """The store, if it exists and has the schema this code reads (never created or migrated)."""
+    try:
+        parsed = make_url(url)
+    except sa_exc.ArgumentError:
+        raise ReportError(f"store.url {url!r} is not a database URL") from None
+    if parsed.get_backend_name() == "sqlite":
+        database = Path(parsed.database or "")
+        if not database.is_file():
+            raise ReportError(
+                f"no database at {database} (store.url {url}); "
+                "has `mirrorgate serve` recorded traffic with this config?"
+            )
+    store = Store(url)
+    try:
+        version = current_version(store.engine)
+    except BaseException:
+        store.close()
+        raise
+    if version < head_version():
+        store.close()
+        raise ReportError(
+            f"the store's schema is at version {version}, this mirrorgate reads version "
+            f"{head_version()}: start `mirrorgate serve` once to migrate it"
+        )
+    return store
+
+
+_rule_events = sa.table(
+    "rule_events",
+    sa.column("rule", sa.String()),
+    sa.column("version", sa.String()),
+    sa.column("previous_version", sa.String()),
+    sa.column("first_seen_at", sa.DateTime(timezone=True)),
+    sa.column("route", sa.String()),
+)
+
+
+def _rule_changes(store: Store) -> list[RuleChange]:
+    """Every rule-change event (one per rule version: there are few)."""
+    c = _rule_events.c
+    statement = sa.select(c.rule, c.version, c.previous_version, c.first_seen_at, c.route).order_by(
+        c.first_seen_at
+    )
+    with store.engine.connect() as conn:
+        rows: list[Any] = list(conn.execute(statement))
+    return [
+        RuleChange(
+            rule=str(rule),
+            version=str(version),
+            previous_version=None if previous is None else str(previous),
+            first_seen_at=_aware(first_seen_at),
+            route=str(route),
+        )
+        for rule, version, previous, first_seen_at, route in rows
+    ]
+
+
+def _aware(moment: datetime) -> datetime:
+    """SQLite gives naive datetimes back; the store writes UTC."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def _read(args: argparse.Namespace, cfg: MirrorgateConfig, now: datetime) -> Report:
+    since = parse_since(args.since, now) if args.since else None
+    with _open_store(cfg.store.url) as store:
+        exchanges = store.query(route=args.route, since=since, limit=MAX_ROWS)
+        total = store.count(route=args.route, since=since) if len(exchanges) == MAX_ROWS else None
+        pairs = store.query_pairs(route=args.route, since=since, limit=MAX_ROWS)
+        checks = store.query_checks(route=args.route, since=since, limit=MAX_ROWS)
+        feedback = [
+            item
+            for item in FeedbackStore(store.engine).query(route=args.route)
+            if since is None or item.created_at >= since
+        ]
+        changes = _rule_changes(store)
+    return build_report(
+        exchanges,
+        pairs,
+        generated_at=now,
+        since=since,
+        route_filter=args.route,
+        store=make_url(cfg.store.url).render_as_string(hide_password=True),
+        truncated_from=total if total is not None and total > MAX_ROWS else None,
+        checks=checks,
+        feedback=feedback,
+        changes=changes,
+    )
+
+
+# ---- the command ----
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """The `report` command: 0 when the report was written (an empty window included), 1 for a
+    problem the user can fix, named on stderr."""
+    output = Path(args.output) if args.output else None
+    try:
+        if args.since:
+            parse_since(args.since, datetime.now(UTC))  # a typo fails before any I/O
+        if output is not None and not output.parent.is_dir():
+            raise ReportError(f"--output {output}: the directory {output.parent} does not exist")
+        cfg = _load_config(args)
+        report = _read(args, cfg, datetime.now(UTC))
+        text = render_html(report) if args.format == "html" else render_markdown(report)
+        if output is None:
+            sys.stdout.write(text)
+        else:
+            try:
+                output.write_text(text, encoding="utf-8")
+            except OSError as exc:
+                raise ReportError(f"--output {output}: {exc.strerror or exc}") from exc
+            print(f"mirrorgate: report written to {output}", file=sys.stderr)
+    except _ConfigProblemError:
+        return 1
+    except ReportError as exc:
+        print(f"mirrorgate: {exc}", file=sys.stderr)
+        return 1
+    except (StoreError, sa_exc.SQLAlchemyError) as exc:
+        print(f"mirrorgate: cannot read the store: {exc}", file=sys.stderr)
+        return 1
+    if not report.routes:
+        note = "mirrorgate: no exchanges in this window"
+        if args.route is not None and args.route not in cfg.routes:
+            note += f" (route {args.route!r} is not in the config)"
+        print(note, file=sys.stderr)
+    return 0

@@ -1,0 +1,280 @@
+"""The report as Markdown: one section per route, GitHub-style tables.
+
+Per route: the arm table and its failures, agreement with the primary per candidate arm (with the
+noise floor), rule checks by rule version, and corrections and ratings per arm. Every value that
+comes from the store goes through `_md`, so a route or target name cannot break a table.
+"""
+
+from __future__ import annotations
+
+from .format import (
+    DASH,
+    as_sentence,
+    describe_change,
+    describe_failures,
+    describe_labels,
+    describe_window,
+    format_difference,
+    format_duration,
+    format_rate,
+    format_ratio,
+    format_score,
+    format_time,
+    format_usd,
+)
+from .model import FeedbackReport, Report, RouteReport, RuleVersionReport
+
+
+def _md(text: str) -> str:
+    """A store value inside a Markdown table cell: no pipes, no backticks, no line breaks."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "'").replace("\n", " ")
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def render_markdown(report: Report) -> str:
+    lines = ["# mirrorgate report", ""]
+    lines.append(f"- Window: {describe_window(report)}")
+    if report.route_filter is not None:
+        lines.append(f"- Route: {_md(report.route_filter)}")
+    lines.append(f"- Store: {_md(report.store)}")
+    lines.append(
+        f"- Exchanges: {report.exchanges:,} · pairs: {report.pairs:,} · "
+        f"rule checks: {report.checks:,} · feedback: {report.feedback:,}"
+    )
+    if report.first_at is not None:
+        lines.append(
+            f"- Recorded between {format_time(report.first_at)} and {format_time(report.last_at)}"
+        )
+    if report.truncated_from is not None:
+        lines.append(
+            f"- **Cut**: only the oldest {report.exchanges:,} of {report.truncated_from:,} "
+            "exchanges were read; narrow the window with --since or --route."
+        )
+    lines.append("")
+    if not report.routes:
+        lines.append("No exchanges in this window.")
+        return "\n".join(lines) + "\n"
+    for route in report.routes:
+        lines.extend(_route(route))
+    lines.append(
+        "Latency is from receiving the request to the last byte, failed exchanges included; "
+        "ttft is for streams only. Intervals are 95% (Wilson for rates, Newcombe for "
+        "differences). See docs/report.md."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _route(route: RouteReport) -> list[str]:
+    lines = [f"## Route {_md(route.route)}", ""]
+    if route.arms:
+        lines.append(
+            "| arm · target | requests | errors | error rate (95% CI) | p50 | p95 | p99 "
+            "| ttft p50 | ttft p95 | cost | cost / req | cost / 1k req | tokens in | tokens out |"
+        )
+        lines.append("|---|" + "---:|" * 13)
+        for arm in route.arms:
+            s = arm.summary
+            lines.append(
+                _row(
+                    [
+                        _md(arm.label),
+                        f"{s.count:,}",
+                        f"{s.errors:,}",
+                        format_rate(s.error_rate),
+                        format_duration(s.latency_p50_s),
+                        format_duration(s.latency_p95_s),
+                        format_duration(s.latency_p99_s),
+                        format_duration(s.ttft_p50_s),
+                        format_duration(s.ttft_p95_s),
+                        format_usd(s.cost_total_usd),
+                        format_usd(s.cost_per_request_usd),
+                        format_usd(s.cost_per_1k_usd),
+                        f"{s.tokens_in:,}",
+                        f"{s.tokens_out:,}",
+                    ]
+                )
+            )
+        lines.append("")
+        failing = [arm for arm in route.arms if arm.failures]
+        if failing:
+            lines.append(
+                "Failures: "
+                + "; ".join(f"{_md(arm.label)}: {describe_failures(arm)}" for arm in failing)
+                + "."
+            )
+            lines.append("")
+    else:
+        lines.extend(
+            ["No exchanges for this route in this window (only pairs or rule checks).", ""]
+        )
+    lines.extend(_agreement(route))
+    lines.extend(_checks(route))
+    lines.extend(_feedback(route.route, route.feedback))
+    return lines
+
+
+def _agreement(route: RouteReport) -> list[str]:
+    lines = [f"### Agreement with the primary: {_md(route.route)}", ""]
+    if route.candidates:
+        lines.append(
+            "| candidate | pairs (both ok / all) | exact | normalized | JSON (n) "
+            "| Δ latency p50 | Δ ttft p50 | Δ cost p50 | length ratio p50 | beyond noise |"
+        )
+        lines.append("|---|" + "---:|" * 9)
+        for c in route.candidates:
+            a = c.agreement
+            lines.append(
+                _row(
+                    [
+                        _md(c.label),
+                        f"{a.n:,} / {c.pairs:,}",
+                        format_rate(a.exact),
+                        format_rate(a.normalized),
+                        f"{format_rate(a.json)} ({a.json.n:,})",
+                        format_duration(c.latency_delta_p50_s, signed=True),
+                        format_duration(c.ttft_delta_p50_s, signed=True),
+                        format_usd(c.cost_delta_p50_usd, signed=True),
+                        format_ratio(c.length_ratio_p50),
+                        format_difference(c.beyond_noise),
+                    ]
+                )
+            )
+        lines.append("")
+    elif not route.unpaired:
+        lines.extend(["No pairs in this window.", ""])
+    if route.unpaired:
+        names = ", ".join(_md(label) for label in route.unpaired)
+        lines.extend([f"No pairs in this window for {names}.", ""])
+    lines.extend([_noiseas_sentence(route), ""])
+    return lines
+
+
+def _noiseas_sentence(route: RouteReport) -> str:
+    if route.noise is None:
+        if route.noise_pairs:
+            return (
+                f"Noise floor: {route.noise_pairs:,} noise pairs, none with both answers ok; "
+                "'beyond noise' cannot be computed."
+            )
+        return (
+            "Noise floor: no noise pairs (the primary asked twice) in this window; "
+            "'beyond noise' cannot be computed."
+        )
+    return (
+        f"Noise floor (the primary asked twice): {route.noise.n:,} pairs, disagreement "
+        f"{format_rate(route.noise.disagreement)}. 'Beyond noise' is a candidate's "
+        "disagreement minus this, in percentage points; an interval above 0 is a real difference."
+    )
+
+
+def _checks(route: RouteReport) -> list[str]:
+    lines = [f"### Checks by rule version: {_md(route.route)}", ""]
+    if not route.has_checks:
+        lines.extend(["No rule checks in this window.", ""])
+        lines.extend(
+            f"- Rule {_md(v.rule)}, version {_md(v.version)}: {describe_change(v.change)}."
+            for v in route.rule_versions
+        )
+        if route.rule_versions:
+            lines.append("")
+        return lines
+    for version in route.rule_versions:
+        lines.extend(_version(version))
+    return lines
+
+
+def _version(version: RuleVersionReport) -> list[str]:
+    lines = [
+        f"#### Rule {_md(version.rule)}, version {_md(version.version)}",
+        "",
+        as_sentence(describe_change(version.change)),
+        "",
+    ]
+    if not version.rows:
+        return [*lines, "No rule checks on this version in this window.", ""]
+    lines.append(
+        "| check | arm · target | checks | pass rate (95% CI) | fail | error | vs primary |"
+    )
+    lines.append("|---|---|" + "---:|" * 5)
+    for row in version.rows:
+        s = row.summary
+        diff = format_difference(row.vs_primary) if row.vs_primary is not None else DASH
+        lines.append(
+            _row(
+                [
+                    _md(row.check),
+                    _md(row.label),
+                    f"{s.count:,}",
+                    format_rate(s.pass_rate),
+                    f"{s.failed:,}",
+                    f"{s.errors:,}",
+                    f"**{diff} below**" if row.below_primary else diff,
+                ]
+            )
+        )
+    lines.append("")
+    below = [row for row in version.rows if row.below_primary]
+    if below:
+        lines.append(
+            "Below the primary on this version: "
+            + "; ".join(f"{_md(row.label)} on {_md(row.check)}" for row in below)
+            + "."
+        )
+        lines.append("")
+    return lines
+
+
+def _feedback(route: str, feedback: FeedbackReport | None) -> list[str]:
+    lines = [f"### Corrections and ratings: {_md(route)}", ""]
+    if feedback is None or not feedback.rows:
+        return [*lines, "No answers served in this window.", ""]
+    if not feedback.counted:
+        served = sum(row.served for row in feedback.rows)
+        noun = "answer" if served == 1 else "answers"
+        lines.append(f"No corrections or ratings in this window ({served:,} {noun} served).")
+        lines.append("")
+        return lines
+    version = ["rule version"] if feedback.by_version else []
+    lines.append(
+        _row(
+            [
+                "arm · target",
+                *version,
+                "answers",
+                "corrected",
+                "correction rate (95% CI)",
+                "scores",
+                "mean score",
+                "labels",
+            ]
+        )
+    )
+    lines.append("|---|" + "---|" * len(version) + "---:|" * 5 + "---|")
+    for row in feedback.rows:
+        lines.append(
+            _row(
+                [
+                    _md(row.label),
+                    *([_md(row.rule_version or DASH)] if feedback.by_version else []),
+                    f"{row.served:,}",
+                    f"{row.corrections.successes:,}",
+                    format_rate(row.corrections),
+                    f"{len(row.scores):,}",
+                    format_score(row.mean_score),
+                    _md(describe_labels(row.labels)),
+                ]
+            )
+        )
+    lines.append("")
+    if feedback.unmatched:
+        lines.extend(
+            [
+                f"Not counted: {feedback.unmatched:,} feedback records about answers not "
+                "served in this window (older answers, or never delivered).",
+                "",
+            ]
+        )
+    return lines

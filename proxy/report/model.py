@@ -1,0 +1,225 @@
+"""What `mirrorgate report` knows about a window, before it becomes text.
+
+`proxy.report.command.build_report` fills these frozen records from the store's records;
+`proxy.report.markdown` and `proxy.report.html` only read them. A route's report has four parts:
+its arms (latency, errors, cost), its candidates' agreement with the primary, its rule checks by
+rule version, and the corrections and ratings users gave to the answers it served.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from analyzers.summary import (
+    AgreementSummary,
+    ArmSummary,
+    CheckSummary,
+    Difference,
+    Rate,
+)
+from proxy.core import Arm
+
+ARM_ORDER = {Arm.PRIMARY.value: 0, Arm.CANARY.value: 1, Arm.FALLBACK.value: 2, Arm.SHADOW.value: 3}
+"""Arms are listed in this order, then by target name; anything else (a pair kind) comes last."""
+
+
+def arm_key(arm: str, target: str) -> tuple[int, str, str]:
+    """Sort key of an arm · target: the order of `ARM_ORDER`, then by name."""
+    return ARM_ORDER.get(arm, len(ARM_ORDER)), arm, target
+
+
+def arm_label(arm: str, target: str) -> str:
+    return f"{arm} · {target}"
+
+
+@dataclass(frozen=True, slots=True)
+class ArmReport:
+    """One arm · target of one route: its summary and the raw samples the charts draw."""
+
+    arm: str
+    target: str
+    summary: ArmSummary
+    durations_s: tuple[float, ...]
+    """Every exchange's duration, sorted."""
+    ttfts_s: tuple[float, ...]
+    """Streamed exchanges' times to first token, sorted."""
+    failures: tuple[tuple[str, int], ...]
+    """(status, count) of the exchanges that did not end `ok`, most frequent first."""
+
+    @property
+    def label(self) -> str:
+        return arm_label(self.arm, self.target)
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateReport:
+    """One candidate arm compared with the primary, for one kind of pair (shadow, canary, replay,
+    eval)."""
+
+    kind: str
+    candidate: str
+    pairs: int
+    """Every pair of this kind and candidate in the window."""
+    agreement: AgreementSummary
+    """Over the pairs where both answers ended `ok` (a failed answer is counted in the arm's
+    error rate, not as a disagreement)."""
+    latency_delta_p50_s: float | None
+    """Median of candidate minus primary duration, over the same pairs."""
+    ttft_delta_p50_s: float | None
+    cost_delta_p50_usd: float | None
+    length_ratio_p50: float | None
+    beyond_noise: Difference | None
+    """Disagreement minus the route's noise-floor disagreement; None without noise pairs."""
+
+    @property
+    def label(self) -> str:
+        """`shadow · cand-a`: the pair kind names the arm the candidate answered in."""
+        return arm_label(self.kind, self.candidate)
+
+
+@dataclass(frozen=True, slots=True)
+class RuleChange:
+    """A rule-change event (`rule_events`): the first exchange that carried a rule version."""
+
+    rule: str
+    version: str
+    previous_version: str | None
+    """The rule's version before this one; None for the first version the gateway saw."""
+    first_seen_at: datetime
+    route: str
+    """The route of that first exchange (one rule set can govern several routes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckArmReport:
+    """One rule check on one arm · target's answers, for one rule version."""
+
+    check: str
+    arm: str
+    target: str
+    summary: CheckSummary
+    vs_primary: Difference | None
+    """This arm's pass rate minus the primary's for the same check and version, with Newcombe's
+    95% interval; None for the primary itself, or when the primary has no verdicts."""
+
+    @property
+    def label(self) -> str:
+        return arm_label(self.arm, self.target)
+
+    @property
+    def below_primary(self) -> bool:
+        """The pass rate is below the primary's and the interval of the difference excludes 0."""
+        return (
+            self.vs_primary is not None
+            and self.vs_primary.significant
+            and (self.vs_primary.value or 0.0) < 0
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RuleVersionReport:
+    """The rule checks of one version of one rule set, on one route."""
+
+    rule: str
+    version: str
+    change: RuleChange | None
+    """The event that opened this version, when the store has it."""
+    first_seen_at: datetime | None
+    """The earlier of the event and the first verdict in the window: versions are in this order."""
+    rows: tuple[CheckArmReport, ...]
+    """By check name, then arm · target in `ARM_ORDER`; empty when no check ran on the version in
+    the window."""
+
+    @property
+    def checks(self) -> tuple[str, ...]:
+        """The check names, in table order."""
+        return tuple(dict.fromkeys(row.check for row in self.rows))
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackArmReport:
+    """Corrections and ratings of the answers one arm · target served (for one rule version)."""
+
+    arm: str
+    target: str
+    rule_version: str | None
+    """None when the route has no rule versions (or for answers served without one)."""
+    corrections: Rate
+    """Answers the user corrected / answers served, with its Wilson interval."""
+    scores: tuple[int, ...]
+    """The 1-5 ratings the answers got."""
+    mean_score: float | None
+    labels: tuple[tuple[str, int], ...]
+    """(label, count), most frequent first."""
+
+    @property
+    def label(self) -> str:
+        return arm_label(self.arm, self.target)
+
+    @property
+    def served(self) -> int:
+        """Answers served: this arm's exchanges that sent the client an HTTP status."""
+        return self.corrections.n
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackReport:
+    """One route's corrections and ratings."""
+
+    rows: tuple[FeedbackArmReport, ...]
+    """Every arm · target (and rule version) that served answers, with or without feedback."""
+    by_version: bool
+    """The route's answers carry rule versions, so the rows are split by version."""
+    counted: int
+    """Feedback records on answers served in the window."""
+    unmatched: int
+    """Feedback records in the window on answers that are not (older ones, or never delivered)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouteReport:
+    route: str
+    arms: tuple[ArmReport, ...]
+    candidates: tuple[CandidateReport, ...]
+    noise: AgreementSummary | None
+    """The primary compared with itself (`noise` pairs, both ok); None when there are none."""
+    noise_pairs: int
+    unpaired: tuple[str, ...] = ()
+    """Labels of the candidate arms (canary, shadow) that have exchanges but no pairs."""
+    rule_versions: tuple[RuleVersionReport, ...] = ()
+    """In order of first appearance."""
+    feedback: FeedbackReport | None = None
+
+    @property
+    def has_streams(self) -> bool:
+        return any(arm.ttfts_s for arm in self.arms)
+
+    @property
+    def has_checks(self) -> bool:
+        return any(version.rows for version in self.rule_versions)
+
+    @property
+    def newest_checked_version(self) -> RuleVersionReport | None:
+        """The most recent rule version that has verdicts (what the checks chart draws)."""
+        return next((v for v in reversed(self.rule_versions) if v.rows), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    generated_at: datetime
+    since: datetime | None
+    route_filter: str | None
+    store: str
+    """The store URL, password hidden."""
+    routes: tuple[RouteReport, ...]
+    exchanges: int
+    pairs: int
+    first_at: datetime | None
+    last_at: datetime | None
+    truncated_from: int | None = None
+    """The window's real number of exchanges when more than MAX_ROWS were there (and cut)."""
+    checks: int = 0
+    """Rule check verdicts in the window."""
+    feedback: int = 0
+    """Feedback records in the window."""

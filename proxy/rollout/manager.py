@@ -1,0 +1,244 @@
+"""Rollouts at run time: every transition persisted first, then applied to the live route table,
+the metrics and the alert sinks; and every replica following the store.
+
+`RolloutManager.act` is the only way a route's rollout changes, for the admin API, the
+Alertmanager webhook and the judge alike: it reads the route's row, computes the transition
+(`proxy.core.transition`), compare-and-swaps it into the store, and only then serves traffic
+the new way.
+`refresh` (every `server.route_refresh_s`) picks up changes made by other replicas, so all of them
+route the same within that delay. When the store cannot be reached the gateway keeps serving on its
+last route table; changes wait (the admin API answers 503).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy.exc as sa_exc
+
+from alerts.alert import Alert
+from alerts.dispatcher import AlertDispatcher
+from proxy.config import MirrorgateConfig
+from proxy.core import (
+    Action,
+    IllegalTransition,
+    Phase,
+    RolloutState,
+    Transition,
+    initial_state,
+    transition,
+)
+from proxy.gateway import RouteTable
+from proxy.observability import GatewayMetrics
+from proxy.store import RolloutStore, StoreUnavailableError
+
+log = logging.getLogger("mirrorgate.rollouts")
+
+MAX_RACES = 5
+
+
+class RouteUnknownError(KeyError):
+    """No route of that name in this gateway's config."""
+
+
+class TransitionConflictError(Exception):
+    """Other writers kept changing the route while this transition was being made."""
+
+
+def rollback_reason_class(actor: str, reason: str) -> str:
+    """The bounded `reason` label of `mirrorgate_rollbacks_total`."""
+    if actor == "judge":
+        return "rule_check" if reason.startswith("check_pass_rate") else "judge"
+    if actor in ("alertmanager", "operator"):
+        return actor
+    return "other"
+
+
+class RolloutManager:
+    """Owns the rollout state of every route of this gateway."""
+
+    def __init__(
+        self,
+        config: MirrorgateConfig,
+        store: RolloutStore,
+        routes: RouteTable,
+        metrics: GatewayMetrics,
+        *,
+        alerts: AlertDispatcher | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.routes = routes
+        self.metrics = metrics
+        self.alerts = alerts
+        self.clock = clock
+        self.external_url = config.server.external_url or (
+            f"http://{config.server.host}:{config.server.port}"
+        )
+        self._states: dict[str, RolloutState] = {
+            name: initial_state(name, spec) for name, spec in config.routes.items()
+        }
+        self._labels: dict[str, str] = {}
+        """route → target label last exported, to clear stale gauge children."""
+        self.store_ok = True
+        for state in self._states.values():
+            self._export(state)
+
+    # --- reading ----------------------------------------------------------------------------------
+
+    def state(self, route: str) -> RolloutState:
+        try:
+            return self._states[route]
+        except KeyError:
+            raise RouteUnknownError(route) from None
+
+    def states(self) -> Mapping[str, RolloutState]:
+        return dict(self._states)
+
+    async def refresh(self) -> int:
+        """Apply what other replicas changed; return how many routes changed. Raises
+        `StoreUnavailableError` when the store cannot be read (the table stays as it was)."""
+        try:
+            revisions = await asyncio.to_thread(self.store.revisions)
+            stale = [
+                route
+                for route, revision in revisions.items()
+                if route in self._states and revision != self._states[route].revision
+            ]
+            rows = await asyncio.to_thread(self.store.load, stale) if stale else {}
+        except sa_exc.SQLAlchemyError as exc:
+            self.store_ok = False
+            raise StoreUnavailableError(f"reading rollout state: {exc}") from exc
+        self.store_ok = True
+        for state in rows.values():
+            if state.revision != self._states[state.route].revision:
+                self._apply(state)
+        return len(rows)
+
+    async def run_refresh(self, interval_s: float) -> None:
+        """Follow the store forever (a background task)."""
+        failing = False
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.refresh()
+                if failing:
+                    log.warning("store reachable again: rollout state followed again")
+                failing = False
+            except StoreUnavailableError as exc:
+                if not failing:
+                    log.warning("cannot read rollout state (%s); serving the last route table", exc)
+                failing = True
+
+    # --- changing ---------------------------------------------------------------------------------
+
+    async def act(
+        self,
+        route: str,
+        action: Action,
+        *,
+        reason: str,
+        actor: str,
+        evidence: Mapping[str, Any] | None = None,
+        alert: Alert | None = None,
+        expect_revision: int | None = None,
+    ) -> Transition:
+        """Make `action` on `route`: persisted, then applied. Raises `RouteUnknownError`,
+        `IllegalTransition`, `StoreUnavailableError`, `TransitionConflictError`.
+
+        `expect_revision` (the judge's): act only if the route is still at the revision the
+        decision was made on, so no decision is applied twice or to a newer state
+        (IllegalTransition otherwise)."""
+        spec = self.config.routes.get(route)
+        if spec is None:
+            raise RouteUnknownError(route)
+        for _ in range(MAX_RACES):
+            try:
+                rows = await asyncio.to_thread(self.store.load, [route])
+            except sa_exc.SQLAlchemyError as exc:
+                self.store_ok = False
+                raise StoreUnavailableError(f"reading rollout state: {exc}") from exc
+            current = rows.get(route) or initial_state(route, spec)
+            if current.revision != self._states[route].revision:
+                self._apply(current)
+            if expect_revision is not None and current.revision != expect_revision:
+                raise IllegalTransition(
+                    route, action, current.phase, "the route changed since the decision"
+                )
+            change = transition(current, action, spec, now=self.clock(), reason=reason, actor=actor)
+            if not change.changed:
+                return change
+            try:
+                won = await asyncio.to_thread(self.store.commit, change, evidence)
+            except sa_exc.SQLAlchemyError as exc:
+                self.store_ok = False
+                raise StoreUnavailableError(f"writing rollout state: {exc}") from exc
+            if won:
+                self._apply(change.after)
+                self._announce(change, alert)
+                return change
+        raise TransitionConflictError(f"route '{route}' kept changing; try again")
+
+    # --- effects ----------------------------------------------------------------------------------
+
+    def _apply(self, state: RolloutState) -> None:
+        self._states[state.route] = state
+        self.routes.apply(state)
+        self._export(state)
+
+    def _export(self, state: RolloutState) -> None:
+        spec = self.config.routes[state.route]
+        target = state.candidate or (state.override or spec.primary)
+        old_target = self._labels.get(state.route)
+        if old_target is not None and old_target != target:
+            for each in Phase:
+                with contextlib.suppress(KeyError):
+                    self.metrics.rollout_phase.remove(state.route, old_target, each.value)
+            with contextlib.suppress(KeyError):
+                self.metrics.rollout_weight.remove(state.route, old_target)
+        self._labels[state.route] = target
+        for each in Phase:
+            value = 1.0 if state.phase is each else 0.0
+            self.metrics.rollout_phase.labels(state.route, target, each.value).set(value)
+        self.metrics.rollout_weight.labels(state.route, target).set(state.weight)
+
+    def _announce(self, change: Transition, alert: Alert | None) -> None:
+        after = change.after
+        log.info(
+            "rollout %s: %s -> %s (step %d, %.1f%%) by %s: %s",
+            after.route,
+            change.before.phase,
+            after.phase,
+            after.step,
+            after.weight,
+            after.actor,
+            after.reason,
+        )
+        if after.phase is not Phase.ROLLED_BACK:
+            return
+        target = change.before.candidate or change.before.override or after.override or "primary"
+        self.metrics.rollbacks.labels(
+            after.route, target, rollback_reason_class(after.actor, after.reason)
+        ).inc()
+        if self.alerts is None:
+            return
+        if alert is None:
+            alert = Alert(
+                kind="rollback",
+                route=after.route,
+                target=target,
+                severity="critical",
+                summary=(
+                    f"route {after.route} rolled back to {after.override} by {after.actor}: "
+                    f"{after.reason}"
+                ),
+                starts_at=after.changed_at or self.clock(),
+                generator_url=f"{self.external_url}/admin/rollouts/{after.route}",
+            )
+        self.alerts.notify(alert)

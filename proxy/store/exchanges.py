@@ -1,0 +1,603 @@
+"""The store: exchange records in SQLite or PostgreSQL, and back out as frozen records.
+
+`Store` owns the SQLAlchemy engine and the `exchanges` table. Everything outside this module sees
+`ExchangeRecord`; the ORM row class `ExchangeRow` never leaves it. The store is synchronous: the
+recorder calls it from its writer thread, and the event loop only ever calls `ping`, through
+`anyio.to_thread.run_sync` (or `asyncio.to_thread`).
+
+The store writes records exactly as given; the `store.bodies` policy is applied earlier, by the
+recorder. Two normalisations happen here so both backends hold the same thing: times are stored as
+UTC (a naive datetime is taken to be UTC already), and NUL characters in text are replaced by U+FFFD
+(PostgreSQL text cannot hold NUL).
+
+Errors (the whole tree: `migrations.py`): every failure leaves this module as a
+`StoreError`. `StoreUnavailableError` means the database could not be reached or was locked, and the
+same call may succeed later; `RecordRejectedError` means the database refused the data itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlmodel import Field, SQLModel
+
+from proxy.core import (
+    Arm,
+    CheckRecord,
+    ExchangeRecord,
+    FindingRecord,
+    PairRecord,
+    Status,
+    Usage,
+    as_utc,
+)
+
+from . import migrations
+from .checks import (
+    check_to_row,
+    checks_table,
+    finding_to_row,
+    findings_table,
+    row_to_check,
+    row_to_finding,
+)
+from .migrations import SQLITE_BEGIN_OPTION, SchemaVersionError, StoreError
+from .pairs import pair_to_row, pairs_table, row_to_pair
+from .rollouts import alert_claims as claims_table
+from .rollouts import verdicts as verdicts_table
+
+__all__ = [
+    "RecordRejectedError",
+    "SchemaVersionError",
+    "Store",
+    "StoreError",
+    "StoreUnavailableError",
+]
+
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_WAL_AUTOCHECKPOINT_PAGES = 10_000
+_WAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
+
+
+class StoreUnavailableError(StoreError):
+    """The database could not be reached, or was locked or full; retrying later may succeed."""
+
+
+class RecordRejectedError(StoreError):
+    """The database refused the records themselves (bad data); retrying them will not help."""
+
+
+class ExchangeRow(SQLModel, table=True):
+    """One `ExchangeRecord` as a row of `exchanges` (the schema is built by migration 1).
+
+    `request_id` is not unique: the primary, its shadows and a replay all share it.
+    """
+
+    __tablename__ = "exchanges"
+    __table_args__ = (
+        sa.Index("ix_exchanges_route_started_at", "route", "started_at"),
+        sa.Index("ix_exchanges_started_at", "started_at"),
+        sa.Index("ix_exchanges_request_id", "request_id"),
+        sa.Index("ix_exchanges_pair_id", "pair_id"),
+    )
+
+    id: int | None = Field(
+        default=None,
+        sa_column=sa.Column(
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            primary_key=True,
+            autoincrement=True,
+        ),
+    )
+    request_id: str
+    route: str
+    target: str
+    upstream_model: str
+    arm: str
+    endpoint: str
+    provider: str
+    streamed: bool
+    started_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    duration_s: float
+    ttft_s: float | None = None
+    overhead_s: float
+    status: str
+    http_status: int
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    usage_estimated: bool = False
+    cost_usd: float = 0.0
+    error_class: str | None = None
+    rule: str | None = None
+    rule_version: str | None = None
+    pair_id: str | None = None
+    tags: str = Field(default="[]", sa_column=sa.Column(sa.Text(), nullable=False))
+    """JSON array of strings."""
+    request_body: str | None = Field(default=None, sa_column=sa.Column(sa.Text(), nullable=True))
+    response_body: str | None = Field(default=None, sa_column=sa.Column(sa.Text(), nullable=True))
+    response_text: str | None = Field(default=None, sa_column=sa.Column(sa.Text(), nullable=True))
+
+
+_exchanges: sa.Table = ExchangeRow.__table__  # type: ignore[attr-defined]
+exchanges_table = _exchanges
+"""The `exchanges` table, for readers outside the store (the rollout judge)."""
+T = TypeVar("T")
+_insert_exchange = sa.insert(_exchanges)
+_insert_pair = sa.insert(pairs_table)
+_insert_check = sa.insert(checks_table)
+
+
+class Store:
+    """Exchange records in one database, reachable through one engine.
+
+    `url` is a SQLAlchemy URL: `sqlite:///path/to/file.db` (the directory must exist) or
+    `postgresql+psycopg://user@host/db` (`postgresql://` is taken to mean psycopg 3). `schema` puts
+    every table in that PostgreSQL schema (created by `migrate` if missing). Call `migrate()` once
+    at start, before writing.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        busy_timeout_ms: int = 5000,
+        connect_timeout_s: float = 5.0,
+    ) -> None:
+        self._schema = schema
+        self._engine = _create_engine(url, schema, busy_timeout_ms, connect_timeout_s)
+
+    @property
+    def engine(self) -> Engine:
+        """The engine, for modules that keep their own tables in this database."""
+        return self._engine
+
+    @property
+    def backend(self) -> Literal["sqlite", "postgresql"]:
+        return "sqlite" if self._engine.dialect.name == "sqlite" else "postgresql"
+
+    def migrate(self) -> int:
+        """Bring the schema to the newest version this code knows; return that version.
+
+        Safe to call from several processes at once. Raises `SchemaVersionError` when the database
+        is newer than the code.
+        """
+        try:
+            return migrations.migrate(self._engine, schema=self._schema)
+        except sa_exc.SQLAlchemyError as exc:
+            raise _translate(exc, "migrating the schema") from exc
+
+    def write_batch(
+        self, records: Sequence[ExchangeRecord | PairRecord | CheckRecord | FindingRecord]
+    ) -> None:
+        """Insert `records` (exchanges, pairs, check results) in one transaction: all are
+        stored, or none."""
+        if not records:
+            return
+        try:
+            rows = [_to_row(r) for r in records if isinstance(r, ExchangeRecord)]
+            pairs = [pair_to_row(r) for r in records if isinstance(r, PairRecord)]
+            checks = [check_to_row(r) for r in records if isinstance(r, CheckRecord)]
+            findings = [finding_to_row(r) for r in records if isinstance(r, FindingRecord)]
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise RecordRejectedError(f"cannot store record: {exc}") from exc
+        try:
+            with self._engine.begin() as conn:
+                if rows:
+                    conn.execute(_insert_exchange, rows)
+                if pairs:
+                    conn.execute(_insert_pair, pairs)
+                if checks:
+                    conn.execute(_insert_check, checks)
+                if findings:
+                    conn.execute(sa.insert(findings_table), findings)
+        except sa_exc.SQLAlchemyError as exc:
+            raise _translate(exc, f"writing {len(rows)} records", rejected=True) from exc
+        except (UnicodeError, OverflowError) as exc:  # raised by the driver, not as DBAPI errors
+            raise RecordRejectedError(f"cannot store record: {exc}") from exc
+
+    def count(
+        self,
+        *,
+        route: str | None = None,
+        target: str | None = None,
+        arm: Arm | None = None,
+        request_id: str | None = None,
+        pair_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> int:
+        """Number of stored records matching every filter given (`since` ≤ started_at < `until`)."""
+        where = _conditions(
+            route=route,
+            target=target,
+            arm=arm,
+            request_id=request_id,
+            pair_id=pair_id,
+            since=since,
+            until=until,
+        )
+        statement = sa.select(sa.func.count()).select_from(_exchanges).where(*where)
+        try:
+            with self._engine.connect() as conn:
+                return int(conn.execute(statement).scalar_one())
+        except sa_exc.SQLAlchemyError as exc:
+            raise _translate(exc, "counting records") from exc
+
+    def query(
+        self,
+        *,
+        route: str | None = None,
+        target: str | None = None,
+        arm: Arm | None = None,
+        request_id: str | None = None,
+        pair_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 1000,
+        newest_first: bool = False,
+    ) -> list[ExchangeRecord]:
+        """Stored records matching every filter given, oldest first (or newest first), at most
+        `limit` of them. Records written in one batch keep their order."""
+        where = _conditions(
+            route=route,
+            target=target,
+            arm=arm,
+            request_id=request_id,
+            pair_id=pair_id,
+            since=since,
+            until=until,
+        )
+        order = (
+            (_exchanges.c.started_at.desc(), _exchanges.c.id.desc())
+            if newest_first
+            else (_exchanges.c.started_at, _exchanges.c.id)
+        )
+        statement = sa.select(_exchanges).where(*where).order_by(*order).limit(limit)
+        try:
+            with self._engine.connect() as conn:
+                return [_to_record(row) for row in conn.execute(statement).mappings()]
+        except sa_exc.SQLAlchemyError as exc:
+            raise _translate(exc, "querying records") from exc
+
+    def query_pairs(
+        self,
+        *,
+        route: str | None = None,
+        kind: str | None = None,
+        candidate: str | None = None,
+        request_id: str | None = None,
+        since: datetime | None = None,
+        limit: int = 100_000,
+    ) -> list[PairRecord]:
+        """Stored pairs matching every filter given, oldest first, at most `limit`."""
+        c = pairs_table.c
+        filters = ((c.route, route), (c.kind, kind), (c.candidate_target, candidate),
+                   (c.request_id, request_id))  # fmt: skip
+        return self._select(pairs_table, row_to_pair, filters, since, limit, "reading pairs")
+
+    def query_checks(
+        self,
+        *,
+        route: str | None = None,
+        rule: str | None = None,
+        request_id: str | None = None,
+        since: datetime | None = None,
+        limit: int = 1_000_000,
+    ) -> list[CheckRecord]:
+        """Stored check results matching every filter given, oldest first, at most `limit`."""
+        c = checks_table.c
+        filters = ((c.route, route), (c.rule, rule), (c.request_id, request_id))
+        return self._select(checks_table, row_to_check, filters, since, limit, "reading checks")
+
+    def query_findings(
+        self, *, route: str | None = None, request_id: str | None = None, limit: int = 1_000_000
+    ) -> list[FindingRecord]:
+        """Stored analyzer findings, oldest first, filtered by route and/or request id."""
+        c = findings_table.c
+        filters = ((c.route, route), (c.request_id, request_id))
+        return self._select(
+            findings_table, row_to_finding, filters, None, limit, "reading findings"
+        )
+
+    def _select(
+        self,
+        table: sa.Table,
+        convert: Callable[[sa.RowMapping], T],
+        filters: Iterable[tuple[sa.ColumnElement[Any], object]],
+        since: datetime | None,
+        limit: int,
+        action: str,
+    ) -> list[T]:
+        """Rows of `table` whose columns equal every non-None filter value (and created at or
+        after `since`), oldest first, converted."""
+        where = [column == value for column, value in filters if value is not None]
+        if since is not None:
+            where.append(table.c.created_at >= _utc(since))
+        statement = sa.select(table).where(*where).order_by(table.c.id).limit(limit)
+        try:
+            with self._engine.connect() as conn:
+                return [convert(row) for row in conn.execute(statement).mappings()]
+        except sa_exc.SQLAlchemyError as exc:
+            raise _translate(exc, action) from exc
+
+    def delete_older_than(self, cutoff: datetime, *, limit: int | None = None) -> int:
+        """Delete records that started before `cutoff`; return how many were deleted.
+
+        With `limit`, delete at most that many (the oldest), so a large purge can be spread over
+        several short transactions instead of holding the write lock for one long one.
+        """
+        old = _exchanges.c.started_at < _utc(cutoff)
+        if limit is None:
+            statement = sa.delete(_exchanges).where(old)
+        else:
+            oldest = sa.select(_exchanges.c.id).where(old).order_by(_exchanges.c.started_at)
+            statement = sa.delete(_exchanges).where(
+                _exchanges.c.id.in_(oldest.limit(limit).scalar_subquery())
+            )
+        old_pairs = sa.delete(pairs_table).where(pairs_table.c.created_at < _utc(cutoff))
+        old_checks = sa.delete(checks_table).where(checks_table.c.created_at < _utc(cutoff))
+        old_findings = sa.delete(findings_table).where(findings_table.c.created_at < _utc(cutoff))
+        old_verdicts = sa.delete(verdicts_table).where(verdicts_table.c.created_at < _utc(cutoff))
+        old_claims = sa.delete(claims_table).where(claims_table.c.created_at < _utc(cutoff))
+        try:
+            with self._engine.begin() as conn:
+                deleted = int(conn.execute(statement).rowcount)
+                conn.execute(old_pairs)
+                conn.execute(old_checks)
+                conn.execute(old_findings)
+                conn.execute(old_verdicts)
+                conn.execute(old_claims)  # Alertmanager stops redelivering long before
+                return deleted
+        except sa_exc.SQLAlchemyError as exc:
+            raise _translate(exc, "deleting old records") from exc
+
+    def ping(self, timeout_s: float = 2.0) -> bool:
+        """True when the database answers `SELECT 1`. Never raises; meant for /readyz.
+
+        On PostgreSQL the query is bounded by `timeout_s` and reaching the server by the store's
+        `connect_timeout_s`.
+        """
+        try:
+            with self._engine.connect() as conn:
+                if self.backend == "postgresql":
+                    conn.execute(
+                        sa.text("SELECT set_config('statement_timeout', :ms, true)"),
+                        {"ms": str(max(1, int(timeout_s * 1000)))},
+                    )
+                return conn.execute(sa.text("SELECT 1")).scalar() == 1
+        except Exception:
+            return False
+
+    def close(self) -> None:
+        """Close every pooled connection. The store must not be used afterwards."""
+        self._engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _create_engine(
+    url: str, schema: str | None, busy_timeout_ms: int, connect_timeout_s: float
+) -> Engine:
+    try:
+        parsed = make_url(url)
+    except sa_exc.ArgumentError as exc:
+        raise StoreError(f"{url!r} is not a database URL") from exc
+    if parsed.get_backend_name() == "sqlite":
+        if schema is not None:
+            raise ValueError("schema= is only for PostgreSQL")
+        database = parsed.database or ""
+        if database in ("", ":memory:") or database.startswith("file:"):
+            raise StoreError(
+                f"{url}: in-memory SQLite is not supported (the recorder writes from its own "
+                "thread); use a file, e.g. sqlite:///mirrorgate.db"
+            )
+        directory = Path(database).expanduser().resolve().parent
+        if not directory.is_dir():
+            raise StoreError(f"{url}: the directory {directory} does not exist")
+        engine = sa.create_engine(
+            parsed,
+            connect_args={"timeout": busy_timeout_ms / 1000, "check_same_thread": False},
+        )
+        event.listen(engine, "connect", _sqlite_connect_hook(busy_timeout_ms))
+        event.listen(engine, "begin", _sqlite_begin)
+        return engine
+    if parsed.get_backend_name() == "postgresql":
+        if parsed.drivername == "postgresql":
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        # Options given in the URL (`?options=-csearch_path%3Dx`) are kept: connect_args would
+        # otherwise replace them.
+        options = " ".join(
+            filter(None, [_query_value(parsed.query.get("options")), "-ctimezone=UTC"])
+        )
+        if schema is not None:
+            if not _SCHEMA_NAME.match(schema):
+                raise ValueError(f"schema {schema!r} is not a plain SQL identifier")
+            options += f" -csearch_path={schema}"
+        return sa.create_engine(
+            parsed,
+            pool_pre_ping=True,
+            pool_size=5,
+            max_overflow=10,
+            connect_args={
+                "connect_timeout": max(2, round(connect_timeout_s)),
+                "options": options,
+                "application_name": "mirrorgate",
+            },
+        )
+    raise StoreError(f"{url}: unsupported database (use sqlite:/// or postgresql+psycopg://)")
+
+
+def _query_value(value: str | tuple[str, ...] | None) -> str | None:
+    return value[-1] if isinstance(value, tuple) else value
+
+
+def _sqlite_connect_hook(busy_timeout_ms: int) -> Any:
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's `begin` hook, not the sqlite3 module, decide when transactions start.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            # Checkpoint every ~40 MB of WAL instead of every 4 MB: index pages rewritten by many
+            # batches are copied back once, which makes sustained writes about a third faster.
+            # journal_size_limit truncates the WAL file back afterwards.
+            cursor.execute(f"PRAGMA wal_autocheckpoint={_WAL_AUTOCHECKPOINT_PAGES}")
+            cursor.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT_BYTES}")
+        finally:
+            cursor.close()
+
+    return on_connect
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    mode = conn.get_execution_options().get(SQLITE_BEGIN_OPTION, "DEFERRED")
+    conn.exec_driver_sql(f"BEGIN {'IMMEDIATE' if mode == 'IMMEDIATE' else 'DEFERRED'}")
+
+
+def _translate(exc: sa_exc.SQLAlchemyError, action: str, *, rejected: bool = False) -> StoreError:
+    """Map a SQLAlchemy error to the most specific `StoreError`."""
+    cause = getattr(exc, "orig", None) or exc
+    transient = isinstance(
+        exc, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError
+    ) or (isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated)
+    first_line = next(iter(str(cause).strip().splitlines()), "")
+    message = f"{action}: {type(cause).__name__}: {first_line}"
+    if transient:
+        return StoreUnavailableError(message)
+    if rejected:
+        return RecordRejectedError(message)
+    return StoreError(message)
+
+
+_utc = as_utc
+
+
+def _text(value: str | None) -> str | None:
+    if value is not None and "\x00" in value:
+        return value.replace("\x00", "\ufffd")
+    return value
+
+
+def _to_row(record: ExchangeRecord) -> dict[str, Any]:
+    usage = record.usage
+    return {
+        "request_id": record.request_id,
+        "route": record.route,
+        "target": record.target,
+        "upstream_model": record.upstream_model,
+        "arm": record.arm.value,
+        "endpoint": record.endpoint,
+        "provider": record.provider,
+        "streamed": record.streamed,
+        "started_at": _utc(record.started_at),
+        "duration_s": record.duration_s,
+        "ttft_s": record.ttft_s,
+        "overhead_s": record.overhead_s,
+        "status": record.status.value,
+        "http_status": record.http_status,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cached_input_tokens": usage.cached_input_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "reasoning_tokens": usage.reasoning_tokens,
+        "usage_estimated": usage.estimated,
+        "cost_usd": record.cost_usd,
+        "error_class": _text(record.error_class),
+        "rule": record.rule,
+        "rule_version": record.rule_version,
+        "pair_id": record.pair_id,
+        "tags": json.dumps(list(record.tags)) if record.tags else "[]",
+        "request_body": _text(record.request_body),
+        "response_body": _text(record.response_body),
+        "response_text": _text(record.response_text),
+    }
+
+
+def _to_record(row: sa.RowMapping) -> ExchangeRecord:
+    return ExchangeRecord(
+        request_id=row["request_id"],
+        route=row["route"],
+        target=row["target"],
+        upstream_model=row["upstream_model"],
+        arm=Arm(row["arm"]),
+        endpoint=row["endpoint"],
+        provider=row["provider"],
+        streamed=bool(row["streamed"]),
+        started_at=_utc(row["started_at"]),
+        duration_s=row["duration_s"],
+        ttft_s=row["ttft_s"],
+        overhead_s=row["overhead_s"],
+        status=Status(row["status"]),
+        http_status=row["http_status"],
+        usage=Usage(
+            input_tokens=row["input_tokens"],
+            output_tokens=row["output_tokens"],
+            cached_input_tokens=row["cached_input_tokens"],
+            cache_write_tokens=row["cache_write_tokens"],
+            reasoning_tokens=row["reasoning_tokens"],
+            estimated=bool(row["usage_estimated"]),
+        ),
+        cost_usd=row["cost_usd"],
+        error_class=row["error_class"],
+        rule=row["rule"],
+        rule_version=row["rule_version"],
+        pair_id=row["pair_id"],
+        tags=tuple(json.loads(row["tags"])),
+        request_body=row["request_body"],
+        response_body=row["response_body"],
+        response_text=row["response_text"],
+    )
+
+
+def _conditions(
+    *,
+    route: str | None,
+    target: str | None,
+    arm: Arm | None,
+    request_id: str | None,
+    pair_id: str | None,
+    since: datetime | None,
+    until: datetime | None,
+) -> list[sa.ColumnElement[bool]]:
+    c = _exchanges.c
+    where: list[sa.ColumnElement[bool]] = []
+    for column, value in (
+        (c.route, route),
+        (c.target, target),
+        (c.arm, arm.value if arm is not None else None),
+        (c.request_id, request_id),
+        (c.pair_id, pair_id),
+    ):
+        if value is not None:
+            where.append(column == value)
+    if since is not None:
+        where.append(c.started_at >= _utc(since))
+    if until is not None:
+        where.append(c.started_at < _utc(until))
+    return where

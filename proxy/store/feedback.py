@@ -1,0 +1,96 @@
+"""Feedback rows: corrections and ratings, one per (request id, kind), in the gateway's store."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Engine
+from sqlmodel import Field, SQLModel
+
+from proxy.core import Arm, FeedbackRecord
+
+
+class FeedbackRow(SQLModel, table=True):
+    """One row of `feedback` (schema: migration 3)."""
+
+    __tablename__ = "feedback"
+
+    id: int | None = Field(default=None, primary_key=True)
+    request_id: str
+    kind: str
+    route: str
+    target: str
+    arm: str
+    created_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    corrected: bool = False
+    correction: str | None = Field(default=None, sa_column=sa.Column(sa.Text(), nullable=True))
+    score: int | None = None
+    label: str | None = None
+    rule: str | None = None
+    rule_version: str | None = None
+
+
+_table: sa.Table = FeedbackRow.__table__  # type: ignore[attr-defined]
+feedback_table = _table
+
+
+class FeedbackStore:
+    """Reads and writes `feedback` through the gateway store's engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def add(self, record: FeedbackRecord) -> bool:
+        """Store `record`; False (and nothing changes) when this request already has feedback of
+        this kind. Raises SQLAlchemy errors for the caller to translate."""
+        row = {
+            "request_id": record.request_id,
+            "kind": record.kind,
+            "route": record.route,
+            "target": record.target,
+            "arm": record.arm.value,
+            "created_at": record.created_at.astimezone(UTC),
+            "corrected": record.corrected,
+            "correction": record.correction,
+            "score": record.score,
+            "label": record.label,
+            "rule": record.rule,
+            "rule_version": record.rule_version,
+        }
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(sa.insert(_table), [row])
+        except sa_exc.IntegrityError:
+            return False
+        return True
+
+    def query(
+        self, *, request_id: str | None = None, route: str | None = None
+    ) -> list[FeedbackRecord]:
+        """Stored feedback, oldest first, filtered by request id and/or route."""
+        statement = sa.select(_table).order_by(_table.c.id)
+        if request_id is not None:
+            statement = statement.where(_table.c.request_id == request_id)
+        if route is not None:
+            statement = statement.where(_table.c.route == route)
+        with self._engine.connect() as conn:
+            rows = conn.execute(statement).mappings().all()
+        return [
+            FeedbackRecord(
+                request_id=r["request_id"],
+                kind=r["kind"],
+                route=r["route"],
+                target=r["target"],
+                arm=Arm(r["arm"]),
+                created_at=r["created_at"].replace(tzinfo=r["created_at"].tzinfo or UTC),
+                corrected=bool(r["corrected"]),
+                correction=r["correction"],
+                score=r["score"],
+                label=r["label"],
+                rule=r["rule"],
+                rule_version=r["rule_version"],
+            )
+            for r in rows
+        ]

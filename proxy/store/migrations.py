@@ -1,0 +1,409 @@
+"""Versioned schema migrations: the database's shape, one numbered step at a time.
+
+The table `schema_version` holds one row per applied migration. `migrate` applies the missing ones
+in order, each in its own transaction together with its `schema_version` row, so a step is either
+fully applied and recorded or not at all. Running it again does nothing; running it against a
+database whose version is newer than the code knows raises `SchemaVersionError` and changes nothing.
+
+Several gateway processes may start at once against one database. On PostgreSQL each step first
+takes a transaction-scoped advisory lock (`pg_advisory_xact_lock`, keyed on the schema); on SQLite
+the transaction starts with `BEGIN IMMEDIATE` (the engine must be built by `Store`,
+whose SQLite `begin` hook honours `SQLITE_BEGIN_OPTION`). The version is read once the lock is held,
+so the second process sees the first one's work and skips it.
+
+Each migration describes the schema *as it was* when it was written, with its own `MetaData`, never
+the current ORM classes: migration 1 must build the same tables in a year as it does today. Adding a
+table is one function and one list entry::
+
+    def _v2_rule_events(conn: Connection) -> None:
+        table = sa.Table(
+            "rule_events", sa.MetaData(),
+            sa.Column("id", _ID, primary_key=True, autoincrement=True),
+            sa.Column("rule", sa.String(), nullable=False),
+            sa.Column("version", sa.String(), nullable=False),
+            sa.Column("first_seen_at", sa.DateTime(timezone=True), nullable=False),
+            sa.Index("ix_rule_events_rule", "rule"),
+        )
+        table.create(conn)
+
+    MIGRATIONS = (
+        Migration(1, "exchanges table and its indexes", _v1_exchanges),
+        Migration(2, "rule_events table", _v2_rule_events),
+    )
+
+Never edit or renumber a migration that has shipped; add the next one.
+
+Errors of the store layer form one small tree (the other two live in `proxy.store.exchanges`):
+
+    StoreError                  the store cannot do what was asked
+    ├── SchemaVersionError      the database is newer than this code (or the migration list is bad)
+    ├── StoreUnavailableError   the database cannot be reached or is locked: worth retrying
+    └── RecordRejectedError     the database refused these records: retrying will not help
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+log = logging.getLogger(__name__)
+
+SQLITE_BEGIN_OPTION = "mirrorgate_sqlite_begin"
+"""Execution option read by the store's SQLite `begin` hook: `DEFERRED` (default) or `IMMEDIATE`."""
+
+ADVISORY_LOCK_CLASS = 0x6D67_0001
+"""First key of the PostgreSQL advisory lock held while migrating (the second is the schema's hash).
+Other advisory locks of mirrorgate (e.g. the rollout decider's) use other class numbers."""
+
+_ADVISORY_LOCK = sa.text(
+    "SELECT pg_advisory_xact_lock(:cls, hashtext(coalesce(:name, current_schema())))"
+)
+_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+"""Primary key type: BIGINT on PostgreSQL; INTEGER on SQLite (only that spelling is the rowid)."""
+
+
+class StoreError(Exception):
+    """The store cannot do what was asked. Base of every error the store layer raises."""
+
+
+class SchemaVersionError(StoreError):
+    """The database's schema version is newer than the newest migration this code knows."""
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One step of the schema's history."""
+
+    version: int
+    """Strictly increasing, starting at 1; recorded in `schema_version` once applied."""
+    description: str
+    """What the step does, for people reading `schema_version` or the logs."""
+    apply: Callable[[Connection], None]
+    """Performs the step inside the transaction it is given; must not commit or roll back."""
+
+
+_version_table = sa.Table(
+    "schema_version",
+    sa.MetaData(),
+    sa.Column("version", sa.Integer(), primary_key=True, autoincrement=False),
+    sa.Column("description", sa.Text(), nullable=False),
+    sa.Column("applied_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+
+def _v1_exchanges(conn: Connection) -> None:
+    table = sa.Table(
+        "exchanges",
+        sa.MetaData(),
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("request_id", sa.String(), nullable=False),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("target", sa.String(), nullable=False),
+        sa.Column("upstream_model", sa.String(), nullable=False),
+        sa.Column("arm", sa.String(), nullable=False),
+        sa.Column("endpoint", sa.String(), nullable=False),
+        sa.Column("provider", sa.String(), nullable=False),
+        sa.Column("streamed", sa.Boolean(), nullable=False),
+        sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("duration_s", sa.Float(), nullable=False),
+        sa.Column("ttft_s", sa.Float(), nullable=True),
+        sa.Column("overhead_s", sa.Float(), nullable=False),
+        sa.Column("status", sa.String(), nullable=False),
+        sa.Column("http_status", sa.Integer(), nullable=False),
+        sa.Column("input_tokens", sa.Integer(), nullable=False),
+        sa.Column("output_tokens", sa.Integer(), nullable=False),
+        sa.Column("cached_input_tokens", sa.Integer(), nullable=False),
+        sa.Column("cache_write_tokens", sa.Integer(), nullable=False),
+        sa.Column("reasoning_tokens", sa.Integer(), nullable=False),
+        sa.Column("usage_estimated", sa.Boolean(), nullable=False),
+        sa.Column("cost_usd", sa.Float(), nullable=False),
+        sa.Column("error_class", sa.String(), nullable=True),
+        sa.Column("rule", sa.String(), nullable=True),
+        sa.Column("rule_version", sa.String(), nullable=True),
+        sa.Column("pair_id", sa.String(), nullable=True),
+        sa.Column("tags", sa.Text(), nullable=False),
+        sa.Column("request_body", sa.Text(), nullable=True),
+        sa.Column("response_body", sa.Text(), nullable=True),
+        sa.Column("response_text", sa.Text(), nullable=True),
+        sa.Index("ix_exchanges_route_started_at", "route", "started_at"),
+        sa.Index("ix_exchanges_started_at", "started_at"),
+        sa.Index("ix_exchanges_request_id", "request_id"),
+        sa.Index("ix_exchanges_pair_id", "pair_id"),
+    )
+    table.create(conn)
+
+
+def _v2_pairs(conn: Connection) -> None:
+    table = sa.Table(
+        "pairs",
+        sa.MetaData(),
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("pair_id", sa.String(), nullable=False),
+        sa.Column("kind", sa.String(), nullable=False),
+        sa.Column("request_id", sa.String(), nullable=False),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("primary_target", sa.String(), nullable=False),
+        sa.Column("candidate_target", sa.String(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("primary_status", sa.String(), nullable=False),
+        sa.Column("candidate_status", sa.String(), nullable=False),
+        sa.Column("exact_equal", sa.Boolean(), nullable=False),
+        sa.Column("normalized_equal", sa.Boolean(), nullable=False),
+        sa.Column("json_equal", sa.Boolean(), nullable=True),
+        sa.Column("json_fields", sa.Text(), nullable=False),
+        sa.Column("length_ratio", sa.Float(), nullable=True),
+        sa.Column("latency_delta_s", sa.Float(), nullable=True),
+        sa.Column("ttft_delta_s", sa.Float(), nullable=True),
+        sa.Column("cost_delta_usd", sa.Float(), nullable=True),
+        sa.Index("ix_pairs_pair_id", "pair_id", unique=True),
+        sa.Index("ix_pairs_route_created_at", "route", "created_at"),
+        sa.Index("ix_pairs_request_id", "request_id"),
+    )
+    table.create(conn)
+
+
+def _v3_feedback(conn: Connection) -> None:
+    table = sa.Table(
+        "feedback",
+        sa.MetaData(),
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("request_id", sa.String(), nullable=False),
+        sa.Column("kind", sa.String(), nullable=False),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("target", sa.String(), nullable=False),
+        sa.Column("arm", sa.String(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("corrected", sa.Boolean(), nullable=False),
+        sa.Column("correction", sa.Text(), nullable=True),
+        sa.Column("score", sa.Integer(), nullable=True),
+        sa.Column("label", sa.String(), nullable=True),
+        sa.Column("rule", sa.String(), nullable=True),
+        sa.Column("rule_version", sa.String(), nullable=True),
+        sa.Index("ix_feedback_request_kind", "request_id", "kind", unique=True),
+        sa.Index("ix_feedback_route_created_at", "route", "created_at"),
+    )
+    table.create(conn)
+
+
+def _v4_rule_events(conn: Connection) -> None:
+    table = sa.Table(
+        "rule_events",
+        sa.MetaData(),
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("rule", sa.String(), nullable=False),
+        sa.Column("version", sa.String(), nullable=False),
+        sa.Column("previous_version", sa.String(), nullable=True),
+        sa.Column("first_seen_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("request_id", sa.String(), nullable=False),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("prompt_diff", sa.Text(), nullable=True),
+        sa.Index("ix_rule_events_rule_version", "rule", "version", unique=True),
+    )
+    table.create(conn)
+
+
+def _v5_check_results(conn: Connection) -> None:
+    table = sa.Table(
+        "check_results",
+        sa.MetaData(),
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("request_id", sa.String(), nullable=False),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("target", sa.String(), nullable=False),
+        sa.Column("arm", sa.String(), nullable=False),
+        sa.Column("rule", sa.String(), nullable=False),
+        sa.Column("rule_version", sa.String(), nullable=False),
+        sa.Column("check_name", sa.String(), nullable=False),
+        sa.Column("result", sa.String(), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("pair_id", sa.String(), nullable=True),
+        sa.Index("ix_check_results_route_created_at", "route", "created_at"),
+        sa.Index("ix_check_results_rule_version", "rule", "rule_version"),
+        sa.Index("ix_check_results_request_id", "request_id"),
+    )
+    table.create(conn)
+
+
+def _v6_findings(conn: Connection) -> None:
+    table = sa.Table(
+        "findings",
+        sa.MetaData(),
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("request_id", sa.String(), nullable=False),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("target", sa.String(), nullable=False),
+        sa.Column("arm", sa.String(), nullable=False),
+        sa.Column("analyzer", sa.String(), nullable=False),
+        sa.Column("name", sa.String(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("value", sa.Float(), nullable=True),
+        sa.Column("label", sa.String(), nullable=True),
+        sa.Column("detail", sa.Text(), nullable=False),
+        sa.Column("pair_id", sa.String(), nullable=True),
+        sa.Index("ix_findings_route_created_at", "route", "created_at"),
+        sa.Index("ix_findings_request_id", "request_id"),
+    )
+    table.create(conn)
+
+
+def _v7_rollouts(conn: Connection) -> None:
+    metadata = sa.MetaData()
+    sa.Table(
+        "rollouts",
+        metadata,
+        sa.Column("route", sa.String(), primary_key=True),
+        sa.Column("revision", sa.Integer(), nullable=False),
+        sa.Column("phase", sa.String(), nullable=True),
+        sa.Column("rollout_id", sa.String(), nullable=True),
+        sa.Column("candidate", sa.String(), nullable=True),
+        sa.Column("baseline", sa.String(), nullable=True),
+        sa.Column("step", sa.Integer(), nullable=False),
+        sa.Column("weight", sa.Float(), nullable=False),
+        sa.Column("salt", sa.String(), nullable=False),
+        sa.Column("override", sa.String(), nullable=True),
+        sa.Column("override_arm", sa.String(), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=False),
+        sa.Column("actor", sa.String(), nullable=False),
+        sa.Column("changed_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("step_started_at", sa.DateTime(timezone=True), nullable=True),
+    )
+    sa.Table(
+        "rollout_events",
+        metadata,
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("revision", sa.Integer(), nullable=False),
+        sa.Column("rollout_id", sa.String(), nullable=True),
+        sa.Column("action", sa.String(), nullable=False),
+        sa.Column("from_phase", sa.String(), nullable=True),
+        sa.Column("to_phase", sa.String(), nullable=True),
+        sa.Column("step", sa.Integer(), nullable=False),
+        sa.Column("weight", sa.Float(), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=False),
+        sa.Column("actor", sa.String(), nullable=False),
+        sa.Column("evidence", sa.Text(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Index("ix_rollout_events_route_revision", "route", "revision", unique=True),
+    )
+    sa.Table(
+        "verdicts",
+        metadata,
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("rollout_id", sa.String(), nullable=False),
+        sa.Column("candidate", sa.String(), nullable=False),
+        sa.Column("look", sa.Integer(), nullable=False),
+        sa.Column("scope", sa.String(), nullable=False),
+        sa.Column("metric", sa.String(), nullable=False),
+        sa.Column("outcome", sa.String(), nullable=False),
+        sa.Column("estimate", sa.Float(), nullable=True),
+        sa.Column("low", sa.Float(), nullable=True),
+        sa.Column("high", sa.Float(), nullable=True),
+        sa.Column("threshold", sa.Float(), nullable=False),
+        sa.Column("n_primary", sa.Integer(), nullable=False),
+        sa.Column("n_candidate", sa.Integer(), nullable=False),
+        sa.Column("alpha", sa.Float(), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Index("ix_verdicts_route_created_at", "route", "created_at"),
+    )
+    sa.Table(
+        "alert_claims",
+        metadata,
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("fingerprint", sa.String(), nullable=False),
+        sa.Column("starts_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Index("ix_alert_claims_key", "fingerprint", "starts_at", unique=True),
+    )
+    metadata.create_all(conn)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "exchanges table and its indexes", _v1_exchanges),
+    Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
+    Migration(3, "feedback table: corrections and ratings joined to exchanges", _v3_feedback),
+    Migration(4, "rule_events table: the first exchange of each rule version", _v4_rule_events),
+    Migration(5, "check_results table: rule check verdicts per answer", _v5_check_results),
+    Migration(6, "findings table: analyzer plugins' observations", _v6_findings),
+    Migration(7, "rollouts, rollout_events, verdicts and alert_claims tables", _v7_rollouts),
+)
+"""The schema's whole history, oldest first. Append only."""
+
+
+def head_version(migrations: Sequence[Migration] = MIGRATIONS) -> int:
+    """The version the database has once every migration in `migrations` is applied."""
+    return migrations[-1].version if migrations else 0
+
+
+def current_version(engine: Engine) -> int:
+    """The version recorded in the database; 0 for a database never migrated."""
+    with engine.connect() as conn:
+        if not sa.inspect(conn).has_table(_version_table.name):
+            return 0
+        return int(conn.execute(sa.select(sa.func.max(_version_table.c.version))).scalar() or 0)
+
+
+def migrate(
+    engine: Engine, *, schema: str | None = None, migrations: Sequence[Migration] = MIGRATIONS
+) -> int:
+    """Apply every migration the database lacks, in order; return the version now in place.
+
+    `schema` is the PostgreSQL schema the engine's `search_path` points at (created if missing);
+    None means the connection's current schema. Raises `SchemaVersionError` if the database is
+    newer than `migrations`; database errors propagate as SQLAlchemy exceptions (the store
+    translates them).
+    """
+    _check_sequence(migrations)
+    head = head_version(migrations)
+    while True:
+        with _locked_transaction(engine, schema) as conn:
+            _version_table.create(conn, checkfirst=True)
+            current = int(
+                conn.execute(sa.select(sa.func.max(_version_table.c.version))).scalar() or 0
+            )
+            if current > head:
+                raise SchemaVersionError(
+                    f"the database schema is at version {current} but this mirrorgate only knows "
+                    f"versions up to {head}: upgrade mirrorgate (it never downgrades a schema)"
+                )
+            step = next((m for m in migrations if m.version > current), None)
+            if step is None:
+                return current
+            step.apply(conn)
+            conn.execute(
+                _version_table.insert().values(
+                    version=step.version, description=step.description, applied_at=datetime.now(UTC)
+                )
+            )
+        log.info("schema migrated to version %d: %s", step.version, step.description)
+
+
+def _check_sequence(migrations: Sequence[Migration]) -> None:
+    versions = [m.version for m in migrations]
+    if versions != list(range(1, len(versions) + 1)):
+        raise SchemaVersionError(f"migration versions must be 1, 2, 3, … in order; got {versions}")
+
+
+@contextmanager
+def _locked_transaction(engine: Engine, schema: str | None) -> Iterator[Connection]:
+    """One transaction that no other migrating process can run at the same time."""
+    dialect = engine.dialect.name
+    with engine.connect() as conn:
+        if dialect == "sqlite":
+            conn.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})  # applies in place
+        with conn.begin():
+            if dialect == "postgresql":
+                conn.execute(_ADVISORY_LOCK, {"cls": ADVISORY_LOCK_CLASS, "name": schema})
+                if schema is not None:
+                    conn.execute(sa.schema.CreateSchema(schema, if_not_exists=True))
+            yield conn

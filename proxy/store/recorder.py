@@ -1,0 +1,438 @@
+"""The recorder: exchange records from the event loop to the store, batched, bounded, non-blocking.
+
+`Recorder.submit` is called on the event loop for every exchange. It appends to a bounded queue in a
+few microseconds and never waits: when the queue is full the record is dropped and counted
+(`mirrorgate_recorder_dropped_total{reason="queue_full"}`). One writer thread
+(`mirrorgate-recorder`) takes up to `batch_size` records at a time and writes them in one
+transaction, as soon as a batch is full or `flush_interval_s` after the previous write, whichever
+comes first.
+
+What happens to an accepted record:
+
+- written: counted in `mirrorgate_recorder_written_total` and `Recorder.written_total`;
+- the database is unavailable (`StoreUnavailableError`): the writer keeps the batch and retries
+  it with exponential backoff (`retry_initial_s` doubling up to `retry_max_s`) until it succeeds.
+  Meanwhile `submit` keeps queueing up to `queue_size`; beyond that it drops (`queue_full`). The
+  outage is logged once when it starts and once when it ends, not at every retry;
+- the database refuses the batch itself (`RecordRejectedError`, e.g. text the driver cannot encode):
+  the records are written one by one so that only the offending ones are dropped
+  (`reason="rejected"`, logged), instead of one bad record blocking the queue for ever;
+- `stop(timeout_s)` is called: the writer drains the queue without waiting for the flush interval;
+  what is still unwritten at the deadline is dropped (`reason="shutdown"`), and so is any record
+  submitted after the writer has finished.
+
+The `store.bodies` policy is applied here, on the writer thread (never on the event loop):
+`full` stores bodies as received, `redacted` passes request_body, response_body and response_text
+through `proxy.store.redaction.redact`, `none` stores none of the three.
+
+Retention runs on the same thread: when `retention_days` is set, records older than that are
+deleted at start and then every `retention_interval_s`, `retention_chunk` rows at a time in the idle
+time between two batches, so a large purge never holds up writing for long.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Literal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from proxy.config import StoreSpec
+from proxy.core import StoredRecord
+
+from .exchanges import Store, StoreUnavailableError
+from .redaction import apply_bodies_policy
+
+log = logging.getLogger(__name__)
+
+BodiesPolicy = Literal["full", "redacted", "none"]
+"""What the recorder writes: exchanges, pair comparisons, check verdicts and findings."""
+DropReason = Literal["queue_full", "shutdown", "rejected"]
+_DROP_REASONS: tuple[DropReason, ...] = ("queue_full", "shutdown", "rejected")
+_JOIN_GRACE_S = 1.0
+"""How long `stop` waits past its deadline for a write already in progress to return."""
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Retention:
+    """Deletes records older than `days`, due at start and then every `interval_s`.
+
+    Not thread-safe: it is driven by the recorder's writer thread, one `step` at a time.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        days: int,
+        clock: Callable[[], datetime],
+        interval_s: float = 3600.0,
+        chunk: int = 5000,
+    ) -> None:
+        if days < 1 or interval_s <= 0 or chunk < 1:
+            raise ValueError("retention needs days >= 1, interval_s > 0 and chunk >= 1")
+        self._store = store
+        self._age = timedelta(days=days)
+        self._clock = clock
+        self._interval_s = interval_s
+        self._chunk = chunk
+        self._next_run = time.monotonic()
+        self._cutoff: datetime | None = None
+        self.deleted_total = 0
+        """Records deleted since this object was made."""
+
+    def due(self, now: float) -> bool:
+        """True while a purge is under way or the next one is due (`now` is `time.monotonic()`)."""
+        return self._cutoff is not None or now >= self._next_run
+
+    def step(self, now: float) -> None:
+        """Delete one chunk of the current purge, starting a purge if one is due."""
+        if self._cutoff is None:
+            self._cutoff = self._clock() - self._age
+        try:
+            deleted = self._store.delete_older_than(self._cutoff, limit=self._chunk)
+        except Exception as exc:  # retention must never stop the writer thread
+            log.warning("retention: could not delete old records (will retry): %s", exc)
+            self._cutoff = None
+            self._next_run = now + min(self._interval_s, 60.0)
+            return
+        self.deleted_total += deleted
+        if deleted < self._chunk:
+            if self.deleted_total:
+                log.info("retention: deleted records older than %s", self._cutoff.isoformat())
+            self._cutoff = None
+            self._next_run = now + self._interval_s
+
+
+class Recorder:
+    """Accepts records on the event loop and writes them to `store` on its own thread.
+
+    Metrics, registered on `registry`:
+
+    - `mirrorgate_recorder_dropped_total{reason}`: records accepted by nobody: `queue_full` (the
+      queue was at `queue_size`), `shutdown` (not written by the `stop` deadline, or submitted
+      after it), `rejected` (the database refused the record);
+    - `mirrorgate_recorder_written_total`: records committed to the store;
+    - `mirrorgate_recorder_queue_depth`: records waiting in the queue (read at scrape time);
+    - `mirrorgate_recorder_write_errors_total`: failed write attempts (every retry counts).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        queue_size: int,
+        batch_size: int,
+        flush_interval_s: float,
+        registry: CollectorRegistry,
+        bodies_policy: BodiesPolicy,
+        retention_days: int | None = None,
+        clock: Callable[[], datetime] = _utc_now,
+        retry_initial_s: float = 0.05,
+        retry_max_s: float = 5.0,
+        retention_interval_s: float = 3600.0,
+        retention_chunk: int = 5000,
+    ) -> None:
+        if queue_size < 1 or batch_size < 1 or flush_interval_s <= 0:
+            raise ValueError("queue_size and batch_size must be >= 1, flush_interval_s > 0")
+        if bodies_policy not in ("full", "redacted", "none"):
+            raise ValueError(f"bodies_policy must be full, redacted or none, not {bodies_policy!r}")
+        if not 0 < retry_initial_s <= retry_max_s:
+            raise ValueError("need 0 < retry_initial_s <= retry_max_s")
+        self._store = store
+        self._queue_size = queue_size
+        self._batch_size = batch_size
+        self._flush_interval_s = flush_interval_s
+        self._bodies_policy = bodies_policy
+        self._retry_initial_s = retry_initial_s
+        self._retry_max_s = retry_max_s
+        self._retention = (
+            Retention(
+                store,
+                days=retention_days,
+                clock=clock,
+                interval_s=retention_interval_s,
+                chunk=retention_chunk,
+            )
+            if retention_days is not None
+            else None
+        )
+
+        self._queue: deque[StoredRecord] = deque()
+        self._lock = threading.Lock()  # guards the bound, `_accepted` and `_accepting`
+        self._accepting = True
+        self._accepted = 0
+        self._settled = 0  # written, rejected or dropped at shutdown, after being accepted
+        self._written = 0
+        self._dropped_at_shutdown = 0
+        self._wake = threading.Event()
+        self._stop_requested = threading.Event()
+        self._deadline: float | None = None
+        self._thread: threading.Thread | None = None
+
+        dropped = Counter(
+            "mirrorgate_recorder_dropped",
+            "Exchange records not stored, by reason (queue_full, shutdown, rejected).",
+            ["reason"],
+            registry=registry,
+        )
+        self._dropped = {reason: dropped.labels(reason) for reason in _DROP_REASONS}
+        self._written_counter = Counter(
+            "mirrorgate_recorder_written",
+            "Exchange records committed to the store.",
+            registry=registry,
+        )
+        self._write_errors = Counter(
+            "mirrorgate_recorder_write_errors",
+            "Failed attempts to write a batch to the store (each retry counts).",
+            registry=registry,
+        )
+        depth = Gauge(
+            "mirrorgate_recorder_queue_depth",
+            "Exchange records waiting to be written.",
+            registry=registry,
+        )
+        depth.set_function(lambda: len(self._queue))
+
+    @classmethod
+    def from_spec(
+        cls,
+        store: Store,
+        spec: StoreSpec,
+        *,
+        registry: CollectorRegistry,
+        clock: Callable[[], datetime] = _utc_now,
+    ) -> Recorder:
+        """A recorder configured by the `store:` section of the configuration."""
+        return cls(
+            store,
+            queue_size=spec.queue_size,
+            batch_size=spec.batch_size,
+            flush_interval_s=spec.flush_interval_ms / 1000,
+            registry=registry,
+            bodies_policy=spec.bodies,
+            retention_days=spec.retention_days,
+            clock=clock,
+        )
+
+    # --- event loop side ------------------------------------------------------------------------
+
+    def submit(self, record: StoredRecord) -> bool:
+        """Queue `record` for writing; False if it was dropped (and counted). Never blocks.
+
+        Safe to call from any thread, before `start` too.
+        """
+        with self._lock:
+            if not self._accepting:
+                reason: DropReason | None = "shutdown"
+            elif len(self._queue) >= self._queue_size:
+                reason = "queue_full"
+            else:
+                reason = None
+                self._queue.append(record)
+                self._accepted += 1
+                depth = len(self._queue)
+        if reason is None:
+            if depth >= self._batch_size and not self._wake.is_set():
+                self._wake.set()  # a full batch is waiting: do not let it wait for the timer
+            return True
+        self._dropped[reason].inc()
+        return False
+
+    def pending(self) -> int:
+        """Records accepted but not yet settled (written, rejected, or dropped at shutdown)."""
+        settled = self._settled  # read first: pending() can only over-count, never under-count
+        return self._accepted - settled
+
+    @property
+    def written_total(self) -> int:
+        """Records committed to the store by this recorder."""
+        return self._written
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the writer thread (and the first retention run). Call once."""
+        if self._thread is not None:
+            raise RuntimeError("the recorder was already started")
+        self._thread = threading.Thread(target=self._run, name="mirrorgate-recorder", daemon=False)
+        self._thread.start()
+
+    def stop(self, timeout_s: float) -> bool:
+        """Write everything queued, then stop the writer; give up after `timeout_s` seconds.
+
+        Returns True when every accepted record was settled: written, or rejected by the database.
+        Records still unwritten at the deadline are dropped and counted (`reason="shutdown"`). If a
+        write is still in progress at the deadline, its records count as written or dropped when it
+        returns (the thread is not a daemon, so the process waits for it). A recorder that was
+        never started drains in the calling thread.
+        """
+        if self._deadline is None:
+            self._deadline = time.monotonic() + max(0.0, timeout_s)
+        self._stop_requested.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is None:
+            self._run()  # never started: drain in the calling thread
+        else:
+            thread.join(max(0.0, self._deadline - time.monotonic()) + _JOIN_GRACE_S)
+            if thread.is_alive():
+                log.error(
+                    "recorder: a write was still in progress %.1fs after the stop deadline; "
+                    "%d records may not be stored",
+                    _JOIN_GRACE_S,
+                    self.pending(),
+                )
+                return False
+        return self._dropped_at_shutdown == 0
+
+    def __enter__(self) -> Recorder:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop(timeout_s=10.0)
+
+    # --- writer thread --------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        batch: list[StoredRecord] = []
+        next_flush = time.monotonic() + self._flush_interval_s
+        backoff = self._retry_initial_s
+        outage_started: float | None = None
+        try:
+            while True:
+                stopping = self._stop_requested.is_set()
+                if stopping and self._past_deadline():
+                    break
+                if not batch:
+                    if not stopping:
+                        self._idle_until(next_flush)
+                    next_flush = time.monotonic() + self._flush_interval_s
+                    batch = self._take()
+                    if not batch:
+                        if self._stop_requested.is_set() and not self._queue:
+                            break
+                        continue
+                try:
+                    batch = self._write(batch)
+                except StoreUnavailableError as exc:
+                    self._write_errors.inc()
+                    if outage_started is None:
+                        outage_started = time.monotonic()
+                        log.error(
+                            "recorder: the store is unavailable; holding %d records and retrying "
+                            "(logged once per outage): %s",
+                            len(batch) + len(self._queue),
+                            exc,
+                        )
+                    self._backoff(backoff)
+                    backoff = min(backoff * 2, self._retry_max_s)
+                    continue
+                if outage_started is not None:
+                    log.warning(
+                        "recorder: the store is available again after %.1fs",
+                        time.monotonic() - outage_started,
+                    )
+                    outage_started = None
+                    backoff = self._retry_initial_s
+        except BaseException:
+            log.exception("recorder: the writer thread failed")
+            raise
+        finally:
+            self._close(held=batch)
+
+    def _idle_until(self, next_flush: float) -> None:
+        """Wait until `next_flush`, a full batch or `stop`; run retention chunks meanwhile."""
+        while len(self._queue) < self._batch_size and not self._stop_requested.is_set():
+            now = time.monotonic()
+            if now >= next_flush:
+                return
+            if self._retention is not None and self._retention.due(now):
+                self._retention.step(now)
+                continue
+            self._wake.wait(next_flush - now)
+            self._wake.clear()  # the loop condition re-checks the queue: no wake-up is lost
+
+    def _take(self) -> list[StoredRecord]:
+        queue = self._queue
+        batch = [queue.popleft() for _ in range(min(self._batch_size, len(queue)))]
+        if self._bodies_policy == "full":
+            return batch
+        return [self._apply_bodies_policy(record) for record in batch]
+
+    def _apply_bodies_policy(self, record: StoredRecord) -> StoredRecord:
+        return apply_bodies_policy(record, self._bodies_policy)
+
+    def _write(self, batch: list[StoredRecord]) -> list[StoredRecord]:
+        """Write `batch`; return what is left to retry. Raises `StoreUnavailableError` (nothing was
+        written) or returns []. A rejected batch is retried record by record."""
+        try:
+            self._store.write_batch(batch)
+        except StoreUnavailableError:
+            raise
+        except Exception as exc:
+            log.warning("recorder: the store refused a batch of %d, isolating: %s", len(batch), exc)
+            return self._write_one_by_one(batch)
+        self._settle_written(len(batch))
+        return []
+
+    def _write_one_by_one(self, batch: list[StoredRecord]) -> list[StoredRecord]:
+        for index, record in enumerate(batch):
+            try:
+                self._store.write_batch([record])
+            except StoreUnavailableError:
+                del batch[:index]
+                raise
+            except Exception as exc:
+                log.error(
+                    "recorder: dropped a record the store refused (request_id=%s): %s",
+                    record.request_id,
+                    exc,
+                )
+                self._dropped["rejected"].inc()
+                self._settled += 1
+            else:
+                self._settle_written(1)
+        return []
+
+    def _settle_written(self, count: int) -> None:
+        self._written += count
+        self._written_counter.inc(count)
+        self._settled += count
+
+    def _backoff(self, delay: float) -> None:
+        if self._deadline is not None:
+            delay = min(delay, max(0.0, self._deadline - time.monotonic()))
+            time.sleep(delay)  # stopping: no reason to wait for anything but the clock
+        else:
+            self._stop_requested.wait(delay)
+
+    def _past_deadline(self) -> bool:
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
+    def _close(self, held: list[StoredRecord] | None = None) -> None:
+        """Stop accepting; count whatever is left (held by the writer or queued) as shutdown."""
+        with self._lock:
+            self._accepting = False
+            left = len(held or ()) + len(self._queue)
+            self._queue.clear()
+        if left:
+            log.error("recorder: %d records could not be written before shutdown", left)
+            self._dropped["shutdown"].inc(left)
+            self._dropped_at_shutdown += left
+            self._settled += left

@@ -1,0 +1,249 @@
+"""Calling one upstream model and turning the outcome into an `ExchangeRecord`.
+
+Shared by every arm: the client path (primary, canary, fallback) forwards what `ModelCaller.open`
+returns to the client; shadows and replays `consume` it themselves. Either way `record` builds the
+frozen record from the same facts, so every arm is measured the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from proxy.core import (
+    Arm,
+    Endpoint,
+    ExchangeRecord,
+    GatewayError,
+    RequestError,
+    Status,
+    UpstreamError,
+    UpstreamTimeout,
+    Usage,
+    cost_usd,
+)
+
+from .client import UpstreamClient
+from .http11 import UpstreamHTTPError, UpstreamProtocolError, UpstreamResponse
+from .http11 import UpstreamTimeout as HTTPTimeout
+from .streaming import StreamObserver
+from .tokens import count_tokens
+from .usage import prompt_text, response_text, response_usage
+
+Headers = list[tuple[bytes, bytes]]
+
+
+@dataclass(slots=True)
+class CallContext:
+    """One client request, as every arm that serves or shadows it sees it."""
+
+    request_id: str
+    route: str
+    endpoint: Endpoint
+    payload: dict[str, Any]
+    """The client's body, parsed; `model` is rewritten per target when a call is made."""
+    stream: bool
+    strip_usage: bool
+    """The gateway asked for a usage chunk the client did not ask for (strip it on the way)."""
+    headers: Headers
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    t0: float = field(default_factory=time.perf_counter)
+    start_ns: int = field(default_factory=time.time_ns)
+    waited: float = 0.0
+    """Seconds the client path spent waiting on upstreams (all attempts), for the overhead."""
+    tags: tuple[str, ...] = ()
+    rule: str | None = None
+    """The rule set governing the request (rules issue), if any."""
+    rule_version: str | None = None
+    system_prompt: str | None = None
+    """The request's system prompt, when the rule resolver already extracted it (so that later
+    readers do not extract it again); None when nobody needed it yet."""
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One upstream call. Its clock starts when the call is made unless `own_clock` is False."""
+
+    target: str
+    arm: Arm
+    upstream_body: bytes
+    t_sent: float
+    started_at: datetime
+    start_ns: int
+    response: UpstreamResponse | None = None
+    body: bytes | None = None
+    """Non-streamed answers (and error answers): the whole body, already read."""
+    parsed: dict[str, Any] | None = None
+    observer: StreamObserver | None = None
+    status: Status = Status.OK
+    error_class: str | None = None
+    error: GatewayError | None = None
+    pair_id: str | None = None
+
+    @property
+    def retryable(self) -> bool:
+        """Failed in a way that a fallback may fix (nothing reached the client yet)."""
+        if self.error is not None:
+            return True
+        return self.response is not None and self.response.status_code >= 500
+
+    @property
+    def streaming(self) -> bool:
+        """A 2xx stream whose body has not been read yet."""
+        return self.response is not None and self.body is None and self.error is None
+
+
+class ModelCaller:
+    """Makes upstream calls and builds their records."""
+
+    def __init__(self, clients: dict[str, UpstreamClient], keep_bodies: bool) -> None:
+        self.clients = clients
+        self.keep_bodies = keep_bodies
+
+    async def open(self, ctx: CallContext, target: str, arm: Arm) -> Attempt:
+        """Send the request to `target`. Non-streamed (and error) answers are read whole; a 2xx
+        stream is returned unread. Never raises for upstream failures: the attempt says."""
+        client = self.clients[target]
+        ctx.payload["model"] = client.spec.model
+        try:
+            upstream_body = orjson.dumps(ctx.payload)
+        except TypeError as exc:  # e.g. an integer beyond 64 bits
+            raise RequestError(f"request body cannot be forwarded: {exc}") from None
+        started = time.perf_counter()
+        attempt = Attempt(target, arm, upstream_body, started, datetime.now(UTC), time.time_ns())
+        try:
+            response = await client.send(ctx.endpoint.upstream_path, upstream_body, ctx.headers)
+        except UpstreamHTTPError as exc:
+            self._fail(attempt, exc)
+            return attempt
+        attempt.response = response
+        if ctx.stream and response.status_code < 300:
+            return attempt
+        try:
+            attempt.body = await response.aread()
+        except UpstreamHTTPError as exc:
+            self._fail(attempt, exc)
+            return attempt
+        finally:
+            await response.aclose()
+        if response.status_code >= 300:
+            attempt.status = Status.UPSTREAM_ERROR
+            attempt.error_class = f"http_{response.status_code}"
+            return attempt
+        try:
+            parsed = orjson.loads(attempt.body)
+        except orjson.JSONDecodeError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            attempt.status = Status.INVALID_RESPONSE
+            attempt.error_class = "invalid_json"
+            attempt.error = UpstreamError(f"upstream model '{target}' returned an invalid response")
+        else:
+            attempt.parsed = parsed
+        return attempt
+
+    @staticmethod
+    def _fail(attempt: Attempt, exc: UpstreamHTTPError) -> None:
+        attempt.error_class = type(exc).__name__
+        if isinstance(exc, HTTPTimeout):
+            attempt.status = Status.TIMEOUT
+            attempt.error = UpstreamTimeout(f"upstream model '{attempt.target}' timed out")
+        else:
+            attempt.status = Status.CONNECT_ERROR
+            what = "broke off its answer" if isinstance(exc, UpstreamProtocolError) else "failed"
+            attempt.error = UpstreamError(f"upstream model '{attempt.target}' {what}")
+
+    async def consume(self, ctx: CallContext, attempt: Attempt) -> None:
+        """Read a streamed answer to its end without a client (shadows, replays)."""
+        response = attempt.response
+        if not attempt.streaming or response is None:
+            return
+        observer = attempt.observer = StreamObserver(ctx.endpoint.name, strip_usage=False)
+        try:
+            async for chunk in response.aiter_raw():
+                observer.feed(chunk)
+            observer.close()
+        except UpstreamHTTPError as exc:
+            self._fail(attempt, exc)
+        finally:
+            await response.aclose()
+        if attempt.status is Status.OK:
+            attempt.status, attempt.error_class = stream_outcome(observer)
+
+    @staticmethod
+    def answer_text(ctx: CallContext, attempt: Attempt) -> str:
+        """The answer's text, whatever the bodies policy (for comparisons, never stored)."""
+        if attempt.observer is not None:
+            return attempt.observer.text
+        return response_text(ctx.endpoint.name, attempt.parsed) if attempt.parsed else ""
+
+    def record(
+        self, ctx: CallContext, attempt: Attempt, http_status: int, ended: float, *, own_clock: bool
+    ) -> ExchangeRecord:
+        """The record of one attempt. `own_clock`: time it from its own start (shadows) rather
+        than from the client request's arrival (client-path arms)."""
+        client = self.clients[attempt.target]
+        endpoint = ctx.endpoint.name
+        observer = attempt.observer
+        ttft: float | None = None
+        t0 = attempt.t_sent if own_clock else ctx.t0
+        if observer is not None:
+            usage, text, raw = observer.usage, observer.text, None
+            if observer.first_token_at is not None:
+                ttft = observer.first_token_at - t0
+        else:
+            parsed = attempt.parsed
+            usage = response_usage(endpoint, parsed) if parsed else None
+            text = response_text(endpoint, parsed) if parsed else ""
+            raw = attempt.body
+        if usage is None and attempt.status in (Status.OK, Status.CLIENT_DISCONNECTED):
+            usage = Usage(
+                input_tokens=count_tokens(prompt_text(endpoint, ctx.payload)),
+                output_tokens=count_tokens(text),
+                estimated=True,
+            )
+        usage = usage or Usage()
+        duration = ended - t0
+        waited = ended - attempt.t_sent if own_clock else ctx.waited
+        keep = self.keep_bodies
+        return ExchangeRecord(
+            request_id=ctx.request_id,
+            route=ctx.route,
+            target=attempt.target,
+            upstream_model=client.spec.model,
+            arm=attempt.arm,
+            endpoint=endpoint,
+            provider=client.spec.provider,
+            streamed=ctx.stream,
+            started_at=attempt.started_at if own_clock else ctx.started_at,
+            duration_s=duration,
+            ttft_s=ttft,
+            overhead_s=max(0.0, duration - waited),
+            status=attempt.status,
+            http_status=http_status,
+            usage=usage,
+            cost_usd=cost_usd(usage, client.spec.price),
+            error_class=attempt.error_class,
+            rule=ctx.rule,
+            rule_version=ctx.rule_version,
+            pair_id=attempt.pair_id,
+            tags=ctx.tags,
+            request_body=attempt.upstream_body.decode("utf-8", "replace") if keep else None,
+            response_body=raw.decode("utf-8", "replace") if keep and raw else None,
+            response_text=text if keep else None,
+        )
+
+
+def stream_outcome(observer: StreamObserver) -> tuple[Status, str | None]:
+    """How a stream that ended without a transport error went."""
+    if observer.malformed:
+        return Status.INVALID_RESPONSE, "malformed_event"
+    if observer.error_event is not None:
+        return Status.UPSTREAM_ERROR, "stream_error_event"
+    if not observer.finished:
+        return Status.INVALID_RESPONSE, "stream_incomplete"
+    return Status.OK, None
