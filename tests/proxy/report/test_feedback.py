@@ -12,8 +12,8 @@ import pytest
 from proxy.core.records import Arm, ExchangeRecord, FeedbackRecord, Status
 from proxy.store.exchanges import Store
 from proxy.store.feedback import FeedbackStore
-from tests.proxy.test_report import exchange, report, table_row
-from tests.proxy.test_report_checks import rows_under
+from tests.proxy.report.test_checks import rows_under
+from tests.proxy.report.test_command import exchange, report, table_row
 
 NOW = datetime.now(UTC)
 

@@ -21,8 +21,8 @@ from opentelemetry.trace import StatusCode
 from proxy.app.serve import GatewayServer
 from proxy.mock_upstream.server import MockUpstreamServer
 from tests.conftest import wait_until
-from tests.proxy.test_gateway_openai import MESSAGES, records_for
-from tests.proxy.test_shadow import ask, shadowed
+from tests.proxy.gateway.test_exchange_openai import MESSAGES, records_for
+from tests.proxy.mirror.test_shadow import ask, shadowed
 
 
 class CollectorStub:

@@ -12,7 +12,7 @@ from proxy.app.serve import GatewayServer
 from proxy.core.records import Status
 from proxy.mock_upstream.server import MockUpstreamServer
 from tests.conftest import sdk_client
-from tests.proxy.test_gateway_openai import records_for
+from tests.proxy.gateway.test_exchange_openai import records_for
 
 SYSTEM = "You answer in JSON. max_weight = 150"
 

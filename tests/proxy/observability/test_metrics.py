@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from proxy.app.gateway import Gateway
 from proxy.app.serve import GatewayServer
 from tests.conftest import gateway_config, wait_until
-from tests.proxy.test_gateway_openai import MESSAGES, records_for
+from tests.proxy.gateway.test_exchange_openai import MESSAGES, records_for
 
 
 def test_metrics_count_exchanges_with_config_labels_only(

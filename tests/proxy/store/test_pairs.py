@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from proxy.core.records import PairRecord
 from proxy.store.exchanges import Store
-from tests.proxy import test_store
+from tests.proxy.store import test_exchanges as test_store
 
 db_url = test_store.db_url
 

@@ -19,7 +19,7 @@ from proxy.rollout.evidence import (
     traffic_windows,
 )
 from proxy.store.exchanges import Store
-from tests.proxy.test_store import T0, make_record
+from tests.proxy.store.test_exchanges import T0, make_record
 
 ARMS = Arms("support-bot", "prod", "cand")
 

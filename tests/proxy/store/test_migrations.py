@@ -18,8 +18,8 @@ from proxy.store.migrations import (
     head_version,
     migrate,
 )
-from tests.proxy import test_store
-from tests.proxy.test_store import make_record
+from tests.proxy.store import test_exchanges as test_store
+from tests.proxy.store.test_exchanges import make_record
 
 db_url = test_store.db_url  # shared fixtures (until they move to tests/conftest.py)
 open_store = test_store.open_store

@@ -11,7 +11,7 @@ from proxy.app.serve import GatewayServer
 from proxy.core.records import Arm
 from proxy.store.feedback import FeedbackStore
 from tests.conftest import wait_until
-from tests.proxy.test_gateway_openai import MESSAGES
+from tests.proxy.gateway.test_exchange_openai import MESSAGES
 
 
 def answer(gw: GatewayServer) -> str:

@@ -18,7 +18,7 @@ from proxy.app.serve import GatewayServer
 from proxy.core.records import Arm, Status
 from proxy.mock_upstream.server import MockUpstreamServer
 from tests.conftest import sdk_client, wait_until
-from tests.proxy.test_gateway_openai import MESSAGES, records_for
+from tests.proxy.gateway.test_exchange_openai import MESSAGES, records_for
 
 CHAT = {"model": "echo", "messages": MESSAGES}
 

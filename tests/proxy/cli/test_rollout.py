@@ -19,10 +19,10 @@ import pytest
 from proxy.app.serve import GatewayServer
 from proxy.cli.main import main
 from tests.conftest import wait_until
-from tests.proxy.test_rollouts_api import AUTH, ENV, TOKEN, ask, rollout, rollout_config
+from tests.proxy.api.test_rollouts import AUTH, ENV, TOKEN, ask, rollout, rollout_config
 
 StartGateway = Callable[..., GatewayServer]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

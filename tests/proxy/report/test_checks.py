@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from proxy.core.records import Arm, CheckRecord
 from proxy.report.format import format_time
 from proxy.store.exchanges import Store
-from tests.proxy.test_report import exchange, report
+from tests.proxy.report.test_command import exchange, report
 
 NOW = datetime.now(UTC)
 RULE = "policy"

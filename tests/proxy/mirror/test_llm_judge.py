@@ -11,7 +11,7 @@ from proxy.app.serve import GatewayServer
 from proxy.mirror.llm_judge import parse_scores
 from proxy.mock_upstream.server import MockUpstreamServer
 from tests.conftest import wait_until
-from tests.proxy.test_shadow import ask, model, received, shadowed
+from tests.proxy.mirror.test_shadow import ask, model, received, shadowed
 
 
 def judged(upstream: MockUpstreamServer, **judge: object) -> dict[str, object]:
