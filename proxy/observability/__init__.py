@@ -1,5 +1,6 @@
 """The metric catalogue (every `mirrorgate_*` family, on a registry passed in) and OpenTelemetry
-tracing with the GenAI conventions. Imports `proxy.core` and `proxy.config`.
+tracing with the GenAI conventions. Imports only `proxy.core` and `proxy.config`: it sits
+below the store and the upstream client so that both can count into the one catalogue.
 """
 
 from .metrics import GatewayMetrics
