@@ -101,7 +101,7 @@ class Gateway:
             r.checks or any(v.checks for v in r.versions.values()) for r in config.rules.values()
         ):
             self.analysis = AnalysisWorker(
-                CompiledRules(config), plugins, self.metrics, self.registry, self.recorder.submit
+                CompiledRules(config), plugins, self.metrics, self.recorder.submit
             )
         self.shadows: ShadowDispatcher | None = None
         if any(r.shadows or r.noise_sample for r in config.routes.values()):

@@ -29,7 +29,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from prometheus_client import CollectorRegistry, Counter
 
 from analyzers.answer import Answer, ToolCall
 from analyzers.checkbase import Check
@@ -108,7 +107,6 @@ class AnalysisWorker(ExchangeObserver):
         rules: CompiledRules,
         analyzers: Sequence[Analyzer],
         metrics: GatewayMetrics,
-        registry: CollectorRegistry,
         sink: Callable[[CheckRecord | FindingRecord], object],
         queue_size: int = 10_000,
     ) -> None:
@@ -118,23 +116,6 @@ class AnalysisWorker(ExchangeObserver):
         self.sink = sink
         self._queue: queue.Queue[Any] = queue.Queue(queue_size)
         self._labels: dict[str, set[str]] = {}
-        self._dropped = Counter(
-            "mirrorgate_analysis_dropped",
-            "Answers not analysed because the analysis queue was full.",
-            registry=registry,
-        )
-        self._errors = Counter(
-            "mirrorgate_analyzer_errors",
-            "Analyzer plugin calls that raised or returned something that is not findings.",
-            ("analyzer",),
-            registry=registry,
-        )
-        self._findings = Counter(
-            "mirrorgate_analyzer_findings",
-            "Findings produced by analyzer plugins.",
-            ("analyzer", "finding"),
-            registry=registry,
-        )
         self._thread = threading.Thread(target=self._run, name="mirrorgate-analysis", daemon=True)
         self.analysed = 0
         """Exchanges and pairs analysed so far (read by tests and the demo)."""
@@ -188,7 +169,7 @@ class AnalysisWorker(ExchangeObserver):
         try:
             self._queue.put_nowait(item)
         except queue.Full:
-            self._dropped.inc()
+            self.metrics.analysis_dropped.inc()
 
     def _run(self) -> None:
         while True:
@@ -239,7 +220,7 @@ class AnalysisWorker(ExchangeObserver):
         pair_id: str | None,
     ) -> None:
         if failure is not None:
-            self._errors.labels(failure.analyzer).inc()
+            self.metrics.analyzer_errors.labels(failure.analyzer).inc()
             log.warning(
                 "analyzer %s failed on %s (%s)",
                 failure.analyzer,
@@ -249,7 +230,7 @@ class AnalysisWorker(ExchangeObserver):
             return
         now = datetime.now(UTC)
         for finding in findings:
-            self._findings.labels(finding.analyzer, finding.name).inc()
+            self.metrics.analyzer_findings.labels(finding.analyzer, finding.name).inc()
             self.sink(
                 FindingRecord(
                     request_id=record.request_id, route=record.route, target=record.target,

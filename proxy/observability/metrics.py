@@ -119,6 +119,20 @@ class GatewayMetrics:
             "Rule-change events: the first exchange of a new rule version (a Grafana annotation).",
             ("rule",), registry=registry,
         )  # fmt: skip
+        # The analysis worker's (proxy.mirror.analysis): rule checks and analyzer plugins.
+        self.analysis_dropped = Counter(
+            "mirrorgate_analysis_dropped",
+            "Answers not analysed because the analysis queue was full.", registry=registry,
+        )  # fmt: skip
+        self.analyzer_errors = Counter(
+            "mirrorgate_analyzer_errors",
+            "Analyzer plugin calls that raised or returned something that is not findings.",
+            ("analyzer",), registry=registry,
+        )  # fmt: skip
+        self.analyzer_findings = Counter(
+            "mirrorgate_analyzer_findings", "Findings produced by analyzer plugins.",
+            ("analyzer", "finding"), registry=registry,
+        )  # fmt: skip
         self.inflight = Gauge(
             "mirrorgate_inflight_requests", "Client requests being served now.", registry=registry
         )
