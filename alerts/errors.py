@@ -7,7 +7,9 @@
     └── PayloadError              an inbound Alertmanager webhook payload is malformed (HTTP 400)
 
 httpx errors are translated into `SinkError`s at the boundary (`alerts.sink.post_json`), so the
-dispatcher decides on retries from our types only.
+dispatcher decides on retries from our types only. `Alert`, `AlertDispatcher` and `build_sink`
+raise `ValueError` for arguments no correct caller passes (an unknown kind, a naive time, a
+negative retry count): a bug in the caller, not an error of this tree.
 """
 
 from __future__ import annotations

@@ -1,22 +1,20 @@
-"""From inbound Alertmanager alerts to rollback requests: a pure decision and an idempotency ledger.
+"""From inbound Alertmanager alerts to rollback requests: a pure decision.
 
 `decide_rollbacks` is pure (no I/O, no clock): firing alerts labelled `mirrorgate_route` (and
 `mirrorgate_action: rollback`, the default) become `RollbackRequest`s; everything else is skipped
 with a reason. Resolved alerts are always skipped: mirrorgate never re-promotes on an alert.
 
-`IdempotencyLedger` makes delivery idempotent on (fingerprint, startsAt): Alertmanager re-sends a
-firing group every `repeat_interval`, retries failed deliveries and, in a cluster, several peers may
-deliver the same notification. The caller claims each request's key before acting on it and releases
-it if acting failed, so a redelivery can try again.
+Each request carries its idempotency key, (fingerprint, startsAt): Alertmanager re-sends a firing
+group every `repeat_interval`, retries failed deliveries and, in a cluster, several peers may
+deliver the same notification. Whoever acts on the requests remembers the keys it acted on, where
+every replica and a restart see them, and skips a key it has seen.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
 
 from alerts.alertmanager_push import ORIGIN_LABEL, ORIGIN_VALUE
 from alerts.alertmanager_webhook import AlertmanagerPayload, InboundAlert
@@ -99,51 +97,3 @@ def _skip_reason(alert: InboundAlert, known_routes: Collection[str] | None) -> s
     if known_routes is not None and route not in known_routes:
         return f"unknown route {route!r}"
     return None
-
-
-class IdempotencyLedger(Protocol):
-    """Remembers which (fingerprint, startsAt) keys were acted on.
-
-    The in-memory ledger below serves one process; the proxy can replace it with one backed by its
-    store (a unique key, `INSERT … ON CONFLICT DO NOTHING`) so that replicas and restarts agree.
-    Methods are async so such an implementation can do I/O.
-    """
-
-    async def claim(self, key: tuple[str, datetime]) -> bool:
-        """Record `key`; True if it was new (act on it), False if already claimed (skip)."""
-        ...
-
-    async def release(self, key: tuple[str, datetime]) -> None:
-        """Forget `key` because acting on it failed, so a redelivery may claim it again."""
-        ...
-
-
-class MemoryIdempotencyLedger:
-    """A bounded in-memory ledger: the oldest keys are forgotten beyond `max_keys`."""
-
-    def __init__(self, max_keys: int = 10_000) -> None:
-        if max_keys < 1:
-            raise ValueError("max_keys must be at least 1")
-        self._max_keys = max_keys
-        self._keys: OrderedDict[tuple[str, datetime], None] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    async def claim(self, key: tuple[str, datetime]) -> bool:
-        if key in self._keys:
-            return False
-        self._keys[key] = None
-        while len(self._keys) > self._max_keys:
-            self._keys.popitem(last=False)
-        return True
-
-    async def release(self, key: tuple[str, datetime]) -> None:
-        self._keys.pop(key, None)
-
-
-async def claim_new(
-    requests: Collection[RollbackRequest], ledger: IdempotencyLedger
-) -> tuple[RollbackRequest, ...]:
-    """The requests whose key this ledger had not seen; each is now claimed."""
-    return tuple([request for request in requests if await ledger.claim(request.key)])

@@ -8,6 +8,12 @@
 `SpecError` is also a `ValueError`, so a pydantic validator that calls `compile_check` turns it
 into an ordinary validation error; the config loader prefixes `field` with the check's key path
 (`rules.shipping.versions.v2.checks[0]` + `.pattern`).
+
+Two errors never leave the package, so the tree leaves them out: `PluginOutputError` (a
+`TypeError`, in `analyzers.plugins`), raised when a plugin returns something that is not findings
+and turned by `run_safely` into that plugin's `AnalyzerFailure`; and `SchemaUndecidedError`
+(`analyzers.schema`), which a JSON Schema check reports as an `error` result. A `ValueError` from a
+statistics function means its caller passed impossible arguments: a bug, not a case to handle.
 """
 
 from __future__ import annotations

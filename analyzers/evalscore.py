@@ -82,14 +82,6 @@ class Accuracy:
     unanswered: int
     """Items whose call failed (error, timeout, broken stream): no answer to score."""
 
-    @property
-    def exact_share(self) -> float | None:
-        return self.exact / self.items if self.items else None
-
-    @property
-    def normalized_share(self) -> float | None:
-        return self.normalized / self.items if self.items else None
-
 
 def accuracy(scores: Iterable[AnswerScore | None]) -> Accuracy:
     """Sum up the scores of a group of items; None stands for an item that got no answer."""

@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from analyzers.evalscore import AnswerScore, accuracy, percentile, rate, score_answer
+from analyzers.evalscore import Accuracy, AnswerScore, accuracy, percentile, rate, score_answer
 
 
 def test_percentile_interpolates_between_ranks_like_the_inclusive_method() -> None:
@@ -49,5 +49,4 @@ def test_accuracy_counts_unanswered_items_as_wrong() -> None:
     scores = [AnswerScore(True, True, None), AnswerScore(False, True, None), None, None]
     result = accuracy(scores)
     assert (result.items, result.exact, result.normalized, result.unanswered) == (4, 1, 2, 2)
-    assert result.exact_share == 0.25 and result.normalized_share == 0.5
-    assert accuracy([]).exact_share is None
+    assert accuracy([]) == Accuracy(items=0, exact=0, normalized=0, unanswered=0)

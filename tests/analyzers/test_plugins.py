@@ -106,7 +106,7 @@ def test_factories_that_fail_or_build_the_wrong_thing_are_errors() -> None:
 # --- a real entry point -------------------------------------------------------------------------
 
 PLUGIN_SOURCE = '''
-from analyzers.views import Finding
+from analyzers import Finding
 
 
 class ToneAnalyzer:
