@@ -30,12 +30,19 @@ from typing import Any
 
 import orjson
 
-from analyzers.answer import Answer, ToolCall
-from analyzers.checkbase import Check
+from analyzers import (
+    Analyzer,
+    AnalyzerFailure,
+    Answer,
+    Check,
+    ExchangeView,
+    Finding,
+    PairView,
+    ToolCall,
+    run_safely,
+)
 from analyzers.checks import compile_check, run_checks
-from analyzers.plugins import Analyzer, AnalyzerFailure, run_safely
 from analyzers.rule_version import extract_system_prompt
-from analyzers.views import ExchangeView, Finding, PairView
 from proxy.config import MirrorgateConfig
 from proxy.core import CheckRecord, ExchangeRecord, FindingRecord
 from proxy.gateway import ExchangeObserver, FinishedExchange
