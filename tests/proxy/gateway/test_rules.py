@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import exc as sa_exc
 
 from proxy.app.serve import GatewayServer
-from proxy.config.specs import ConfigError, parse_config
+from proxy.config import ConfigError, parse_config
 from proxy.gateway.rules import RuleEvent, RuleMatch, RuleResolver, RuleTracker
 from proxy.mock_upstream.server import MockUpstreamServer
 from proxy.observability.metrics import GatewayMetrics
