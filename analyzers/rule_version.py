@@ -28,6 +28,7 @@ what changed between two versions, bounded in size.
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import re
 import unicodedata
@@ -100,10 +101,12 @@ def resolve_version(
     """The version of one request under one rule set. `rule_version_setting` is the rule's
     `version` (`fingerprint` or `header:<name>`); `headers` are the request's header lines as
     ASGI and HTTP/1.1 carry them, `(name, value)` bytes, names in any case."""
-    if rule_version_setting.startswith("header:"):
-        wanted = rule_version_setting.removeprefix("header:").lower().encode("latin-1")
+    wanted = _version_header(rule_version_setting)
+    if wanted is not None:
+        size = len(wanted)
         for key, raw in headers:
-            if key == wanted or key.lower() == wanted:
+            # Names arrive in lower case from ASGI servers: compare first, lower only if needed.
+            if len(key) == size and (key == wanted or key.lower() == wanted):
                 value = raw.strip()  # ASCII whitespace only: HTTP's, never part of a name
                 if _HEADER_VERSION.fullmatch(value):
                     return ResolvedVersion(value.decode("ascii"), "header")
@@ -112,6 +115,15 @@ def resolve_version(
     if matched is not None:
         return ResolvedVersion(matched, "match_prompt")
     return ResolvedVersion(FINGERPRINT_PREFIX + fingerprint(system_prompt), "fingerprint")
+
+
+@functools.lru_cache(maxsize=256)
+def _version_header(rule_version_setting: str) -> bytes | None:
+    """The lower-case header name of a `header:<name>` setting; None for `fingerprint`. Cached:
+    a rule's setting is read on every request of its routes."""
+    if not rule_version_setting.startswith("header:"):
+        return None
+    return rule_version_setting.removeprefix("header:").lower().encode("latin-1")
 
 
 def extract_system_prompt(endpoint: str, body: Mapping[str, Any]) -> str:

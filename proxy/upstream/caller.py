@@ -3,8 +3,9 @@
 Shared by every arm: the client path (primary, canary, fallback) forwards what `ModelCaller.open`
 returns to the client (a stream through `Attempt.chunks`); shadows and replays `consume` it
 themselves. Either way `record` builds the frozen record from the same facts, so every arm is
-measured the same way. Every call into the transport goes through `errors.gateway_errors`, so a
-failure reaches the attempt, and the client path, as the gateway's `UpstreamError`.
+measured the same way. Every call into the transport goes through `errors` (`gateway_errors`,
+`translated_stream`), so a failure reaches the attempt, and the client path, as the gateway's
+`UpstreamError`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from proxy.core import (
 )
 
 from .client import UpstreamClient
-from .errors import gateway_errors
+from .errors import gateway_errors, translated_stream
 from .http11 import UpstreamResponse
 from .streaming import StreamObserver
 from .tokens import count_tokens
@@ -105,7 +106,7 @@ class Attempt:
         a stream that broke after it started."""
         if self.response is None:
             raise RuntimeError("the attempt has no response to stream")
-        return _Chunks(self.response, self.target)
+        return translated_stream(self.response.aiter_raw(), self.target)
 
     def fail(self, error: UpstreamError) -> None:
         """Note the (translated) failure of the call: status, `error_class` and the error."""
@@ -251,24 +252,6 @@ def failure_outcome(error: UpstreamError) -> tuple[Status, str | None]:
     transport's error class as the cause."""
     status = Status.TIMEOUT if isinstance(error, UpstreamTimeout) else Status.CONNECT_ERROR
     return status, error.error_class
-
-
-class _Chunks:
-    """The iterator of `Attempt.chunks` (a class, like `aiter_raw`'s: nothing to finalize when
-    the client path stops reading early)."""
-
-    __slots__ = ("_errors", "_raw")
-
-    def __init__(self, response: UpstreamResponse, target: str) -> None:
-        self._raw = response.aiter_raw()
-        self._errors = gateway_errors(target, mid_stream=True)
-
-    def __aiter__(self) -> _Chunks:
-        return self
-
-    async def __anext__(self) -> bytes:
-        with self._errors:
-            return await self._raw.__anext__()
 
 
 def stream_outcome(observer: StreamObserver) -> tuple[Status, str | None]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
 import pkgutil
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -24,6 +26,7 @@ from proxy.upstream.errors import (
     UpstreamTransportTimeout,
     UpstreamWriteTimeout,
     gateway_errors,
+    translated_stream,
 )
 
 TIMEOUTS = (UpstreamConnectTimeout, UpstreamPoolTimeout, UpstreamWriteTimeout, UpstreamReadTimeout)
@@ -77,6 +80,46 @@ def test_other_transport_failures_become_the_gateways_502(
     assert (error.message, error.error_class) == (message, type(exc).__name__)
     assert translated(exc, mid_stream=True).message == mid_stream_message
     assert b"upstream_error" in error_body(error, "openai")
+
+
+async def _chunks_then(failure: Exception | None) -> AsyncIterator[bytes]:
+    yield b"data: 1\n\n"
+    yield b"data: 2\n\n"
+    if failure is not None:
+        raise failure
+
+
+@pytest.mark.parametrize(
+    ("failure", "kind", "message"),
+    [
+        (UpstreamReadTimeout("stalled"), UpstreamTimeout, "upstream stalled mid-stream"),
+        (UpstreamProtocolError("cut"), UpstreamError,
+         "upstream stream broke: UpstreamProtocolError"),
+    ],
+)  # fmt: skip
+def test_a_translated_stream_hands_out_chunks_then_the_gateways_error(
+    failure: UpstreamTransportError, kind: type[UpstreamError], message: str
+) -> None:
+    async def read() -> tuple[list[bytes], BaseException]:
+        received = []
+        try:
+            async for chunk in translated_stream(_chunks_then(failure), "cand"):
+                received.append(chunk)
+        except UpstreamError as exc:
+            return received, exc
+        raise AssertionError("the stream ended without an error")
+
+    received, error = asyncio.run(read())
+    assert received == [b"data: 1\n\n", b"data: 2\n\n"]
+    assert type(error) is kind and str(error) == message and error.__cause__ is failure
+    assert isinstance(error, UpstreamError) and error.error_class == type(failure).__name__
+
+
+def test_a_translated_stream_ends_when_its_source_ends() -> None:
+    async def read() -> list[bytes]:
+        return [chunk async for chunk in translated_stream(_chunks_then(None), "cand")]
+
+    assert asyncio.run(read()) == [b"data: 1\n\n", b"data: 2\n\n"]
 
 
 def test_misuse_and_success_pass_through_untranslated() -> None:
