@@ -42,11 +42,6 @@ class JSONPath:
     text: str
     steps: tuple[Step, ...]
 
-    @property
-    def definite(self) -> bool:
-        """True when the path selects at most one value (no wildcard)."""
-        return not any(isinstance(step, Wildcard) for step in self.steps)
-
     def find(self, document: Any) -> list[Any]:
         """Every value the path selects in `document`, in document order."""
         current = [document]

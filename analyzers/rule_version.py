@@ -1,20 +1,25 @@
 """Which version of a rule set a request carries, found from its headers and system prompt.
 
-`resolve_version` tries, in order:
+`resolve_version` is the one resolver: the gateway calls it on every request of a governed route,
+so what is tested here is what runs. It tries, in order:
 
-1. **header** — with `version: header:<name>`, a non-empty header value of at most 64 characters
-   from `[A-Za-z0-9._:-]` is the version as given (anything else is ignored: it would become a
-   metric label);
+1. **header** — with `version: header:<name>`, the first header of that name (any case) whose
+   value, trimmed of ASCII whitespace, is 1-64 characters of `[A-Za-z0-9._:-]`, is the version as
+   given (any other value is ignored: it would become a metric label);
 2. **match_prompt** — the first version, in config order, whose regex is found in the system
-   prompt (searched in its first `MATCH_MAX_CHARS` characters, like the regex checks);
-3. **fingerprint** — `fingerprint(system_prompt)`: so that a prompt edit is a new rule version
-   with no configuration at all.
+   prompt, searched in its first `MATCH_MAX_CHARS` characters only (like the regex checks): a
+   1 MB system prompt must not make a regex slow on the client path;
+3. **fingerprint** — `fp-` and `fingerprint(system_prompt)`: so that a prompt edit is a new rule
+   version with no configuration at all. The `fp-` keeps a fingerprint from ever looking like a
+   version name; `fp-<12 hex>` is what stores and dashboards already hold, so it never changes.
 
 `fingerprint` normalises before hashing: Unicode NFC, every run of whitespace collapsed to one
 space, leading and trailing whitespace stripped; case is kept (`MAX_WEIGHT` and `max_weight` may
 mean different things to a model). The fingerprint is the first 12 hex digits of SHA-256 of the
 UTF-8 bytes (lone surrogates are kept with `surrogatepass`, never an error). An empty system
-prompt has a fingerprint too (`e3b0c44298fc`, the hash of nothing).
+prompt has a fingerprint too (`e3b0c44298fc`, the hash of nothing; its version `fp-e3b0c44298fc`).
+The hash has no salt and no seed: the same prompt has the same version on every replica and
+after every restart.
 
 `extract_system_prompt` reads the system prompt of each wire format; `system_prompt_diff` shows
 what changed between two versions, bounded in size.
@@ -23,6 +28,7 @@ what changed between two versions, bounded in size.
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import re
 import unicodedata
@@ -37,8 +43,11 @@ DIFF_MAX_LINES = 2_000
 DIFF_MAX_CHARS = 20_000
 """`system_prompt_diff` output is cut to this many characters."""
 
+FINGERPRINT_PREFIX = "fp-"
+"""What a fingerprint version starts with (`fp-` and 12 hex digits)."""
+
 _SPACE = re.compile(r"\s+")
-_HEADER_VERSION = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+_HEADER_VERSION = re.compile(rb"[A-Za-z0-9._:-]{1,64}")
 
 
 def normalize_prompt(system_prompt: str) -> str:
@@ -61,7 +70,11 @@ def match_version(system_prompt: str, versions: Mapping[str, VersionPattern]) ->
     `MATCH_MAX_CHARS` characters; None when none is. Pass compiled patterns on the hot path."""
     head = system_prompt[:MATCH_MAX_CHARS]
     for name, pattern in versions.items():
-        if pattern is not None and re.search(pattern, head):
+        if pattern is None:
+            continue
+        # A source string goes through re's cache; the gateway passes compiled patterns.
+        compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
+        if compiled.search(head):
             return name
     return None
 
@@ -74,31 +87,43 @@ class ResolvedVersion:
     """A request's rule version and how it was found."""
 
     version: str
-    """The version name (`v2`), the header's value, or the prompt's fingerprint."""
+    """The version name (`v2`), the header's value, or `fp-` and the prompt's fingerprint."""
     source: VersionSource
     """header, match_prompt or fingerprint."""
 
 
 def resolve_version(
     rule_version_setting: str,
-    headers: Mapping[str, str],
+    headers: Iterable[tuple[bytes, bytes]],
     system_prompt: str,
     versions: Mapping[str, VersionPattern],
 ) -> ResolvedVersion:
     """The version of one request under one rule set. `rule_version_setting` is the rule's
-    `version` (`fingerprint` or `header:<name>`); `headers` are the request's, any case."""
-    if rule_version_setting.startswith("header:"):
-        wanted = rule_version_setting.removeprefix("header:").lower()
-        for key, raw in headers.items():
-            if key.lower() == wanted:
-                value = raw.strip()
-                if _HEADER_VERSION.match(value):
-                    return ResolvedVersion(value, "header")
+    `version` (`fingerprint` or `header:<name>`); `headers` are the request's header lines as
+    ASGI and HTTP/1.1 carry them, `(name, value)` bytes, names in any case."""
+    wanted = _version_header(rule_version_setting)
+    if wanted is not None:
+        size = len(wanted)
+        for key, raw in headers:
+            # Names arrive in lower case from ASGI servers: compare first, lower only if needed.
+            if len(key) == size and (key == wanted or key.lower() == wanted):
+                value = raw.strip()  # ASCII whitespace only: HTTP's, never part of a name
+                if _HEADER_VERSION.fullmatch(value):
+                    return ResolvedVersion(value.decode("ascii"), "header")
                 break
     matched = match_version(system_prompt, versions)
     if matched is not None:
         return ResolvedVersion(matched, "match_prompt")
-    return ResolvedVersion(fingerprint(system_prompt), "fingerprint")
+    return ResolvedVersion(FINGERPRINT_PREFIX + fingerprint(system_prompt), "fingerprint")
+
+
+@functools.lru_cache(maxsize=256)
+def _version_header(rule_version_setting: str) -> bytes | None:
+    """The lower-case header name of a `header:<name>` setting; None for `fingerprint`. Cached:
+    a rule's setting is read on every request of its routes."""
+    if not rule_version_setting.startswith("header:"):
+        return None
+    return rule_version_setting.removeprefix("header:").lower().encode("latin-1")
 
 
 def extract_system_prompt(endpoint: str, body: Mapping[str, Any]) -> str:

@@ -16,7 +16,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from proxy.app.serve import GatewayServer
-from proxy.config.specs import MirrorgateConfig, parse_config
+from proxy.config import MirrorgateConfig, parse_config
 from proxy.mock_upstream.behavior import parse_behavior
 from proxy.mock_upstream.server import MockUpstreamServer
 

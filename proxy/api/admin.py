@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from proxy.core import AuthError, ForbiddenError, GatewayError, PayloadTooLarge, error_body
-from proxy.gateway import RouteTable, RuleTracker
+from proxy.core import AuthError, ForbiddenError, GatewayError, error_body
+from proxy.gateway import RouteTable, RuleTracker, read_body
 from proxy.store import Store
 
 
@@ -44,16 +44,9 @@ class AdminAuth:
 
 async def read_limited(request: Request, limit: int, what: str) -> bytes:
     """The request body, refused with 413 (`PayloadTooLarge`) as soon as it exceeds `limit`
-    bytes — by its declared length before reading, or while reading when none is declared."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"{what} is larger than {limit} bytes")
-    raw = bytearray()
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > limit:
-            raise PayloadTooLarge(f"{what} is larger than {limit} bytes")
-    return bytes(raw)
+    bytes — by its declared length before reading, or while reading when none is declared
+    (`proxy.gateway.read_body`, the proxied endpoints' reader, on this request)."""
+    return await read_body(request.scope, request.receive, limit, what)
 
 
 def gateway_error_response(exc: GatewayError) -> JSONResponse:

@@ -1,10 +1,12 @@
 """Configuration: YAML in, frozen pydantic specs out, or every problem named by its key path.
-The bottom layer: imports nothing of the gateway (only `analyzers`, for check and agreement
-specs).
+`specs` holds the sections, `loader` reads YAML into them, `checks` holds one cross-check per
+section, `errors` the one error. The bottom layer: imports nothing of the gateway (only
+`analyzers`, for check and agreement specs).
 """
 
+from .errors import ConfigError
+from .loader import load_config, parse_config
 from .specs import (
-    ConfigError,
     JudgeSpec,
     MirrorgateConfig,
     ModelSpec,
@@ -15,8 +17,6 @@ from .specs import (
     StoreSpec,
     TelemetrySpec,
     agreement_spec,
-    load_config,
-    parse_config,
 )
 
 __all__ = [

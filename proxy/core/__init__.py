@@ -1,7 +1,7 @@
 """The gateway's vocabulary, with no I/O: records, the gateway's error tree and `error_body`,
-the endpoints, the pure rollout state machine, sampling, pricing, budgets, time windows and the one
-door for background tasks. Imports only `proxy.config` and `analyzers`; every other package may
-import it.
+the endpoints, the pure rollout state machine, sampling and the one sticky key, pricing, budgets,
+time windows and the one door for background tasks. Imports only `proxy.config` and `analyzers`;
+every other package may import it.
 """
 
 from .budget import HourlySpend
@@ -50,6 +50,7 @@ from .rollout_state import (
     transition,
 )
 from .sampling import sampled
+from .sticky import sticky_key
 from .tasks import TaskSet
 from .timewindow import parse_since
 
@@ -96,5 +97,6 @@ __all__ = [
     "parse_since",
     "sampled",
     "serving",
+    "sticky_key",
     "transition",
 ]

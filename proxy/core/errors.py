@@ -13,8 +13,10 @@
     └── UpstreamError                 502: the upstream failed (unreachable, reset, garbage)
         └── UpstreamTimeout           504: the upstream did not answer in time
 
-Upstream HTTP errors (a 429 or a 400 from the model) are not ours: they pass through unchanged,
-in the upstream's own words, so SDK retry logic keeps working.
+The upstream client's transport errors become `UpstreamError`/`UpstreamTimeout` in one place,
+`proxy.upstream.errors`; nothing else sees them. Upstream HTTP errors (a 429 or a 400 from the
+model) are not ours: they pass through unchanged, in the upstream's own words, so SDK retry
+logic keeps working.
 """
 
 from __future__ import annotations
@@ -102,6 +104,12 @@ class UpstreamError(GatewayError):
     status = 502
     openai_type = "upstream_error"
     anthropic_type = "api_error"
+
+    def __init__(self, message: str, error_class: str | None = None) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        """What failed underneath, as the exchange record's `error_class` (`UpstreamReadTimeout`,
+        `UpstreamConnectError`); None when the gateway itself decided (a shadow's own timeout)."""
 
 
 class UpstreamTimeout(UpstreamError):

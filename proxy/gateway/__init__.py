@@ -4,13 +4,14 @@ off-path features listen without the client path importing them. Imports the lay
 (`store`, `upstream`, `observability`, `core`, `config`).
 """
 
-from .asgi import Receive, Scope, Send
+from .asgi import ClientGone, Receive, Scope, Send, read_body
 from .exchange import ProxyHandler
 from .hooks import ExchangeObserver, FinishedExchange
 from .routing import RoutePlan, RouteState, RouteTable
 from .rules import RuleTracker, rule_events_table
 
 __all__ = [
+    "ClientGone",
     "ExchangeObserver",
     "FinishedExchange",
     "ProxyHandler",
@@ -21,5 +22,6 @@ __all__ = [
     "RuleTracker",
     "Scope",
     "Send",
+    "read_body",
     "rule_events_table",
 ]

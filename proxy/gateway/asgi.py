@@ -1,4 +1,8 @@
-"""Small pieces of raw ASGI used on the proxy's hot path (no framework in between)."""
+"""Small pieces of raw ASGI used on the proxy's hot path (no framework in between).
+
+`read_body` is the one size-limited body reader: the proxied endpoints call it with their ASGI
+scope and receive, the FastAPI routers (`proxy.api`) with their request's.
+"""
 
 from __future__ import annotations
 
@@ -26,15 +30,17 @@ def header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
-async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
-    """The whole request body, refusing (413) as soon as it is known to exceed `limit` bytes."""
+async def read_body(
+    scope: Scope, receive: Receive, limit: int, what: str = "request body"
+) -> bytes:
+    """The whole request body, refused with `PayloadTooLarge` (413, "<what> is larger than
+    <limit> bytes") as soon as it is known to exceed `limit` bytes: by its declared length before
+    a byte is read, else while reading. Only plain ASCII digits are a declared length (HTTP's
+    `1*DIGIT`); any other content-length is ignored here and the bytes are counted as they come.
+    Raises `ClientGone` when the client disconnects first."""
     declared = header(scope, b"content-length")
-    if declared is not None:
-        try:
-            if int(declared) > limit:
-                raise PayloadTooLarge(f"request body is larger than {limit} bytes")
-        except ValueError:
-            pass
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"{what} is larger than {limit} bytes")
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -44,7 +50,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
         body = message.get("body", b"")
         size += len(body)
         if size > limit:
-            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+            raise PayloadTooLarge(f"{what} is larger than {limit} bytes")
         chunks.append(body)
         if not message.get("more_body", False):
             return b"".join(chunks) if len(chunks) != 1 else chunks[0]

@@ -28,7 +28,6 @@ from proxy.core import (
     Status,
     UnsupportedMediaType,
     UpstreamError,
-    UpstreamTimeout,
     WrongWireFormat,
     error_body,
 )
@@ -39,11 +38,10 @@ from proxy.upstream import (
     CallContext,
     ModelCaller,
     StreamObserver,
-    UpstreamHTTPError,
     UpstreamResponse,
+    failure_outcome,
     stream_outcome,
 )
-from proxy.upstream import UpstreamTimeout as HTTPTimeout
 
 from .asgi import ClientGone, Headers, Receive, Scope, Send, header, read_body, send_bytes
 from .asgi import send_error as send_gateway_error
@@ -235,7 +233,7 @@ class ProxyHandler:
         observer = attempt.observer = StreamObserver(ctx.endpoint.name, ctx.strip_usage)
         headers = _response_headers(ctx, attempt, response)
         headers.append((b"x-accel-buffering", b"no"))
-        pump = asyncio.ensure_future(_pump(response, observer, send, headers, ctx.endpoint.wire))
+        pump = asyncio.ensure_future(_pump(attempt, observer, send, headers, ctx.endpoint.wire))
         watcher = asyncio.ensure_future(_wait_disconnect(receive))
         try:
             await asyncio.wait((pump, watcher), return_when=asyncio.FIRST_COMPLETED)
@@ -322,29 +320,25 @@ def _response_headers(ctx: CallContext, attempt: Attempt, response: UpstreamResp
 
 
 async def _pump(
-    response: UpstreamResponse,
+    attempt: Attempt,
     observer: StreamObserver,
     send: Send,
     headers: Headers,
     wire: str,
 ) -> tuple[Status, str | None]:
     """Forward the stream to the client; return how it ended."""
+    response = attempt.response
+    assert response is not None
     await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
     try:
-        async for chunk in response.aiter_raw():
+        async for chunk in attempt.chunks():
             out = observer.feed(chunk)
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})
-    except UpstreamHTTPError as exc:
-        timed_out = isinstance(exc, HTTPTimeout)
-        failure: GatewayError = (
-            UpstreamTimeout("upstream stalled mid-stream")
-            if timed_out
-            else UpstreamError(f"upstream stream broke: {type(exc).__name__}")
-        )
-        tail = observer.close() + _stream_error_event(wire, failure)
+    except UpstreamError as exc:  # the upstream broke off: the client hears it in the stream
+        tail = observer.close() + _stream_error_event(wire, exc)
         await send({"type": "http.response.body", "body": tail, "more_body": False})
-        return (Status.TIMEOUT if timed_out else Status.CONNECT_ERROR), type(exc).__name__
+        return failure_outcome(exc)
     await send({"type": "http.response.body", "body": observer.close(), "more_body": False})
     return stream_outcome(observer)
 

@@ -4,10 +4,10 @@ Built from config at start; rollouts change it at run time (`RouteTable.apply`),
 from the state persisted in the store. Every lookup reads one immutable `RouteState`, so a request
 never sees half a change.
 
-Canary assignment is sticky: a hash of the route's sticky key (a header or a body field) salted
-with the rollout's id decides the arm, so one user stays in one arm on every replica for the whole
-rollout, and the next rollout draws its users afresh. Without a sticky key (or when the request
-lacks it) each request is drawn on its own.
+Canary assignment is sticky: a hash of the route's sticky key (`proxy.core.sticky_key`, the same
+key shadow sampling uses) salted with the rollout's id decides the arm, so one user stays in one
+arm on every replica for the whole rollout, and the next rollout draws its users afresh. Without
+a sticky key (or when the request lacks it) each request is drawn on its own.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.config import MirrorgateConfig, RouteSpec
-from proxy.core import Arm, RolloutState, initial_state, sampled, serving
+from proxy.core import Arm, RolloutState, initial_state, sampled, serving, sticky_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,26 +54,6 @@ class RoutePlan:
     route: RouteState
     target: str
     arm: Arm
-
-
-def sticky_value(
-    sticky: str, headers: Sequence[tuple[bytes, bytes]], payload: Mapping[str, Any]
-) -> str | None:
-    """The value of a `header:<name>` / `body:<field.path>` sticky key in one request, if any."""
-    kind, _, name = sticky.partition(":")
-    if kind == "header":
-        wanted = name.lower().encode()
-        for key, raw in headers:
-            if key == wanted and raw:
-                return raw.decode("latin-1")
-        return None
-    if kind == "body":
-        value: Any = payload
-        for part in name.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        if isinstance(value, str | int) and not isinstance(value, bool) and value != "":
-            return str(value)
-    return None
 
 
 def state_for(name: str, spec: RouteSpec, rollout: RolloutState) -> RouteState:
@@ -131,7 +111,7 @@ class RouteTable:
             spec = state.spec.canary
             key = None
             if spec is not None and spec.sticky != "none":
-                key = sticky_value(spec.sticky, headers, payload or {})
+                key = sticky_key(spec.sticky, headers, payload or {})
             if sampled(key if key is not None else request_id, canary.salt, canary.weight / 100):
                 return RoutePlan(state, canary.target, Arm.CANARY)
         return RoutePlan(state, state.primary, state.primary_arm)

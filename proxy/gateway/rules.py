@@ -1,10 +1,10 @@
 """Rule versions on every exchange, and the rule-change events they open.
 
 A rule set (`rules.<name>` in config) governs some routes. For each request of such a route the
-version is found, in this order: the version header (`version: header:<name>`) when the request
-carries it; the first `versions.<v>.match_prompt` that matches the system prompt; otherwise a
-fingerprint of the normalised system prompt (`fp-<12 hex>`), so that editing a prompt is a rule
-change with zero configuration.
+version is found by `analyzers.rule_version.resolve_version`, in this order: the version header
+(`version: header:<name>`) when the request carries it; the first `versions.<v>.match_prompt`
+found in the system prompt's first 16,384 characters; otherwise a fingerprint of the normalised
+system prompt (`fp-<12 hex>`), so that editing a prompt is a rule change with zero configuration.
 
 The first exchange with a version the gateway has not seen for that rule is a **rule-change event**:
 `RuleTracker.observe` notices it at once (a set lookup) and persists it off the client path with its
@@ -27,13 +27,12 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
-from analyzers.rule_version import extract_system_prompt, fingerprint, system_prompt_diff
-from proxy.config import MirrorgateConfig, RuleSpec
+from analyzers.rule_version import extract_system_prompt, resolve_version, system_prompt_diff
+from proxy.config import MirrorgateConfig
 from proxy.core import TaskSet
 from proxy.observability import GatewayMetrics
 
 log = logging.getLogger("mirrorgate.rules")
-_HEADER_VERSION = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _RETRY_INITIAL_S = 0.05
 _RETRY_MAX_S = 5.0
 _UNREACHABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
@@ -66,9 +65,10 @@ class RuleMatch:
 @dataclass(frozen=True, slots=True)
 class _Binding:
     name: str
-    spec: RuleSpec
-    header: bytes | None
-    patterns: tuple[tuple[str, re.Pattern[str]], ...]
+    version_setting: str
+    """The rule's `version`: `fingerprint` or `header:<name>`."""
+    patterns: Mapping[str, re.Pattern[str]]
+    """Each version's `match_prompt`, compiled once, in config order."""
 
 
 class RuleResolver:
@@ -77,17 +77,12 @@ class RuleResolver:
     def __init__(self, config: MirrorgateConfig) -> None:
         self._by_route: dict[str, _Binding] = {}
         for name, spec in config.rules.items():
-            header = (
-                spec.version.partition(":")[2].lower().encode()
-                if spec.version != "fingerprint"
-                else None
-            )
-            patterns = tuple(
-                (version, re.compile(v.match_prompt))
+            patterns = {
+                version: re.compile(v.match_prompt)
                 for version, v in spec.versions.items()
                 if v.match_prompt is not None
-            )
-            binding = _Binding(name, spec, header, patterns)
+            }
+            binding = _Binding(name, spec.version, patterns)
             for route in spec.routes:
                 self._by_route.setdefault(route, binding)
 
@@ -102,17 +97,8 @@ class RuleResolver:
         if binding is None:
             return None
         prompt = extract_system_prompt(endpoint, payload)
-        if binding.header is not None:
-            for key, value in headers:
-                if key == binding.header:
-                    given = value.strip().decode("latin-1")
-                    if _HEADER_VERSION.fullmatch(given):  # anything else would be a metric label
-                        return RuleMatch(binding.name, given, prompt)
-                    break
-        for version, pattern in binding.patterns:
-            if pattern.search(prompt):
-                return RuleMatch(binding.name, version, prompt)
-        return RuleMatch(binding.name, f"fp-{fingerprint(prompt)}", prompt)
+        resolved = resolve_version(binding.version_setting, headers, prompt, binding.patterns)
+        return RuleMatch(binding.name, resolved.version, prompt)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
 
 from opentelemetry.trace import SpanContext
 from prometheus_client import Counter
@@ -48,6 +47,7 @@ from proxy.core import (
     TaskSet,
     UpstreamTimeout,
     sampled,
+    sticky_key,
 )
 from proxy.gateway import ExchangeObserver, FinishedExchange, RoutePlan, RouteState
 from proxy.observability import ExchangeTracer, GatewayMetrics
@@ -64,24 +64,12 @@ PRIMARY_WAIT_S = 600.0
 """The longest a finished shadow waits for its primary's answer before giving up on the pair."""
 
 
-def sticky_key(route: RouteState, ctx: CallContext) -> str:
-    """The key that keeps one user's requests together: the canary's sticky header or body field
-    when the route has one and the request carries it, else the request id."""
+def _sampling_key(route: RouteState, ctx: CallContext) -> str:
+    """The canary's sticky key when the route has one and the request carries it (the same key
+    canary routing uses), else the request id."""
     canary = route.spec.canary
-    if canary is not None and canary.sticky != "none":
-        kind, _, name = canary.sticky.partition(":")
-        if kind == "header":
-            wanted = name.lower().encode()
-            for key, raw in ctx.headers:
-                if key == wanted and raw:
-                    return raw.decode("latin-1")
-        else:
-            field_value: Any = ctx.payload
-            for part in name.split("."):
-                field_value = field_value.get(part) if isinstance(field_value, dict) else None
-            if isinstance(field_value, str | int) and field_value != "":
-                return str(field_value)
-    return ctx.request_id
+    key = sticky_key(canary.sticky, ctx.headers, ctx.payload) if canary is not None else None
+    return key if key is not None else ctx.request_id
 
 
 @dataclass(slots=True)
@@ -201,7 +189,7 @@ class ShadowDispatcher(ExchangeObserver):
         jobs: list[_Job] = []
         key: str | None = None
         for shadow in route.spec.shadows:
-            key = key or sticky_key(route, ctx)
+            key = key or _sampling_key(route, ctx)
             if sampled(key, shadow.model, shadow.sample):
                 jobs.append(_Job(shadow.model, "shadow", shadow))
         noise = route.spec.noise_sample

@@ -1,12 +1,12 @@
 """Talking to one model: the keep-alive HTTP/1.1 client and its pool, server-sent events, usage
 and token counting, and `ModelCaller`, which makes one call and builds its record. Transport
-errors become the gateway's error tree here and nowhere else. Imports `proxy.core` and
-`proxy.config`.
+errors become the gateway's error tree (`UpstreamError`, `UpstreamTimeout`) in `errors.py` and
+nowhere else; none of them is exported. Imports `proxy.core` and `proxy.config`.
 """
 
-from .caller import Attempt, CallContext, ModelCaller, stream_outcome
+from .caller import Attempt, CallContext, ModelCaller, failure_outcome, stream_outcome
 from .client import HOP_BY_HOP, UpstreamClient, shared_ssl_context
-from .http11 import UpstreamHTTPError, UpstreamResponse, UpstreamTimeout
+from .http11 import UpstreamResponse
 from .streaming import StreamObserver
 
 __all__ = [
@@ -16,9 +16,8 @@ __all__ = [
     "ModelCaller",
     "StreamObserver",
     "UpstreamClient",
-    "UpstreamHTTPError",
     "UpstreamResponse",
-    "UpstreamTimeout",
+    "failure_outcome",
     "shared_ssl_context",
     "stream_outcome",
 ]

@@ -1,13 +1,17 @@
 """Calling one upstream model and turning the outcome into an `ExchangeRecord`.
 
 Shared by every arm: the client path (primary, canary, fallback) forwards what `ModelCaller.open`
-returns to the client; shadows and replays `consume` it themselves. Either way `record` builds the
-frozen record from the same facts, so every arm is measured the same way.
+returns to the client (a stream through `Attempt.chunks`); shadows and replays `consume` it
+themselves. Either way `record` builds the frozen record from the same facts, so every arm is
+measured the same way. Every call into the transport goes through `errors` (`gateway_errors`,
+`translated_stream`), so a failure reaches the attempt, and the client path, as the gateway's
+`UpstreamError`.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -28,8 +32,8 @@ from proxy.core import (
 )
 
 from .client import UpstreamClient
-from .http11 import UpstreamHTTPError, UpstreamProtocolError, UpstreamResponse
-from .http11 import UpstreamTimeout as HTTPTimeout
+from .errors import gateway_errors, translated_stream
+from .http11 import UpstreamResponse
 from .streaming import StreamObserver
 from .tokens import count_tokens
 from .usage import prompt_text, response_text, response_usage
@@ -96,6 +100,19 @@ class Attempt:
         """A 2xx stream whose body has not been read yet."""
         return self.response is not None and self.body is None and self.error is None
 
+    def chunks(self) -> AsyncIterator[bytes]:
+        """The streamed answer's body as it arrives (see `UpstreamResponse.aiter_raw`). A
+        transport failure raises the gateway's `UpstreamTimeout`/`UpstreamError`, worded for
+        a stream that broke after it started."""
+        if self.response is None:
+            raise RuntimeError("the attempt has no response to stream")
+        return translated_stream(self.response.aiter_raw(), self.target)
+
+    def fail(self, error: UpstreamError) -> None:
+        """Note the (translated) failure of the call: status, `error_class` and the error."""
+        self.status, self.error_class = failure_outcome(error)
+        self.error = error
+
 
 class ModelCaller:
     """Makes upstream calls and builds their records."""
@@ -116,17 +133,19 @@ class ModelCaller:
         started = time.perf_counter()
         attempt = Attempt(target, arm, upstream_body, started, datetime.now(UTC), time.time_ns())
         try:
-            response = await client.send(ctx.endpoint.upstream_path, upstream_body, ctx.headers)
-        except UpstreamHTTPError as exc:
-            self._fail(attempt, exc)
+            with gateway_errors(target):
+                response = await client.send(ctx.endpoint.upstream_path, upstream_body, ctx.headers)
+        except UpstreamError as exc:
+            attempt.fail(exc)
             return attempt
         attempt.response = response
         if ctx.stream and response.status_code < 300:
             return attempt
         try:
-            attempt.body = await response.aread()
-        except UpstreamHTTPError as exc:
-            self._fail(attempt, exc)
+            with gateway_errors(target):
+                attempt.body = await response.aread()
+        except UpstreamError as exc:
+            attempt.fail(exc)
             return attempt
         finally:
             await response.aclose()
@@ -146,17 +165,6 @@ class ModelCaller:
             attempt.parsed = parsed
         return attempt
 
-    @staticmethod
-    def _fail(attempt: Attempt, exc: UpstreamHTTPError) -> None:
-        attempt.error_class = type(exc).__name__
-        if isinstance(exc, HTTPTimeout):
-            attempt.status = Status.TIMEOUT
-            attempt.error = UpstreamTimeout(f"upstream model '{attempt.target}' timed out")
-        else:
-            attempt.status = Status.CONNECT_ERROR
-            what = "broke off its answer" if isinstance(exc, UpstreamProtocolError) else "failed"
-            attempt.error = UpstreamError(f"upstream model '{attempt.target}' {what}")
-
     async def consume(self, ctx: CallContext, attempt: Attempt) -> None:
         """Read a streamed answer to its end without a client (shadows, replays)."""
         response = attempt.response
@@ -164,11 +172,12 @@ class ModelCaller:
             return
         observer = attempt.observer = StreamObserver(ctx.endpoint.name, strip_usage=False)
         try:
-            async for chunk in response.aiter_raw():
-                observer.feed(chunk)
+            with gateway_errors(attempt.target):
+                async for chunk in response.aiter_raw():
+                    observer.feed(chunk)
             observer.close()
-        except UpstreamHTTPError as exc:
-            self._fail(attempt, exc)
+        except UpstreamError as exc:
+            attempt.fail(exc)
         finally:
             await response.aclose()
         if attempt.status is Status.OK:
@@ -236,6 +245,13 @@ class ModelCaller:
             response_body=raw.decode("utf-8", "replace") if keep and raw else None,
             response_text=text if keep else None,
         )
+
+
+def failure_outcome(error: UpstreamError) -> tuple[Status, str | None]:
+    """How a failed upstream call is recorded: a timeout, else a connection failure, with the
+    transport's error class as the cause."""
+    status = Status.TIMEOUT if isinstance(error, UpstreamTimeout) else Status.CONNECT_ERROR
+    return status, error.error_class
 
 
 def stream_outcome(observer: StreamObserver) -> tuple[Status, str | None]:

@@ -14,18 +14,8 @@ gets (it asks for `accept-encoding: identity`).
     finally:
         await response.aclose()
 
-Errors — every failure of an exchange raises one of these:
-
-    UpstreamHTTPError                 base
-    ├── UpstreamConnectError          refused, DNS, TLS handshake, or the connection closed/reset
-    │                                 before the first byte of the response
-    ├── UpstreamTimeout               `.phase` says which wait ran out
-    │   ├── UpstreamConnectTimeout    connecting took over connect_timeout_s
-    │   ├── UpstreamPoolTimeout       every connection stayed busy for read_timeout_s
-    │   ├── UpstreamWriteTimeout      the upstream stopped reading the body for read_timeout_s
-    │   └── UpstreamReadTimeout       no response head, or no next body byte, for read_timeout_s
-    └── UpstreamProtocolError         unparseable response, or the connection closed after the
-                                      response started but before it was complete
+Errors: every failure of an exchange raises an `UpstreamTransportError` (the tree is drawn in
+`errors.py`, which is also where they become the gateway's errors).
 
 Misuse raises built-ins instead: `ValueError` for a bad base URL or a request line or header with
 CR/LF in it, `RuntimeError` for a closed client or a body read twice.
@@ -48,25 +38,24 @@ import contextlib
 import socket
 import ssl
 from collections.abc import AsyncIterator
-from typing import ClassVar, cast
+from typing import cast
 from urllib.parse import urlsplit
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpResponseParser
 
+from .errors import (
+    UpstreamConnectError,
+    UpstreamConnectTimeout,
+    UpstreamPoolTimeout,
+    UpstreamProtocolError,
+    UpstreamReadTimeout,
+    UpstreamTransportError,
+    UpstreamTransportTimeout,
+    UpstreamWriteTimeout,
+)
 from .pool import ConnectionPool
 
-__all__ = [
-    "UpstreamConnectError",
-    "UpstreamConnectTimeout",
-    "UpstreamHTTP",
-    "UpstreamHTTPError",
-    "UpstreamPoolTimeout",
-    "UpstreamProtocolError",
-    "UpstreamReadTimeout",
-    "UpstreamResponse",
-    "UpstreamTimeout",
-    "UpstreamWriteTimeout",
-]
+__all__ = ["UpstreamHTTP", "UpstreamResponse"]
 
 READ_BUFFER_BYTES = 1 << 20
 """Body bytes buffered for a slow `aiter_raw` consumer before the socket stops being read."""
@@ -74,40 +63,6 @@ _SMALL_BODY = 64 * 1024
 """Bodies up to this size are sent in the same write as the request head."""
 _WRITE_PIECE = 256 * 1024
 """Larger bodies are written in pieces of this size, waiting while the transport is paused."""
-
-
-class UpstreamHTTPError(Exception):
-    """Base of every error raised for a failed exchange with the upstream."""
-
-
-class UpstreamConnectError(UpstreamHTTPError):
-    """No response started: connecting failed, or the connection closed before the first byte."""
-
-
-class UpstreamTimeout(UpstreamHTTPError):
-    """A wait on the upstream ran out; `phase` is "connect", "pool", "write" or "read"."""
-
-    phase: ClassVar[str] = ""
-
-
-class UpstreamConnectTimeout(UpstreamTimeout):
-    phase = "connect"
-
-
-class UpstreamPoolTimeout(UpstreamTimeout):
-    phase = "pool"
-
-
-class UpstreamWriteTimeout(UpstreamTimeout):
-    phase = "write"
-
-
-class UpstreamReadTimeout(UpstreamTimeout):
-    phase = "read"
-
-
-class UpstreamProtocolError(UpstreamHTTPError):
-    """The response was not valid HTTP/1.1, or ended before it was complete."""
 
 
 class _StaleConnectionError(UpstreamConnectError):
@@ -167,7 +122,7 @@ class _Connection(asyncio.Protocol):
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._deadline = 0.0
-        self._timeout_error: type[UpstreamTimeout] = UpstreamReadTimeout
+        self._timeout_error: type[UpstreamTransportTimeout] = UpstreamReadTimeout
         self._reset()
 
     def _reset(self) -> None:
@@ -183,7 +138,7 @@ class _Connection(asyncio.Protocol):
         self._must_close = False
         self._got_bytes = False
         self._read_all = False
-        self._error: UpstreamHTTPError | None = None
+        self._error: UpstreamTransportError | None = None
 
     # --- pool interface ----------------------------------------------------------------------
 
@@ -286,7 +241,7 @@ class _Connection(asyncio.Protocol):
         chunks.clear()
         return data
 
-    async def _wait(self, timeout_error: type[UpstreamTimeout]) -> None:
+    async def _wait(self, timeout_error: type[UpstreamTransportTimeout]) -> None:
         """Sleep until the next event on this connection, at most `timeout_s`."""
         loop = self._loop
         waiter = loop.create_future()
@@ -320,7 +275,7 @@ class _Connection(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def _fail(self, error: UpstreamHTTPError) -> None:
+    def _fail(self, error: UpstreamTransportError) -> None:
         if self._complete:
             self._must_close = True  # trailing junk after a complete response: just don't reuse
         elif self._error is None:
@@ -608,7 +563,7 @@ class UpstreamHTTP:
         `path` (starting with "/", query included) is appended to the base URL's path. `headers`
         are sent as given, after `host`; this adds `content-length` itself — callers never pass
         host, content-length or transfer-encoding. Raises `ValueError` if the method, path or a
-        header contains CR or LF, and an `UpstreamHTTPError` when the exchange fails (see the
+        header contains CR or LF, and an `UpstreamTransportError` when the exchange fails (see the
         module docstring; a reused connection closing before any response byte is retried once).
         If the calling task is cancelled, the connection is closed and its slot freed.
         """

@@ -10,6 +10,7 @@ import pytest
 
 from analyzers.rule_version import (
     DIFF_MAX_CHARS,
+    MATCH_MAX_CHARS,
     ResolvedVersion,
     extract_system_prompt,
     fingerprint,
@@ -50,29 +51,74 @@ def test_match_version_takes_the_first_match_in_config_order() -> None:
 @pytest.mark.parametrize(
     ("setting", "headers", "prompt", "expected"),
     [
-        ("header:x-rule-version", {"X-Rule-Version": " v7 "}, V1, ResolvedVersion("v7", "header")),
-        ("header:x-rule-version", {}, V2, ResolvedVersion("v2", "match_prompt")),
-        ("header:x-rule-version", {"x-rule-version": "v 7; drop"}, V2,
+        ("header:x-rule-version", [(b"X-Rule-Version", b" v7 ")], V1,
+         ResolvedVersion("v7", "header")),
+        ("header:x-rule-version", [], V2, ResolvedVersion("v2", "match_prompt")),
+        ("header:x-rule-version", [(b"x-rule-version", b"v 7; drop")], V2,
          ResolvedVersion("v2", "match_prompt")),
-        ("header:x-rule-version", {"x-rule-version": "x" * 65}, V2,
+        ("header:x-rule-version", [(b"x-rule-version", b"x" * 65)], V2,
          ResolvedVersion("v2", "match_prompt")),
-        ("fingerprint", {"x-rule-version": "v7"}, V1, ResolvedVersion("v1", "match_prompt")),
-        ("fingerprint", {}, "Other prompt",
-         ResolvedVersion(fingerprint("Other prompt"), "fingerprint")),
+        ("fingerprint", [(b"x-rule-version", b"v7")], V1, ResolvedVersion("v1", "match_prompt")),
+        ("fingerprint", [], "Other prompt",
+         ResolvedVersion("fp-" + fingerprint("Other prompt"), "fingerprint")),
     ],
     ids=["header", "no-header", "bad-header", "long-header", "header-unused", "fingerprint"],
 )  # fmt: skip
 def test_resolve_version_tries_header_then_match_prompt_then_fingerprint(
-    setting: str, headers: dict[str, str], prompt: str, expected: ResolvedVersion
+    setting: str, headers: list[tuple[bytes, bytes]], prompt: str, expected: ResolvedVersion
 ) -> None:
     assert resolve_version(setting, headers, prompt, VERSIONS) == expected
 
 
 def test_a_prompt_edit_is_a_new_version_with_no_configuration() -> None:
-    first = resolve_version("fingerprint", {}, V1, {})
-    second = resolve_version("fingerprint", {}, V1 + " Be brief.", {})
+    first = resolve_version("fingerprint", [], V1, {})
+    second = resolve_version("fingerprint", [], V1 + " Be brief.", {})
     assert first.source == second.source == "fingerprint"
     assert first.version != second.version
+
+
+def test_a_fingerprint_version_is_fp_and_12_hex_the_same_on_every_run() -> None:
+    # The form stores already hold (`fp-<12 hex>`): these literals must never change, or every
+    # prompt would look like a rule change after an upgrade.
+    assert resolve_version("fingerprint", [], "", {}).version == "fp-e3b0c44298fc"
+    assert resolve_version("fingerprint", [], V1, {}).version == "fp-d344d5cc36e5"
+    assert resolve_version("header:x-rule-version", [], f"  {V1}\n", {}).version == (
+        "fp-d344d5cc36e5"
+    )
+
+
+def test_match_prompt_looks_only_at_the_first_16k_characters() -> None:
+    assert MATCH_MAX_CHARS == 16_384
+    inside = "x" * (MATCH_MAX_CHARS - 20) + "max_weight = 150"
+    beyond = "x" * MATCH_MAX_CHARS + "max_weight = 150"
+    assert match_version(inside, VERSIONS) == "v2"
+    assert match_version(beyond, VERSIONS) is None
+    assert resolve_version("fingerprint", [], beyond, VERSIONS) == ResolvedVersion(
+        "fp-" + fingerprint(beyond), "fingerprint"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(b"\tv7 ", "v7"), (b"v7\xa0", None), (b"caf\xe9", None), (b"", None)],
+    ids=["ascii-whitespace-trimmed", "nbsp-is-not-whitespace", "latin-1", "empty"],
+)
+def test_a_header_version_is_plain_ascii_trimmed_of_http_whitespace(
+    value: bytes, expected: str | None
+) -> None:
+    resolved = resolve_version("header:x-rule-version", [(b"x-rule-version", value)], V2, VERSIONS)
+    assert resolved == (
+        ResolvedVersion(expected, "header")
+        if expected is not None
+        else ResolvedVersion("v2", "match_prompt")
+    )
+
+
+def test_only_the_first_version_header_counts() -> None:
+    headers = [(b"x-rule-version", b"bad value"), (b"x-rule-version", b"v9")]
+    assert resolve_version("header:X-Rule-Version", headers, V1, VERSIONS) == ResolvedVersion(
+        "v1", "match_prompt"
+    )
 
 
 BODIES: list[tuple[str, Any, str]] = [

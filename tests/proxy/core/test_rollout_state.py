@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
-from proxy.config.specs import MirrorgateConfig, parse_config
+from proxy.config import MirrorgateConfig, parse_config
 from proxy.core.records import Arm
 from proxy.core.rollout_state import (
     Action,

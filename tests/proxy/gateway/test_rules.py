@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import exc as sa_exc
 
 from proxy.app.serve import GatewayServer
-from proxy.config.specs import ConfigError, parse_config
-from proxy.gateway.rules import RuleEvent, RuleMatch, RuleTracker
+from proxy.config import ConfigError, parse_config
+from proxy.gateway.rules import RuleEvent, RuleMatch, RuleResolver, RuleTracker
 from proxy.mock_upstream.server import MockUpstreamServer
 from proxy.observability.metrics import GatewayMetrics
 from proxy.store.exchanges import Store
@@ -102,6 +102,49 @@ def test_versions_by_header_prompt_and_fingerprint_and_one_event_per_version(
     assert by_version["v2"]["first_request_id"] == v2.headers["x-mirrorgate-request-id"]
     assert "-Answer in JSON. max_weight = 100" in by_version["v2"]["prompt_diff"]
     assert "+Answer in JSON. max_weight = 150" in by_version["v2"]["prompt_diff"]
+
+
+def resolver() -> RuleResolver:
+    text = """
+models: {prod: {provider: openai, base_url: "http://h/v1", model: m}}
+routes: {bot: {primary: prod}, plain: {primary: prod}}
+rules:
+  shipping-policy:
+    routes: [bot]
+    version: header:X-Rule-Version
+    versions:
+      v1: {match_prompt: 'max_weight\\s*=\\s*100'}
+      v2: {match_prompt: 'max_weight\\s*=\\s*150'}
+"""
+    return RuleResolver(parse_config(text, {}))
+
+
+def chat(system: str) -> dict[str, Any]:
+    return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": "?"}]}
+
+
+def test_the_resolver_finds_header_then_prompt_then_fingerprint() -> None:
+    rules = resolver()
+    body = chat("Answer in JSON. max_weight = 150")
+    assert rules.resolve("plain", "chat.completions", body, []) is None
+    by_header = rules.resolve("bot", "chat.completions", body, [(b"x-rule-version", b"v3")])
+    assert by_header == RuleMatch("shipping-policy", "v3", "Answer in JSON. max_weight = 150")
+    by_prompt = rules.resolve("bot", "chat.completions", body, [])
+    assert by_prompt is not None and by_prompt.version == "v2"
+    # The stored form of a fingerprint version, identical before and after restarts and upgrades.
+    unknown = rules.resolve("bot", "chat.completions", chat("Answer in JSON. max_weight = 999"), [])
+    assert unknown is not None and unknown.version == "fp-906e5ea0584b"
+
+
+def test_the_resolver_searches_match_prompt_in_the_first_16k_characters_only() -> None:
+    # A huge system prompt must not make every regex scan it all on the client path.
+    rules = resolver()
+    late = "x" * 16_384 + " max_weight = 150"
+    match = rules.resolve("bot", "chat.completions", chat(late), [])
+    assert match is not None and match.version.startswith("fp-") and len(match.version) == 15
+    early = "max_weight = 150 " + "x" * 1_000_000
+    match = rules.resolve("bot", "chat.completions", chat(early), [])
+    assert match is not None and match.version == "v2"
 
 
 def test_events_survive_a_restart_and_are_not_repeated(

@@ -14,7 +14,7 @@ import pytest
 
 from analyzers.plugins import ENTRY_POINT_GROUP
 from proxy.app.serve import GatewayServer
-from proxy.config.specs import ConfigError, parse_config
+from proxy.config import ConfigError, parse_config
 from tests.conftest import wait_until
 
 MODULE = "mirrorgate_test_gateway_plugins"

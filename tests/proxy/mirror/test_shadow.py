@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from proxy.app.serve import GatewayServer
-from proxy.config.specs import ConfigError, parse_config
+from proxy.config import ConfigError, parse_config
 from proxy.core.records import Arm, ExchangeRecord, PairRecord, Status
 from proxy.core.sampling import sampled
 from proxy.mock_upstream.server import MockUpstreamServer

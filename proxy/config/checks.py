@@ -1,0 +1,265 @@
+"""The checks that need more than one field: one function per config section, in two lists.
+
+`DOCUMENT_CHECKS` run on the raw YAML document, before validation, so that every reference to an
+undefined model or route and every unset key variable is named even when a section is invalid:
+
+- `check_model_keys` — `models.<m>.api_key_env` names a variable that is set;
+- `check_route_references` — a route's primary, fallback, shadows and canary are defined models;
+- `check_rule_references` — a rule set's routes are defined routes.
+
+`SPEC_CHECKS` run on the validated config, each on its section, in this order:
+
+- `check_routes` — agreement settings, shadows (same wire format as the primary, none twice), the
+  canary (not the primary, same wire format) and the fallback (same wire format);
+- `check_judge` — the judge's model is defined;
+- `check_analyzers` — every analyzer plugin named is installed;
+- `check_rules` — one rule set per route, and each rule set's checks compile with unique names;
+- `check_server` — a listener beyond loopback has its admin token set.
+
+Every check returns the problems it found, in document order; the loader runs the lists as they
+are. A new section's check is a function here and one entry in a list.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import ipaddress
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from analyzers.checks import compile_check
+from analyzers.errors import SpecError
+from analyzers.plugins import ENTRY_POINT_GROUP, available_analyzers
+
+from .errors import ConfigProblem
+from .specs import CheckSpec, MirrorgateConfig, agreement_spec
+
+DocumentCheck = Callable[[Mapping[str, Any], Mapping[str, str]], list[ConfigProblem]]
+"""A check of the raw document (a YAML mapping, before validation) and the environment."""
+SpecCheck = Callable[[MirrorgateConfig, Mapping[str, str]], list[ConfigProblem]]
+"""A check of one section of the validated config, with the environment."""
+
+
+# --- the raw document ----------------------------------------------------------------------------
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def check_model_keys(raw: Mapping[str, Any], env: Mapping[str, str]) -> list[ConfigProblem]:
+    """`models`: every key variable a model names is set."""
+    problems = []
+    for name, model in _dict(raw.get("models")).items():
+        var = model.get("api_key_env") if isinstance(model, dict) else None
+        if isinstance(var, str) and var and var not in env:
+            problems.append(
+                ConfigProblem(
+                    f"models.{name}.api_key_env", f"environment variable {var} is not set"
+                )
+            )
+    return problems
+
+
+def check_route_references(raw: Mapping[str, Any], env: Mapping[str, str]) -> list[ConfigProblem]:
+    """`routes`: every model a route names is defined under `models`."""
+    models = _dict(raw.get("models"))
+    problems = []
+
+    def need(path: str, name: Any) -> None:
+        if isinstance(name, str) and name not in models:
+            problems.append(ConfigProblem(path, f"model '{name}' is not defined under models"))
+
+    for rname, route in _dict(raw.get("routes")).items():
+        fields = _dict(route)
+        need(f"routes.{rname}.primary", fields.get("primary"))
+        need(f"routes.{rname}.fallback", fields.get("fallback"))
+        shadows = fields.get("shadows")
+        for i, shadow in enumerate(shadows if isinstance(shadows, list) else ()):
+            need(f"routes.{rname}.shadows[{i}].model", _dict(shadow).get("model"))
+        need(f"routes.{rname}.canary.model", _dict(fields.get("canary")).get("model"))
+    return problems
+
+
+def check_rule_references(raw: Mapping[str, Any], env: Mapping[str, str]) -> list[ConfigProblem]:
+    """`rules`: every route a rule set governs is defined under `routes`."""
+    routes = _dict(raw.get("routes"))
+    problems = []
+    for rule_name, rule in _dict(raw.get("rules")).items():
+        names = _dict(rule).get("routes")
+        for i, name in enumerate(names if isinstance(names, list) else ()):
+            if isinstance(name, str) and name not in routes:
+                problems.append(
+                    ConfigProblem(
+                        f"rules.{rule_name}.routes[{i}]", f"route '{name}' is not defined"
+                    )
+                )
+    return problems
+
+
+DOCUMENT_CHECKS: tuple[DocumentCheck, ...] = (
+    check_model_keys,
+    check_route_references,
+    check_rule_references,
+)
+"""Run by the loader on the raw document, in this order, before validation."""
+
+
+# --- the validated config, one section each ------------------------------------------------------
+
+
+def check_routes(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigProblem]:
+    """`routes`: agreement settings, and shadows, canary and fallback that the primary's clients
+    can be served by (requests are never translated between wire formats)."""
+    problems: list[ConfigProblem] = []
+    for rname, route in cfg.routes.items():
+        base = f"routes.{rname}"
+        try:
+            agreement_spec(route.agreement)
+        except SpecError as exc:
+            problems.append(ConfigProblem(f"{base}.agreement.{exc.field}", exc.message))
+        seen: set[str] = set()
+        primary = cfg.models.get(route.primary)
+        for i, shadow in enumerate(route.shadows):
+            candidate = cfg.models.get(shadow.model)
+            if (
+                primary is not None
+                and candidate is not None
+                and candidate.provider != primary.provider
+            ):
+                problems.append(
+                    ConfigProblem(
+                        f"{base}.shadows[{i}].model",
+                        f"'{shadow.model}' speaks {candidate.provider} but the primary speaks "
+                        f"{primary.provider}; requests are not translated between wire formats",
+                    )
+                )
+            if shadow.model in seen:
+                problems.append(
+                    ConfigProblem(
+                        f"{base}.shadows[{i}].model", f"'{shadow.model}' is shadowed twice"
+                    )
+                )
+            seen.add(shadow.model)
+        if route.canary is not None and route.canary.model == route.primary:
+            problems.append(
+                ConfigProblem(f"{base}.canary.model", "the canary cannot be the primary itself")
+            )
+        canary_model = cfg.models.get(route.canary.model) if route.canary else None
+        if (
+            primary is not None
+            and canary_model is not None
+            and canary_model.provider != primary.provider
+        ):
+            problems.append(
+                ConfigProblem(
+                    f"{base}.canary.model",
+                    f"the canary must speak the primary's wire format ({primary.provider}); "
+                    "requests are not translated between wire formats",
+                )
+            )
+        fallback = cfg.models.get(route.fallback or "")
+        if primary is not None and fallback is not None and fallback.provider != primary.provider:
+            problems.append(
+                ConfigProblem(
+                    f"{base}.fallback",
+                    f"the fallback must speak the primary's wire format ({primary.provider})",
+                )
+            )
+    return problems
+
+
+def check_judge(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigProblem]:
+    """`judge`: the judging model is defined."""
+    if cfg.judge is not None and cfg.judge.model not in cfg.models:
+        return [
+            ConfigProblem("judge.model", f"model '{cfg.judge.model}' is not defined under models")
+        ]
+    return []
+
+
+def check_analyzers(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigProblem]:
+    """`analyzers`: every plugin named is a built-in or installed under the entry-point group."""
+    if not cfg.analyzers:
+        return []  # reading the installed entry points costs time; skip when none is named
+    available = available_analyzers(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    return [
+        ConfigProblem(
+            f"analyzers[{i}]",
+            f"unknown analyzer '{name}'; available: {', '.join(sorted(available))}",
+        )
+        for i, name in enumerate(cfg.analyzers)
+        if name not in available
+    ]
+
+
+def check_rules(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigProblem]:
+    """`rules`: a route is governed by one rule set at most, and every check compiles under a
+    name unique in its list."""
+    problems: list[ConfigProblem] = []
+    governed: dict[str, str] = {}
+    for rule_name, rule in cfg.rules.items():
+        for i, route_name in enumerate(rule.routes):
+            if route_name in governed:
+                problems.append(
+                    ConfigProblem(
+                        f"rules.{rule_name}.routes[{i}]",
+                        f"route '{route_name}' is already governed by rule set "
+                        f"'{governed[route_name]}' (one rule set per route; put every check in it)",
+                    )
+                )
+            governed.setdefault(route_name, rule_name)
+        problems += _check_list(f"rules.{rule_name}.checks", rule.checks)
+        for vname, version in rule.versions.items():
+            problems += _check_list(f"rules.{rule_name}.versions.{vname}.checks", version.checks)
+    return problems
+
+
+def _check_list(path: str, checks: list[CheckSpec]) -> list[ConfigProblem]:
+    problems = []
+    seen: set[str] = set()
+    for i, check in enumerate(checks):
+        try:
+            compile_check(check.model_dump(by_alias=True, exclude_none=True))
+        except SpecError as exc:
+            where = f"{path}[{i}].{exc.field}" if exc.field else f"{path}[{i}]"
+            problems.append(ConfigProblem(where, exc.message))
+        if check.name in seen:
+            problems.append(
+                ConfigProblem(f"{path}[{i}].name", f"duplicate check name '{check.name}'")
+            )
+        seen.add(check.name)
+    return problems
+
+
+def check_server(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigProblem]:
+    """`server`: the admin API is open without a token only on loopback."""
+    server = cfg.server
+    if not _is_loopback(server.host) and not env.get(server.admin_token_env):
+        return [
+            ConfigProblem(
+                "server.admin_token_env",
+                f"{server.admin_token_env} must be set when listening on {server.host} "
+                "(the admin API is only open without a token on loopback)",
+            )
+        ]
+    return []
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+SPEC_CHECKS: tuple[SpecCheck, ...] = (
+    check_routes,
+    check_judge,
+    check_analyzers,
+    check_rules,
+    check_server,
+)
+"""Run by the loader on the validated config, in this order."""

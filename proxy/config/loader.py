@@ -1,0 +1,163 @@
+"""Loading a configuration: YAML in, frozen specs out, or every problem named by its key path.
+
+Loading runs in passes, each collecting problems instead of stopping at the first:
+
+1. parse the YAML (duplicate keys are an error, not a silent overwrite; a document that expands
+   past `MAX_NODES` nodes, an alias bomb, is refused);
+2. check the raw document's references and key variables (`checks.DOCUMENT_CHECKS`), before
+   validation, so that every undefined name is reported even when a section is invalid;
+3. interpolate `${VAR}` / `${VAR:-default}` in every string, naming the key of a missing variable;
+4. validate into the frozen specs of `specs.py`, then run one check per config section
+   (`checks.SPEC_CHECKS`).
+
+`load_config` and `parse_config` raise `ConfigError` carrying every `ConfigProblem`; nothing
+half-loads.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from .checks import DOCUMENT_CHECKS, SPEC_CHECKS
+from .errors import ConfigError, ConfigProblem
+from .specs import MirrorgateConfig
+
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+"""A configuration file larger than this is refused before it is read."""
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
+
+
+MAX_NODES = 200_000
+"""A document that would expand past this many YAML nodes (an alias bomb) is refused."""
+
+
+def _scan(node: yaml.Node, problems: list[ConfigProblem]) -> int:
+    """Report duplicate keys by path; return how many nodes the document expands to."""
+    sizes: dict[int, int] = {}
+
+    def walk(node: yaml.Node, path: tuple[str | int, ...]) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known  # an alias: counted again, but scanned once
+        size = 1
+        if isinstance(node, yaml.MappingNode):
+            seen: set[str] = set()
+            for key_node, value_node in node.value:
+                key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
+                if key in seen:
+                    problems.append(
+                        ConfigProblem(
+                            _join(path),
+                            f"duplicate key '{key}' (line {key_node.start_mark.line + 1})",
+                        )
+                    )
+                seen.add(key)
+                size += walk(value_node, (*path, key))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                size += walk(item, (*path, i))
+        sizes[id(node)] = size
+        return size
+
+    return walk(node, ())
+
+
+def _join(path: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _interpolate(
+    node: Any, env: Mapping[str, str], path: tuple[str | int, ...], problems: list[ConfigProblem]
+) -> Any:
+    if isinstance(node, dict):
+        return {k: _interpolate(v, env, (*path, str(k)), problems) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_interpolate(v, env, (*path, i), problems) for i, v in enumerate(node)]
+    if isinstance(node, str) and "${" in node:
+
+        def replace(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            problems.append(ConfigProblem(_join(path), f"environment variable {name} is not set"))
+            return ""
+
+        return _ENV_REF.sub(replace, node)
+    return node
+
+
+def parse_config(text: str, env: Mapping[str, str] | None = None) -> MirrorgateConfig:
+    """Validate configuration text; raise `ConfigError` naming every problem."""
+    env = os.environ if env is None else env
+    problems: list[ConfigProblem] = []
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None and _scan(node, problems) > MAX_NODES:
+            raise ConfigError(
+                [ConfigProblem("", f"the document expands to more than {MAX_NODES} nodes")]
+            )
+        raw = loader.construct_document(node) if node is not None else {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigError(
+            [ConfigProblem("", f"not valid YAML: {where}{getattr(exc, 'problem', exc)}")]
+        ) from exc
+    except RecursionError as exc:
+        raise ConfigError([ConfigProblem("", "the document is nested too deeply")]) from exc
+    finally:
+        loader.dispose()
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError([ConfigProblem("", "the configuration must be a mapping of sections")])
+    for document_check in DOCUMENT_CHECKS:
+        problems += document_check(raw, env)
+    raw = _interpolate(raw, env, (), problems)
+    try:
+        cfg = MirrorgateConfig.model_validate(raw)
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = tuple(str(p) if not isinstance(p, int) else p for p in err["loc"])
+            message = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                message = "unknown key"
+            elif err["type"] == "missing":
+                message = "required key is missing"
+            problems.append(ConfigProblem(_join(loc), message))
+        raise ConfigError(problems) from exc
+    for spec_check in SPEC_CHECKS:
+        problems += spec_check(cfg, env)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> MirrorgateConfig:
+    """Read and validate a configuration file; raise `ConfigError` naming every problem."""
+    file = Path(path)
+    try:
+        size = file.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError([ConfigProblem("", f"{file}: larger than {MAX_CONFIG_BYTES} bytes")])
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError([ConfigProblem("", f"{file}: no such file")]) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError([ConfigProblem("", f"{file}: not UTF-8 text")]) from exc
+    except OSError as exc:
+        raise ConfigError([ConfigProblem("", f"{file}: cannot read ({exc.strerror})")]) from exc
+    return parse_config(text, env)

@@ -1,0 +1,97 @@
+"""The cross-checks, one per config section, and the order the loader runs them in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from proxy.config import MirrorgateConfig, parse_config
+from proxy.config.checks import DOCUMENT_CHECKS, SPEC_CHECKS, check_model_keys, check_server
+
+from .documents import problems
+
+
+def test_cross_references_are_checked() -> None:
+    text = """
+models:
+  prod: {provider: openai, base_url: "http://h/v1", model: m}
+  claude: {provider: anthropic, base_url: "http://h", model: c}
+routes:
+  r1: {primary: nope, fallback: claude, shadows: [{model: ghost}, {model: prod}, {model: prod}]}
+  r2: {primary: prod, fallback: claude, canary: {model: prod}}
+rules:
+  p: {routes: [r9]}
+"""
+    found = problems(text)
+    assert "routes.r1.primary: model 'nope' is not defined under models" in found
+    assert "routes.r1.shadows[0].model: model 'ghost' is not defined under models" in found
+    assert "routes.r1.shadows[2].model: 'prod' is shadowed twice" in found
+    assert "routes.r2.canary.model: the canary cannot be the primary itself" in found
+    assert any(p.startswith("routes.r2.fallback: the fallback must speak") for p in found)
+    assert "rules.p.routes[0]: route 'r9' is not defined" in found
+
+
+def test_non_loopback_listener_requires_an_admin_token() -> None:
+    text = """
+server: {host: 0.0.0.0}
+models: {prod: {provider: openai, base_url: "http://h/v1", model: m}}
+routes: {r: {primary: prod}}
+"""
+    assert any(p.startswith("server.admin_token_env:") for p in problems(text, {}))
+    assert parse_config(text, {"MIRRORGATE_ADMIN_TOKEN": "t"}).server.host == "0.0.0.0"
+
+
+MODEL = {"provider": "openai", "base_url": "http://h/v1", "model": "m"}
+CLAUDE = {"provider": "anthropic", "base_url": "http://h", "model": "c"}
+# Valid section by section, wrong across sections: one problem for each spec check.
+EVERY_SECTION_WRONG: dict[str, Any] = {
+    "server": {"host": "0.0.0.0"},
+    "models": {"prod": MODEL, "claude": CLAUDE},
+    "routes": {"bot": {"primary": "prod", "fallback": "claude"}},
+    "rules": {"a": {"routes": ["bot"]}, "b": {"routes": ["bot"]}},
+    "judge": {"model": "ghost"},
+    "analyzers": ["no-such-analyzer"],
+}
+
+
+def test_each_section_check_reports_its_own_section() -> None:
+    cfg = MirrorgateConfig.model_validate(EVERY_SECTION_WRONG)
+    found = {check.__name__: [p.path for p in check(cfg, {})] for check in SPEC_CHECKS}
+    assert found == {
+        "check_routes": ["routes.bot.fallback"],
+        "check_judge": ["judge.model"],
+        "check_analyzers": ["analyzers[0]"],
+        "check_rules": ["rules.b.routes[0]"],
+        "check_server": ["server.admin_token_env"],
+    }
+    assert check_server(cfg, {"MIRRORGATE_ADMIN_TOKEN": "t"}) == []
+
+
+def test_the_loader_runs_the_section_checks_in_their_order() -> None:
+    found = problems(yaml.safe_dump(EVERY_SECTION_WRONG), env={})
+    assert [p.split(":")[0] for p in found] == [
+        "routes.bot.fallback",
+        "judge.model",
+        "analyzers[0]",
+        "rules.b.routes[0]",
+        "server.admin_token_env",
+    ]
+
+
+def test_document_checks_find_every_reference_before_validation() -> None:
+    raw = {
+        "models": {"prod": {**MODEL, "api_key_env": "UNSET_KEY"}, "broken": "not a mapping"},
+        "routes": {
+            "bot": {"primary": "ghost", "shadows": [{"model": "prod"}, "junk"], "canary": 3},
+            "odd": ["not", "a", "mapping"],
+        },
+        "rules": {"p": {"routes": ["bot", "nowhere", 7]}, "q": None},
+    }
+    found = {check.__name__: [str(p) for p in check(raw, {})] for check in DOCUMENT_CHECKS}
+    assert found == {
+        "check_model_keys": ["models.prod.api_key_env: environment variable UNSET_KEY is not set"],
+        "check_route_references": ["routes.bot.primary: model 'ghost' is not defined under models"],
+        "check_rule_references": ["rules.p.routes[1]: route 'nowhere' is not defined"],
+    }
+    assert check_model_keys(raw, {"UNSET_KEY": "k"}) == []

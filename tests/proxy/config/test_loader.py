@@ -1,0 +1,90 @@
+"""Loading: every problem named by its key path, hostile documents refused, nothing half-loaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.config import ConfigError, load_config
+
+from .documents import GOOD, problems
+
+
+def test_every_problem_is_named_by_key_path() -> None:
+    text = """
+models:
+  prod: {provider: openai, base_url: "http://h/v1", model: m, colour: red}
+  bad: {provider: cohere, base_url: "ftp://h", model: m, timeout_s: soon}
+routes:
+  r1: {primary: nope, fallback: prod, shadows: [{model: ghost, sample: 2}]}
+rules:
+  p: {routes: [r1, r9], checks: [{name: c, type: regex, pattern: "("}]}
+"""
+    found = problems(text)
+    joined = "\n".join(found)
+    for expected in (
+        "models.prod.colour: unknown key",
+        "models.bad.provider",
+        "models.bad.base_url",
+        "models.bad.timeout_s",
+        "routes.r1.shadows[0].sample",
+        "rules.p.checks[0]",
+    ):
+        assert expected in joined, (expected, found)
+
+
+def test_missing_environment_variables_are_named() -> None:
+    found = problems(GOOD, env={})
+    assert "models.cand.model: environment variable CAND_MODEL is not set" in found
+    assert "models.prod.api_key_env: environment variable OPENAI_API_KEY is not set" in found
+
+
+def test_duplicate_keys_are_errors_not_overwrites() -> None:
+    text = """
+models:
+  prod: {provider: openai, base_url: "http://h/v1", model: m}
+routes:
+  r1: {primary: prod}
+  r1: {primary: prod}
+"""
+    assert problems(text) == ["routes: duplicate key 'r1' (line 6)"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "models: required key is missing"),
+        ("- a\n- b\n", "<root>: the configuration must be a mapping of sections"),
+        ("models: {a: [unclosed\n", "not valid YAML"),
+        ("models: !!python/object:os.system {}\n", "not valid YAML"),
+        ("models: {}\nroutes: {}\n", "models: "),
+        ("models:\n  'bad name!': {provider: openai, base_url: 'http://h/v1', model: m}\n"
+         "routes: {r: {primary: 'bad name!'}}\n", "models.bad name!"),
+    ],
+)  # fmt: skip
+def test_hostile_and_malformed_documents(text: str, message: str) -> None:
+    assert any(message in p for p in problems(text)), problems(text)
+
+
+def test_billion_laughs_and_huge_files_are_refused(tmp_path: Path) -> None:
+    laughs = "a: &a ['x','x','x','x','x','x','x','x','x']\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},"
+        f"*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)}]\n"
+        for i in range(8)
+    )
+    found = problems(laughs)
+    assert found == ["<root>: the document expands to more than 200000 nodes"]
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"#" * (5 * 1024 * 1024))
+    with pytest.raises(ConfigError, match="larger than"):
+        load_config(big)
+
+
+def test_file_errors_are_clear(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such file"):
+        load_config(tmp_path / "missing.yaml")
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(binary)
