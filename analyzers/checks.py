@@ -5,7 +5,7 @@
     check.run(Answer('{"max_weight": 100}'))
     # CheckResult(name='max-weight', result='fail', reason='$.max_weight is 100, expected 150')
 
-The config fields are DESIGN §4's: `name` and `type` always; `pattern` (regex, not_regex);
+The config fields (docs/checks.md): `name` and `type` always; `pattern` (regex, not_regex);
 `path` with one or more of `equals`, `in`, `min`, `max`, `regex` (json_path; all given must
 hold); `schema` (json_schema); `value` (contains, not_contains); `max` (max_chars); `phrases`
 (refusal, optional); `tool` and optional `arguments_schema` (tool_call). A field whose value is
@@ -180,7 +180,7 @@ _BUILDERS: dict[str, tuple[tuple[str, ...], _Builder]] = {
 }
 
 CHECK_TYPES: tuple[str, ...] = tuple(_BUILDERS)
-"""Every check type `compile_check` knows (DESIGN §4)."""
+"""Every check type `compile_check` knows (docs/checks.md has one section each)."""
 
 _KNOWN = frozenset({*_ALWAYS, *(f for fields, _ in _BUILDERS.values() for f in fields)})
 

@@ -13,7 +13,7 @@ agreement verdicts are not exercised here.
 
 Windows: the rollout-level call (error rate, latency, cost) sees the last 60 s of both arms;
 the rule check is judged in its own call on its rule epoch (counts since the epoch started,
-its own look count), as DESIGN §7 asks.
+its own look count), as docs/rollouts.md describes the judge.
 
 The defaults keep the run under 2 minutes on 2 cores (about 100 s): 200 runs of (a), 50 of (b)
 and 50 A/A rollouts. The 1,000 A/A rollouts of the target take `--aa-runs 1000` (about 14 min).

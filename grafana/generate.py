@@ -6,8 +6,8 @@
 The JSON is Grafana's classic dashboard model (schemaVersion 39: Grafana 10 and later). Every panel
 queries the data source chosen in the `datasource` variable and filters on the `route` and `target`
 variables; every rate uses `$__rate_interval`, totals over the time picker use `$__range`. Metric
-names and labels are DESIGN §6. Output is deterministic, so the checked-in files can be proved
-current by regenerating them.
+names and labels are listed in docs/reference.md. Output is deterministic, so the checked-in
+files can be proved current by regenerating them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The `mirrorgate` command (DESIGN §3).
+"""The `mirrorgate` command (every subcommand: docs/reference.md).
 
 Exit codes: 0 success, 1 a problem the user can fix (named on stderr), 2 usage error.
 """

@@ -1,4 +1,5 @@
-"""`mirrorgate rollout`: drive a gateway's rollouts through its admin API (DESIGN §3, §5).
+"""`mirrorgate rollout`: drive a gateway's rollouts through its admin API
+(docs/rollouts.md).
 
     mirrorgate rollout status [ROUTE]                                   every route, or one
     mirrorgate rollout start|pause|resume|promote|abort|rollback ROUTE  one operator action

@@ -1,6 +1,6 @@
 """The rollout state machine of one route (pure: a state and an action in, the next state out).
 
-Phases (DESIGN §7), per route::
+Phases (docs/rollouts.md), per route::
 
     pending ──start──► progressing(step k) ──advance──► … ──advance (last step)──► promoted
                           │        ▲

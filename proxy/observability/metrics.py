@@ -1,4 +1,5 @@
-"""Prometheus metrics (DESIGN §6, a contract: names and labels are what dashboards query).
+"""Prometheus metrics (a contract, listed in docs/reference.md: names and labels are what
+dashboards and alert rules query).
 
 Every family is registered on the registry passed in. Label values come from config names and fixed
 vocabularies only, never from client strings, so cardinality is bounded by the config.
