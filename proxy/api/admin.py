@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -18,7 +17,7 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from proxy.core import AuthError, ForbiddenError, GatewayError, PayloadTooLarge, error_body
+from proxy.core import AuthError, ForbiddenError, GatewayError, PayloadTooLarge, as_utc, error_body
 from proxy.gateway import RouteTable, RuleTracker
 from proxy.store import Store
 
@@ -135,14 +134,6 @@ def _version_counts(store: Store) -> dict[tuple[str, str], tuple[int, Any, Any]]
     with store.engine.connect() as conn:
         rows: list[tuple[Any, ...]] = [tuple(row) for row in conn.execute(statement)]
     return {
-        (str(rule), str(version)): (int(count), _aware(first), _aware(last))
+        (str(rule), str(version)): (int(count), as_utc(first), as_utc(last))
         for rule, version, count, first, last in rows
     }
-
-
-def _aware(moment: Any) -> Any:
-    if isinstance(moment, str):  # SQLite returns aggregates of datetimes as text
-        moment = datetime.fromisoformat(moment)
-    if isinstance(moment, datetime) and moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment

@@ -29,7 +29,7 @@ from sqlalchemy.engine import Engine
 
 from analyzers.rule_version import extract_system_prompt, fingerprint, system_prompt_diff
 from proxy.config import MirrorgateConfig, RuleSpec
-from proxy.core import TaskSet
+from proxy.core import TaskSet, as_utc
 from proxy.observability import GatewayMetrics
 
 log = logging.getLogger("mirrorgate.rules")
@@ -218,7 +218,7 @@ class RuleTracker:
                 rule=r["rule"],
                 version=r["version"],
                 previous_version=r["previous_version"],
-                first_seen_at=r["first_seen_at"].replace(tzinfo=r["first_seen_at"].tzinfo or UTC),
+                first_seen_at=as_utc(r["first_seen_at"]),
                 request_id=r["request_id"],
                 route=r["route"],
                 prompt_diff=r["prompt_diff"],

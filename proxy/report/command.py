@@ -29,7 +29,7 @@ from sqlalchemy.engine import make_url
 
 from analyzers.summary import ArmSummary
 from proxy.config import ConfigError, MirrorgateConfig, load_config
-from proxy.core import CheckRecord, ExchangeRecord, FeedbackRecord, PairRecord, Status
+from proxy.core import CheckRecord, ExchangeRecord, FeedbackRecord, PairRecord, Status, as_utc
 from proxy.core import parse_since as _parse_since
 from proxy.store import FeedbackStore, Store, StoreError, current_version, head_version
 
@@ -231,16 +231,11 @@ def _rule_changes(store: Store) -> list[RuleChange]:
             rule=str(rule),
             version=str(version),
             previous_version=None if previous is None else str(previous),
-            first_seen_at=_aware(first_seen_at),
+            first_seen_at=as_utc(first_seen_at),
             route=str(route),
         )
         for rule, version, previous, first_seen_at, route in rows
     ]
-
-
-def _aware(moment: datetime) -> datetime:
-    """SQLite gives naive datetimes back; the store writes UTC."""
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
 def _read(args: argparse.Namespace, cfg: MirrorgateConfig, now: datetime) -> Report:

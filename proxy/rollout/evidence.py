@@ -18,9 +18,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from analyzers.verdicts import ArmWindow, Tally
-from proxy.core import Arm, Status
+from proxy.core import Arm, Status, as_utc
 from proxy.gateway import rule_events_table
-from proxy.store import aware, checks_table, exchanges_table, feedback_table, pairs_table
+from proxy.store import checks_table, exchanges_table, feedback_table, pairs_table
 
 _exchanges = exchanges_table
 _checks = checks_table
@@ -122,7 +122,7 @@ def current_epoch(engine: Engine, rule: str) -> Epoch | None:
         row = conn.execute(query).first()
     if row is None:
         return None
-    started = aware(row[1])
+    started = as_utc(row[1])
     assert started is not None
     return Epoch(rule, str(row[0]), started)
 
@@ -149,7 +149,7 @@ def active_epochs(engine: Engine, arms: Arms, rule: str, recent: datetime) -> li
         return [newest] if newest is not None else []
     epochs = []
     for version, earliest in sorted(active, key=lambda row: str(row[0])):
-        started = aware(firsts.get(str(version), earliest))
+        started = as_utc(firsts.get(str(version), earliest))
         assert started is not None
         epochs.append(Epoch(rule, str(version), started))
     return epochs

@@ -11,7 +11,7 @@ from .migrations import ADVISORY_LOCK_CLASS, current_version, head_version
 from .pairs import pairs_table
 from .recorder import Recorder
 from .redaction import apply_bodies_policy, redact
-from .rollouts import RolloutStore, aware
+from .rollouts import RolloutStore
 
 __all__ = [
     "ADVISORY_LOCK_CLASS",
@@ -22,7 +22,6 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "apply_bodies_policy",
-    "aware",
     "checks_table",
     "current_version",
     "exchanges_table",

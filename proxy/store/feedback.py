@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, SQLModel
 
-from proxy.core import Arm, FeedbackRecord
+from proxy.core import Arm, FeedbackRecord, as_utc
 
 
 class FeedbackRow(SQLModel, table=True):
@@ -51,7 +51,7 @@ class FeedbackStore:
             "route": record.route,
             "target": record.target,
             "arm": record.arm.value,
-            "created_at": record.created_at.astimezone(UTC),
+            "created_at": as_utc(record.created_at),
             "corrected": record.corrected,
             "correction": record.correction,
             "score": record.score,
@@ -84,7 +84,7 @@ class FeedbackStore:
                 route=r["route"],
                 target=r["target"],
                 arm=Arm(r["arm"]),
-                created_at=r["created_at"].replace(tzinfo=r["created_at"].tzinfo or UTC),
+                created_at=as_utc(r["created_at"]),
                 corrected=bool(r["corrected"]),
                 correction=r["correction"],
                 score=r["score"],

@@ -20,7 +20,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
 from analyzers.verdicts import MetricVerdict
-from proxy.core import Arm, Phase, RolloutState, Transition
+from proxy.core import Arm, Phase, RolloutState, Transition, as_utc
 
 _meta = sa.MetaData()
 rollouts = sa.Table(
@@ -92,16 +92,6 @@ alert_claims = sa.Table(
 )
 
 
-def aware(moment: Any) -> datetime | None:
-    """A timezone-aware datetime from what the driver returns (SQLite drops the zone)."""
-    if moment is None:
-        return None
-    if isinstance(moment, str):
-        moment = datetime.fromisoformat(moment)
-    assert isinstance(moment, datetime)
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
 def _to_state(row: Any) -> RolloutState:
     return RolloutState(
         route=row["route"],
@@ -117,9 +107,9 @@ def _to_state(row: Any) -> RolloutState:
         override_arm=Arm(row["override_arm"]),
         reason=row["reason"],
         actor=row["actor"],
-        changed_at=aware(row["changed_at"]),
-        started_at=aware(row["started_at"]),
-        step_started_at=aware(row["step_started_at"]),
+        changed_at=as_utc(row["changed_at"]),
+        started_at=as_utc(row["started_at"]),
+        step_started_at=as_utc(row["step_started_at"]),
     )
 
 
@@ -324,5 +314,5 @@ class RolloutStore:
 
 
 def _iso(moment: Any) -> str | None:
-    value = aware(moment)
+    value = as_utc(moment)
     return value.isoformat() if value else None
