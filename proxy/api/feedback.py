@@ -20,7 +20,6 @@ import orjson
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from sqlalchemy import exc as sa_exc
 
 from proxy.core import (
     Arm,
@@ -33,7 +32,7 @@ from proxy.core import (
     error_body,
 )
 from proxy.observability import GatewayMetrics
-from proxy.store import FeedbackStore, Store
+from proxy.store import FeedbackStore, Store, StoreUnavailableError
 
 from .admin import read_limited
 
@@ -162,7 +161,7 @@ class FeedbackService:
         for record, metric_kind in records:
             try:
                 new = await asyncio.to_thread(self.feedback.add, record)
-            except sa_exc.SQLAlchemyError as exc:
+            except StoreUnavailableError as exc:
                 raise StoreUnavailable("the store is unavailable; send the feedback again") from exc
             (recorded if new else duplicates).append(record.kind)
             if new and metric_kind is not None:

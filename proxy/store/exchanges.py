@@ -10,9 +10,8 @@ recorder. Two normalisations happen here so both backends hold the same thing: t
 UTC (a naive datetime is taken to be UTC already), and NUL characters in text are replaced by U+FFFD
 (PostgreSQL text cannot hold NUL).
 
-Errors (the whole tree: `migrations.py`): every failure leaves this module as a
-`StoreError`. `StoreUnavailableError` means the database could not be reached or was locked, and the
-same call may succeed later; `RecordRejectedError` means the database refused the data itself.
+Errors: every failure leaves this module as a `StoreError` (the tree: `proxy.store`), translated
+by `proxy.store.errors.translated`.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from typing import Any, Literal, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlmodel import Field, SQLModel
 
@@ -51,7 +49,14 @@ from .checks import (
     row_to_check,
     row_to_finding,
 )
-from .migrations import SQLITE_BEGIN_OPTION, SchemaVersionError, StoreError
+from .errors import (
+    RecordRejectedError,
+    SchemaVersionError,
+    StoreError,
+    StoreUnavailableError,
+    translated,
+)
+from .migrations import SQLITE_BEGIN_OPTION
 from .pairs import pair_to_row, pairs_table, row_to_pair
 from .rollouts import alert_claims as claims_table
 from .rollouts import verdicts as verdicts_table
@@ -67,14 +72,6 @@ __all__ = [
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _WAL_AUTOCHECKPOINT_PAGES = 10_000
 _WAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
-
-
-class StoreUnavailableError(StoreError):
-    """The database could not be reached, or was locked or full; retrying later may succeed."""
-
-
-class RecordRejectedError(StoreError):
-    """The database refused the records themselves (bad data); retrying them will not help."""
 
 
 class ExchangeRow(SQLModel, table=True):
@@ -175,10 +172,8 @@ class Store:
         Safe to call from several processes at once. Raises `SchemaVersionError` when the database
         is newer than the code.
         """
-        try:
+        with translated("migrating the schema"):
             return migrations.migrate(self._engine, schema=self._schema)
-        except sa_exc.SQLAlchemyError as exc:
-            raise _translate(exc, "migrating the schema") from exc
 
     def write_batch(
         self, records: Sequence[ExchangeRecord | PairRecord | CheckRecord | FindingRecord]
@@ -194,20 +189,15 @@ class Store:
             findings = [finding_to_row(r) for r in records if isinstance(r, FindingRecord)]
         except (TypeError, ValueError, AttributeError) as exc:
             raise RecordRejectedError(f"cannot store record: {exc}") from exc
-        try:
-            with self._engine.begin() as conn:
-                if rows:
-                    conn.execute(_insert_exchange, rows)
-                if pairs:
-                    conn.execute(_insert_pair, pairs)
-                if checks:
-                    conn.execute(_insert_check, checks)
-                if findings:
-                    conn.execute(sa.insert(findings_table), findings)
-        except sa_exc.SQLAlchemyError as exc:
-            raise _translate(exc, f"writing {len(rows)} records", rejected=True) from exc
-        except (UnicodeError, OverflowError) as exc:  # raised by the driver, not as DBAPI errors
-            raise RecordRejectedError(f"cannot store record: {exc}") from exc
+        with translated(f"writing {len(rows)} records", writing=True), self._engine.begin() as conn:
+            if rows:
+                conn.execute(_insert_exchange, rows)
+            if pairs:
+                conn.execute(_insert_pair, pairs)
+            if checks:
+                conn.execute(_insert_check, checks)
+            if findings:
+                conn.execute(sa.insert(findings_table), findings)
 
     def count(
         self,
@@ -231,11 +221,8 @@ class Store:
             until=until,
         )
         statement = sa.select(sa.func.count()).select_from(_exchanges).where(*where)
-        try:
-            with self._engine.connect() as conn:
-                return int(conn.execute(statement).scalar_one())
-        except sa_exc.SQLAlchemyError as exc:
-            raise _translate(exc, "counting records") from exc
+        with translated("counting records"), self._engine.connect() as conn:
+            return int(conn.execute(statement).scalar_one())
 
     def query(
         self,
@@ -267,11 +254,8 @@ class Store:
             else (_exchanges.c.started_at, _exchanges.c.id)
         )
         statement = sa.select(_exchanges).where(*where).order_by(*order).limit(limit)
-        try:
-            with self._engine.connect() as conn:
-                return [_to_record(row) for row in conn.execute(statement).mappings()]
-        except sa_exc.SQLAlchemyError as exc:
-            raise _translate(exc, "querying records") from exc
+        with translated("querying records"), self._engine.connect() as conn:
+            return [_to_record(row) for row in conn.execute(statement).mappings()]
 
     def query_pairs(
         self,
@@ -328,11 +312,8 @@ class Store:
         if since is not None:
             where.append(table.c.created_at >= _utc(since))
         statement = sa.select(table).where(*where).order_by(table.c.id).limit(limit)
-        try:
-            with self._engine.connect() as conn:
-                return [convert(row) for row in conn.execute(statement).mappings()]
-        except sa_exc.SQLAlchemyError as exc:
-            raise _translate(exc, action) from exc
+        with translated(action), self._engine.connect() as conn:
+            return [convert(row) for row in conn.execute(statement).mappings()]
 
     def delete_older_than(self, cutoff: datetime, *, limit: int | None = None) -> int:
         """Delete records that started before `cutoff`; return how many were deleted.
@@ -353,17 +334,14 @@ class Store:
         old_findings = sa.delete(findings_table).where(findings_table.c.created_at < _utc(cutoff))
         old_verdicts = sa.delete(verdicts_table).where(verdicts_table.c.created_at < _utc(cutoff))
         old_claims = sa.delete(claims_table).where(claims_table.c.created_at < _utc(cutoff))
-        try:
-            with self._engine.begin() as conn:
-                deleted = int(conn.execute(statement).rowcount)
-                conn.execute(old_pairs)
-                conn.execute(old_checks)
-                conn.execute(old_findings)
-                conn.execute(old_verdicts)
-                conn.execute(old_claims)  # Alertmanager stops redelivering long before
-                return deleted
-        except sa_exc.SQLAlchemyError as exc:
-            raise _translate(exc, "deleting old records") from exc
+        with translated("deleting old records"), self._engine.begin() as conn:
+            deleted = int(conn.execute(statement).rowcount)
+            conn.execute(old_pairs)
+            conn.execute(old_checks)
+            conn.execute(old_findings)
+            conn.execute(old_verdicts)
+            conn.execute(old_claims)  # Alertmanager stops redelivering long before
+            return deleted
 
     def ping(self, timeout_s: float = 2.0) -> bool:
         """True when the database answers `SELECT 1`. Never raises; meant for /readyz.
@@ -401,10 +379,8 @@ class Store:
 def _create_engine(
     url: str, schema: str | None, busy_timeout_ms: int, connect_timeout_s: float
 ) -> Engine:
-    try:
+    with translated(f"{url!r} is not a database URL"):
         parsed = make_url(url)
-    except sa_exc.ArgumentError as exc:
-        raise StoreError(f"{url!r} is not a database URL") from exc
     if parsed.get_backend_name() == "sqlite":
         if schema is not None:
             raise ValueError("schema= is only for PostgreSQL")
@@ -478,21 +454,6 @@ def _sqlite_connect_hook(busy_timeout_ms: int) -> Any:
 def _sqlite_begin(conn: Connection) -> None:
     mode = conn.get_execution_options().get(SQLITE_BEGIN_OPTION, "DEFERRED")
     conn.exec_driver_sql(f"BEGIN {'IMMEDIATE' if mode == 'IMMEDIATE' else 'DEFERRED'}")
-
-
-def _translate(exc: sa_exc.SQLAlchemyError, action: str, *, rejected: bool = False) -> StoreError:
-    """Map a SQLAlchemy error to the most specific `StoreError`."""
-    cause = getattr(exc, "orig", None) or exc
-    transient = isinstance(
-        exc, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError
-    ) or (isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated)
-    first_line = next(iter(str(cause).strip().splitlines()), "")
-    message = f"{action}: {type(cause).__name__}: {first_line}"
-    if transient:
-        return StoreUnavailableError(message)
-    if rejected:
-        return RecordRejectedError(message)
-    return StoreError(message)
 
 
 _utc = as_utc

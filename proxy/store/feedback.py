@@ -5,11 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 
 import sqlalchemy as sa
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, SQLModel
 
 from proxy.core import Arm, FeedbackRecord, as_utc
+
+from .errors import DuplicateRecordError, translated
 
 
 class FeedbackRow(SQLModel, table=True):
@@ -44,7 +45,7 @@ class FeedbackStore:
 
     def add(self, record: FeedbackRecord) -> bool:
         """Store `record`; False (and nothing changes) when this request already has feedback of
-        this kind. Raises SQLAlchemy errors for the caller to translate."""
+        this kind. Raises `StoreError`s (`StoreUnavailableError`: worth sending again)."""
         row = {
             "request_id": record.request_id,
             "kind": record.kind,
@@ -60,9 +61,9 @@ class FeedbackStore:
             "rule_version": record.rule_version,
         }
         try:
-            with self._engine.begin() as conn:
+            with translated("storing feedback", writing=True), self._engine.begin() as conn:
                 conn.execute(sa.insert(_table), [row])
-        except sa_exc.IntegrityError:
+        except DuplicateRecordError:
             return False
         return True
 
@@ -75,7 +76,7 @@ class FeedbackStore:
             statement = statement.where(_table.c.request_id == request_id)
         if route is not None:
             statement = statement.where(_table.c.route == route)
-        with self._engine.connect() as conn:
+        with translated("reading feedback"), self._engine.connect() as conn:
             rows = conn.execute(statement).mappings().all()
         return [
             FeedbackRecord(

@@ -46,7 +46,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from proxy.config import StoreSpec
 from proxy.core import StoredRecord
 
-from .exchanges import Store, StoreUnavailableError
+from .errors import StoreUnavailableError
+from .exchanges import Store
 from .redaction import apply_bodies_policy
 
 log = logging.getLogger(__name__)

@@ -16,11 +16,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
 from analyzers.verdicts import MetricVerdict
 from proxy.core import Arm, Phase, RolloutState, Transition, as_utc
+
+from .errors import DuplicateRecordError, translated
 
 _meta = sa.MetaData()
 rollouts = sa.Table(
@@ -135,14 +136,15 @@ def _to_row(state: RolloutState) -> dict[str, Any]:
 
 
 class RolloutStore:
-    """Blocking reads and writes of rollout state: call from a worker thread."""
+    """Blocking reads and writes of rollout state: call from a worker thread. Every method
+    raises `StoreError`s only (`StoreUnavailableError` while the database cannot be reached)."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
     def revisions(self) -> dict[str, int]:
         """Route → revision: the cheap query every replica polls to notice changes."""
-        with self._engine.connect() as conn:
+        with translated("reading rollout revisions"), self._engine.connect() as conn:
             rows: list[tuple[Any, ...]] = [
                 tuple(row) for row in conn.execute(sa.select(rollouts.c.route, rollouts.c.revision))
             ]
@@ -152,7 +154,7 @@ class RolloutStore:
         query = sa.select(rollouts)
         if routes is not None:
             query = query.where(rollouts.c.route.in_(list(routes)))
-        with self._engine.connect() as conn:
+        with translated("reading rollout state"), self._engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
         return {row["route"]: _to_state(row) for row in rows}
 
@@ -175,7 +177,7 @@ class RolloutStore:
             "created_at": after.changed_at or datetime.now(UTC),
         }
         try:
-            with self._engine.begin() as conn:
+            with translated("writing rollout state", writing=True), self._engine.begin() as conn:
                 if before.revision == 0:
                     conn.execute(sa.insert(rollouts), [_to_row(after)])
                 else:
@@ -188,7 +190,7 @@ class RolloutStore:
                     if done.rowcount != 1:
                         return False
                 conn.execute(sa.insert(rollout_events), [event])
-        except sa_exc.IntegrityError:
+        except DuplicateRecordError:  # the route's row or this revision's event: someone was first
             return False
         return True
 
@@ -200,7 +202,7 @@ class RolloutStore:
             .order_by(rollout_events.c.revision.desc())
             .limit(limit)
         )
-        with self._engine.connect() as conn:
+        with translated("reading rollout events"), self._engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
         return [
             {
@@ -249,7 +251,7 @@ class RolloutStore:
             }
             for scope, v in scoped
         ]
-        with self._engine.begin() as conn:
+        with translated("writing verdicts", writing=True), self._engine.begin() as conn:
             conn.execute(sa.insert(verdicts), rows)
 
     def recent_verdicts(self, route: str, limit: int = 100) -> list[dict[str, Any]]:
@@ -259,7 +261,7 @@ class RolloutStore:
             .order_by(verdicts.c.id.desc())
             .limit(limit)
         )
-        with self._engine.connect() as conn:
+        with translated("reading verdicts"), self._engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
         return [
             {
@@ -285,7 +287,7 @@ class RolloutStore:
     def claim_alert(self, fingerprint: str, starts_at: datetime, route: str) -> bool:
         """Record one firing of one Alertmanager alert as acted on; False if it already was."""
         try:
-            with self._engine.begin() as conn:
+            with translated("claiming an alert", writing=True), self._engine.begin() as conn:
                 conn.execute(
                     sa.insert(alert_claims),
                     [
@@ -297,7 +299,7 @@ class RolloutStore:
                         }
                     ],
                 )
-        except sa_exc.IntegrityError:
+        except DuplicateRecordError:
             return False
         return True
 
@@ -309,7 +311,7 @@ class RolloutStore:
             .where(alert_claims.c.fingerprint == fingerprint)
             .where(alert_claims.c.starts_at == starts_at)
         )
-        with self._engine.connect() as conn:
+        with translated("reading alert claims"), self._engine.connect() as conn:
             return bool(conn.execute(query).scalar())
 
 
