@@ -13,13 +13,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from proxy.core import AuthError, ForbiddenError, GatewayError, PayloadTooLarge, as_utc, error_body
-from proxy.gateway import RouteTable, RuleTracker
-from proxy.store import Store
+from proxy.core import AuthError, ForbiddenError, GatewayError, PayloadTooLarge, error_body
+from proxy.gateway import RouteTable
+from proxy.store import RuleEventStore
 
 
 class AdminAuth:
@@ -61,7 +60,7 @@ def gateway_error_response(exc: GatewayError) -> JSONResponse:
 
 
 def build_admin_router(
-    auth: AdminAuth, routes: RouteTable, tracker: RuleTracker, store: Store
+    auth: AdminAuth, routes: RouteTable, rule_events: RuleEventStore
 ) -> APIRouter:
     router = APIRouter(prefix="/admin", dependencies=[Depends(auth)])
 
@@ -91,12 +90,12 @@ def build_admin_router(
 
     @router.get("/rules")
     async def list_rules() -> dict[str, Any]:
-        events, counts = await asyncio.gather(
-            asyncio.to_thread(tracker.events), asyncio.to_thread(_version_counts, store)
+        events, traffic = await asyncio.gather(
+            asyncio.to_thread(rule_events.events), asyncio.to_thread(rule_events.traffic)
         )
         versions = []
         for event in events:
-            count, first, last = counts.get((event.rule, event.version), (0, None, None))
+            seen = traffic.get((event.rule, event.version))
             versions.append(
                 {
                     "rule": event.rule,
@@ -106,34 +105,11 @@ def build_admin_router(
                     "first_request_id": event.request_id,
                     "route": event.route,
                     "prompt_diff": event.prompt_diff,
-                    "exchanges": count,
-                    "first_seen": first.isoformat() if first else None,
-                    "last_seen": last.isoformat() if last else None,
+                    "exchanges": seen.exchanges if seen else 0,
+                    "first_seen": seen.first_seen.isoformat() if seen else None,
+                    "last_seen": seen.last_seen.isoformat() if seen else None,
                 }
             )
         return {"rule_versions": versions}
 
     return router
-
-
-def _version_counts(store: Store) -> dict[tuple[str, str], tuple[int, Any, Any]]:
-    table = sa.table(
-        "exchanges", sa.column("rule"), sa.column("rule_version"), sa.column("started_at")
-    )
-    statement = (
-        sa.select(
-            table.c.rule,
-            table.c.rule_version,
-            sa.func.count(),
-            sa.func.min(table.c.started_at),
-            sa.func.max(table.c.started_at),
-        )
-        .where(table.c.rule.is_not(None))
-        .group_by(table.c.rule, table.c.rule_version)
-    )
-    with store.engine.connect() as conn:
-        rows: list[tuple[Any, ...]] = [tuple(row) for row in conn.execute(statement)]
-    return {
-        (str(rule), str(version)): (int(count), as_utc(first), as_utc(last))
-        for rule, version, count, first, last in rows
-    }

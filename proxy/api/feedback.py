@@ -104,9 +104,15 @@ class RecentExchanges:
 class FeedbackService:
     """Validates, joins, stores and counts feedback."""
 
-    def __init__(self, store: Store, recent: RecentExchanges, metrics: GatewayMetrics) -> None:
-        self.store = store
-        self.feedback = FeedbackStore(store.engine)
+    def __init__(
+        self,
+        exchanges: Store,
+        feedback: FeedbackStore,
+        recent: RecentExchanges,
+        metrics: GatewayMetrics,
+    ) -> None:
+        self.exchanges = exchanges
+        self.feedback = feedback
         self.recent = recent
         self.metrics = metrics
 
@@ -172,7 +178,7 @@ class FeedbackService:
 
     async def _lookup(self, request_id: str) -> ServedAnswer | None:
         try:
-            found = await asyncio.to_thread(self.store.query, request_id=request_id, limit=20)
+            found = await asyncio.to_thread(self.exchanges.query, request_id=request_id, limit=20)
         except Exception as exc:
             raise StoreUnavailable("the store is unavailable; send the feedback again") from exc
         serving = [r for r in found if r.arm in _SERVING_ARMS and r.http_status]

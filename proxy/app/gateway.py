@@ -48,7 +48,15 @@ from proxy.gateway import (
 from proxy.mirror import AnalysisWorker, CompiledRules, Judge, ShadowDispatcher
 from proxy.observability import ExchangeTracer, GatewayMetrics, build_tracer_provider
 from proxy.rollout import RolloutController, RolloutManager
-from proxy.store import Recorder, RolloutStore, Store
+from proxy.store import (
+    FeedbackStore,
+    JudgeWindows,
+    Leadership,
+    Recorder,
+    RolloutStore,
+    RuleEventStore,
+    Store,
+)
 from proxy.upstream import ModelCaller, UpstreamClient, shared_ssl_context
 
 log = logging.getLogger("mirrorgate")
@@ -122,8 +130,9 @@ class Gateway:
                 shed_busy=config.server.shadow_shed_busy_percent / 100,
                 cpu_clock=cpu_clock,
             )
+        self.rule_events = RuleEventStore(self.store)
         self.rule_tracker = RuleTracker(
-            self.store.engine, keep_prompts=config.store.bodies != "none", metrics=self.metrics
+            self.rule_events, keep_prompts=config.store.bodies != "none", metrics=self.metrics
         )
         # The client path's observers, in the order they hear each hook.
         observers: list[ExchangeObserver] = [
@@ -139,7 +148,9 @@ class Gateway:
             observers=observers,
             rule_tracker=self.rule_tracker,
         )
-        self.feedback = FeedbackService(self.store, self.recent, self.metrics)
+        self.feedback = FeedbackService(
+            self.store, FeedbackStore(self.store), self.recent, self.metrics
+        )
         self.alert_client: httpx.AsyncClient | None = None
         self.alerts: AlertDispatcher | None = None
         if config.alerts.sinks:
@@ -154,9 +165,15 @@ class Gateway:
                 dedupe_window_s=config.alerts.dedupe_window_s,
             )
         self.rollouts = RolloutManager(
-            config, RolloutStore(self.store.engine), self.routes, self.metrics, alerts=self.alerts
+            config, RolloutStore(self.store), self.routes, self.metrics, alerts=self.alerts
         )
-        self.controller = RolloutController(config, self.rollouts, self.store.engine, self.metrics)
+        self.controller = RolloutController(
+            config,
+            self.rollouts,
+            JudgeWindows(self.store),
+            Leadership(self.store),
+            self.metrics,
+        )
         self.background = TaskSet("gateway")
         self.api = self._build_api()
         self.ready = False
@@ -255,8 +272,7 @@ class Gateway:
             build_admin_router(
                 AdminAuth(self.config.server.admin_token_env, self.env),
                 self.routes,
-                self.rule_tracker,
-                self.store,
+                self.rule_events,
             )
         )
         api.include_router(

@@ -8,7 +8,7 @@ from .asgi import Receive, Scope, Send
 from .exchange import ProxyHandler
 from .hooks import ExchangeObserver, FinishedExchange
 from .routing import RoutePlan, RouteState, RouteTable
-from .rules import RuleTracker, rule_events_table
+from .rules import RuleTracker
 
 __all__ = [
     "ExchangeObserver",
@@ -21,5 +21,4 @@ __all__ = [
     "RuleTracker",
     "Scope",
     "Send",
-    "rule_events_table",
 ]

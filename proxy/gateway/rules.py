@@ -23,35 +23,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import Engine
-
 from analyzers.rule_version import extract_system_prompt, fingerprint, system_prompt_diff
 from proxy.config import MirrorgateConfig, RuleSpec
-from proxy.core import TaskSet, as_utc
+from proxy.core import TaskSet
 from proxy.observability import GatewayMetrics
+from proxy.store import RuleEvent, RuleEventStore, StoreUnavailableError
 
 log = logging.getLogger("mirrorgate.rules")
 _HEADER_VERSION = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _RETRY_INITIAL_S = 0.05
 _RETRY_MAX_S = 5.0
-_UNREACHABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
-"""What a write raises while the database cannot be reached (retrying later may succeed)."""
-
-_events = sa.Table(
-    "rule_events",
-    sa.MetaData(),
-    sa.Column("id", sa.Integer, primary_key=True),
-    sa.Column("rule", sa.String()),
-    sa.Column("version", sa.String()),
-    sa.Column("previous_version", sa.String()),
-    sa.Column("first_seen_at", sa.DateTime(timezone=True)),
-    sa.Column("request_id", sa.String()),
-    sa.Column("route", sa.String()),
-    sa.Column("prompt_diff", sa.Text()),
-)
-rule_events_table = _events
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,24 +96,11 @@ class RuleResolver:
         return RuleMatch(binding.name, f"fp-{fingerprint(prompt)}", prompt)
 
 
-@dataclass(frozen=True, slots=True)
-class RuleEvent:
-    """The first exchange of a rule version."""
-
-    rule: str
-    version: str
-    previous_version: str | None
-    first_seen_at: datetime
-    request_id: str
-    route: str
-    prompt_diff: str | None
-
-
 class RuleTracker:
     """Remembers the versions seen per rule and persists each new one as a rule-change event."""
 
-    def __init__(self, engine: Engine, keep_prompts: bool, metrics: GatewayMetrics) -> None:
-        self._engine = engine
+    def __init__(self, events: RuleEventStore, keep_prompts: bool, metrics: GatewayMetrics) -> None:
+        self._events = events
         self._metrics = metrics
         self._keep_prompts = keep_prompts
         self._known: set[tuple[str, str]] = set()
@@ -142,11 +110,9 @@ class RuleTracker:
 
     def load(self) -> None:
         """Read the versions already known (at start, on a worker thread)."""
-        with self._engine.connect() as conn:
-            rows = conn.execute(sa.select(_events).order_by(_events.c.id)).mappings().all()
-        for row in rows:
-            self._known.add((row["rule"], row["version"]))
-            self._latest[row["rule"]] = (row["version"], "")
+        for event in self._events.events():
+            self._known.add((event.rule, event.version))
+            self._latest[event.rule] = (event.version, "")
 
     def observe(self, match: RuleMatch, route: str, request_id: str) -> RuleEvent | None:
         """Note one request's version; return (and start persisting) the event if it is new."""
@@ -181,7 +147,7 @@ class RuleTracker:
         while True:
             try:
                 await asyncio.to_thread(self._persist, event)
-            except _UNREACHABLE as exc:
+            except StoreUnavailableError as exc:
                 if delay == _RETRY_INITIAL_S:
                     log.warning(
                         "rule change %s %s not stored yet (the store is unreachable), retrying: %s",
@@ -195,33 +161,4 @@ class RuleTracker:
                 return
 
     def _persist(self, event: RuleEvent) -> None:
-        row = {
-            "rule": event.rule,
-            "version": event.version,
-            "previous_version": event.previous_version,
-            "first_seen_at": event.first_seen_at,
-            "request_id": event.request_id,
-            "route": event.route,
-            "prompt_diff": event.prompt_diff,
-        }
-        try:
-            with self._engine.begin() as conn:
-                conn.execute(sa.insert(_events), [row])
-        except sa_exc.IntegrityError:
-            pass  # another replica recorded this version first
-
-    def events(self) -> list[RuleEvent]:
-        with self._engine.connect() as conn:
-            rows = conn.execute(sa.select(_events).order_by(_events.c.id)).mappings().all()
-        return [
-            RuleEvent(
-                rule=r["rule"],
-                version=r["version"],
-                previous_version=r["previous_version"],
-                first_seen_at=as_utc(r["first_seen_at"]),
-                request_id=r["request_id"],
-                route=r["route"],
-                prompt_diff=r["prompt_diff"],
-            )
-            for r in rows
-        ]
+        self._events.add(event)  # False: another replica recorded this version first

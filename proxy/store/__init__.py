@@ -1,14 +1,17 @@
 """Every table and every query: the engine, migrations, the recorder (batched, bounded, off the
-event loop), redaction, and one query object per domain (exchanges, pairs, checks, feedback,
-rule events, rollouts). The only package that imports sqlalchemy or sqlmodel. Imports
-`proxy.core` and `proxy.config`.
+event loop), redaction, and one query object per domain — `Store` (exchanges, pairs, checks),
+`FeedbackStore`, `RuleEventStore`, `RolloutStore`, `JudgeWindows` (the rollout judge's reads) and
+`Leadership` (the decider's advisory lock). The only package that imports sqlalchemy or sqlmodel:
+the rest of mirrorgate asks these objects, built from one `Store` by the wiring, and never holds an
+engine or a connection. Imports `proxy.core` and `proxy.config`.
 
 Every failure leaves the store as one of its own errors, translated from the database's in one
 place (`errors.translated`) and chained to the original:
 
     StoreError                    the store cannot do what was asked (a bug, or a database it
     │                             does not understand: not worth retrying as is)
-    ├── SchemaVersionError        the database is newer than this code (or the migrations are bad)
+    ├── SchemaVersionError        the schema is newer than this code (or older, for a reader
+    │                             that never migrates; or the migration list is bad)
     ├── StoreUnavailableError     transient: cannot connect, locked, timed out — the same call
     │                             may succeed later
     └── RecordRejectedError       the database refused the data itself: retrying will not help
@@ -28,29 +31,38 @@ from .errors import (
 )
 from .exchanges import Store, exchanges_table
 from .feedback import FeedbackStore, feedback_table
-from .migrations import ADVISORY_LOCK_CLASS, current_version, head_version
+from .judge_windows import ArmExchange, Arms, CheckCount, Epoch, JudgeWindows, PairCount
+from .leadership import Leadership
 from .pairs import pairs_table
 from .recorder import Recorder
 from .redaction import apply_bodies_policy, redact
 from .rollouts import RolloutStore
+from .rule_events import RuleEvent, RuleEventStore, VersionTraffic
 
 __all__ = [
-    "ADVISORY_LOCK_CLASS",
+    "ArmExchange",
+    "Arms",
+    "CheckCount",
     "DuplicateRecordError",
+    "Epoch",
     "FeedbackStore",
+    "JudgeWindows",
+    "Leadership",
+    "PairCount",
     "RecordRejectedError",
     "Recorder",
     "RolloutStore",
+    "RuleEvent",
+    "RuleEventStore",
     "SchemaVersionError",
     "Store",
     "StoreError",
     "StoreUnavailableError",
+    "VersionTraffic",
     "apply_bodies_policy",
     "checks_table",
-    "current_version",
     "exchanges_table",
     "feedback_table",
-    "head_version",
     "pairs_table",
     "redact",
 ]

@@ -19,7 +19,8 @@ class StoreError(Exception):
 
 
 class SchemaVersionError(StoreError):
-    """The database's schema version is newer than the newest migration this code knows."""
+    """The database's schema is not one this code can use: newer than the newest migration it
+    knows, or (for a tool that never migrates) older than the version it reads."""
 
 
 class StoreUnavailableError(StoreError):

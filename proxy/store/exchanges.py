@@ -156,15 +156,55 @@ class Store:
     ) -> None:
         self._schema = schema
         self._engine = _create_engine(url, schema, busy_timeout_ms, connect_timeout_s)
+        self.display_url = make_url(url).render_as_string(hide_password=True)
+        """`url` with any password hidden, for messages and reports."""
+
+    @classmethod
+    def existing(cls, url: str) -> Store:
+        """The store at `url` if it already exists with the schema this code reads; never
+        created or migrated, so a read-only tool (the report) is safe against production.
+
+        Raises `StoreError` when a SQLite file does not exist, `SchemaVersionError` when the
+        schema is older than this code reads (start the gateway once to migrate it) and any
+        other `StoreError` of opening it.
+        """
+        with translated(f"{url!r} is not a database URL"):
+            parsed = make_url(url)
+        if parsed.get_backend_name() == "sqlite":
+            database = Path(parsed.database or "")
+            if not database.is_file():
+                raise StoreError(
+                    f"no database at {database} (store.url {url}); "
+                    "has `mirrorgate serve` recorded traffic with this config?"
+                )
+        store = cls(url)
+        try:
+            version = store.schema_version()
+        except BaseException:
+            store.close()
+            raise
+        if version < migrations.head_version():
+            store.close()
+            raise SchemaVersionError(
+                f"the store's schema is at version {version}, this mirrorgate reads version "
+                f"{migrations.head_version()}: start `mirrorgate serve` once to migrate it"
+            )
+        return store
 
     @property
     def engine(self) -> Engine:
-        """The engine, for modules that keep their own tables in this database."""
+        """The engine, for the store's own query objects (`FeedbackStore`, `RolloutStore`, …)
+        that keep their tables in this database. Nothing outside `proxy.store` uses it."""
         return self._engine
 
     @property
     def backend(self) -> Literal["sqlite", "postgresql"]:
         return "sqlite" if self._engine.dialect.name == "sqlite" else "postgresql"
+
+    def schema_version(self) -> int:
+        """The schema version recorded in the database; 0 for a database never migrated."""
+        with translated("reading the schema version"):
+            return migrations.current_version(self._engine)
 
     def migrate(self) -> int:
         """Bring the schema to the newest version this code knows; return that version.

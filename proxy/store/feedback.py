@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
 from sqlmodel import Field, SQLModel
 
 from proxy.core import Arm, FeedbackRecord, as_utc
 
 from .errors import DuplicateRecordError, translated
+from .exchanges import Store
 
 
 class FeedbackRow(SQLModel, table=True):
@@ -38,10 +38,11 @@ feedback_table = _table
 
 
 class FeedbackStore:
-    """Reads and writes `feedback` through the gateway store's engine."""
+    """Reads and writes `feedback` in the gateway's store (blocking: call from a worker thread).
+    Every method raises `StoreError`s only."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, store: Store) -> None:
+        self._engine = store.engine
 
     def add(self, record: FeedbackRecord) -> bool:
         """Store `record`; False (and nothing changes) when this request already has feedback of

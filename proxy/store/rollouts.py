@@ -13,15 +13,17 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
 
 from analyzers.verdicts import MetricVerdict
 from proxy.core import Arm, Phase, RolloutState, Transition, as_utc
 
 from .errors import DuplicateRecordError, translated
+
+if TYPE_CHECKING:
+    from .exchanges import Store  # which keeps these tables' retention
 
 _meta = sa.MetaData()
 rollouts = sa.Table(
@@ -139,8 +141,8 @@ class RolloutStore:
     """Blocking reads and writes of rollout state: call from a worker thread. Every method
     raises `StoreError`s only (`StoreUnavailableError` while the database cannot be reached)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, store: Store) -> None:
+        self._engine = store.engine
 
     def revisions(self) -> dict[str, int]:
         """Route → revision: the cheap query every replica polls to notice changes."""

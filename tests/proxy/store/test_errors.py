@@ -77,7 +77,7 @@ def test_query_objects_raise_the_stores_errors_not_sqlalchemys(tmp_path: Path) -
     path = tmp_path / "locked.db"
     with Store(f"sqlite:///{path}", busy_timeout_ms=20) as store:
         store.migrate()
-        feedback = FeedbackStore(store.engine)
+        feedback = FeedbackStore(store)
         assert feedback.add(_feedback()) is True
         assert feedback.add(_feedback()) is False  # the duplicate, reported as such
         holder = sqlite3.connect(path, isolation_level=None)
