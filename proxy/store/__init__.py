@@ -21,7 +21,6 @@ Only `StoreUnavailableError` means "wait for the store"; callers treat any other
 it is.
 """
 
-from .checks import checks_table
 from .errors import (
     DuplicateRecordError,
     RecordRejectedError,
@@ -29,11 +28,10 @@ from .errors import (
     StoreError,
     StoreUnavailableError,
 )
-from .exchanges import Store, exchanges_table
-from .feedback import FeedbackStore, feedback_table
+from .exchanges import Store
+from .feedback import FeedbackStore
 from .judge_windows import ArmExchange, Arms, CheckCount, Epoch, JudgeWindows, PairCount
 from .leadership import Leadership
-from .pairs import pairs_table
 from .recorder import Recorder
 from .redaction import apply_bodies_policy, redact
 from .rollouts import RolloutStore
@@ -60,9 +58,5 @@ __all__ = [
     "StoreUnavailableError",
     "VersionTraffic",
     "apply_bodies_policy",
-    "checks_table",
-    "exchanges_table",
-    "feedback_table",
-    "pairs_table",
     "redact",
 ]

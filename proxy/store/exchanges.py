@@ -130,7 +130,7 @@ class ExchangeRow(SQLModel, table=True):
 
 _exchanges: sa.Table = ExchangeRow.__table__  # type: ignore[attr-defined]
 exchanges_table = _exchanges
-"""The `exchanges` table, for readers outside the store (the rollout judge)."""
+"""The `exchanges` table, for the store's other query objects (rule versions, judge windows)."""
 T = TypeVar("T")
 _insert_exchange = sa.insert(_exchanges)
 _insert_pair = sa.insert(pairs_table)
