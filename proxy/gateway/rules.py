@@ -9,13 +9,14 @@ change with zero configuration.
 The first exchange with a version the gateway has not seen for that rule is a **rule-change event**:
 `RuleTracker.observe` notices it at once (a set lookup) and persists it off the client path with its
 time, the previous version and — when bodies are stored — a diff of the system prompt. While the
-store is unreachable the event is retried with backoff until it is written: the rollout judge reads
-epochs from the store, so a rule change first seen during an outage must not be forgotten.
+store is unavailable the event is retried with backoff (the store's one retry loop,
+`proxy.store.WriteRetry`) until it is written: the rollout judge reads epochs from the store, so a
+rule change first seen during an outage must not be forgotten.
 """
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -27,12 +28,10 @@ from analyzers.rule_version import extract_system_prompt, fingerprint, system_pr
 from proxy.config import MirrorgateConfig, RuleSpec
 from proxy.core import TaskSet
 from proxy.observability import GatewayMetrics
-from proxy.store import RuleEvent, RuleEventStore, StoreUnavailableError
+from proxy.store import RuleEvent, RuleEventStore, StoreUnavailableError, WriteRetry
 
 log = logging.getLogger("mirrorgate.rules")
 _HEADER_VERSION = re.compile(r"[A-Za-z0-9._:-]{1,64}")
-_RETRY_INITIAL_S = 0.05
-_RETRY_MAX_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +100,7 @@ class RuleTracker:
 
     def __init__(self, events: RuleEventStore, keep_prompts: bool, metrics: GatewayMetrics) -> None:
         self._events = events
+        self._retry = WriteRetry()
         self._metrics = metrics
         self._keep_prompts = keep_prompts
         self._known: set[tuple[str, str]] = set()
@@ -143,22 +143,16 @@ class RuleTracker:
         return event
 
     async def _persist_until_stored(self, event: RuleEvent) -> None:
-        delay = _RETRY_INITIAL_S
-        while True:
-            try:
-                await asyncio.to_thread(self._persist, event)
-            except StoreUnavailableError as exc:
-                if delay == _RETRY_INITIAL_S:
-                    log.warning(
-                        "rule change %s %s not stored yet (the store is unreachable), retrying: %s",
-                        event.rule,
-                        event.version,
-                        next(iter(str(exc).splitlines()), type(exc).__name__),
-                    )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX_S)
-            else:
-                return
+        def unavailable(exc: StoreUnavailableError, failures: int) -> None:
+            if failures == 1:
+                log.warning(
+                    "rule change %s %s not stored yet (the store is unavailable), retrying: %s",
+                    event.rule,
+                    event.version,
+                    next(iter(str(exc).splitlines()), type(exc).__name__),
+                )
 
-    def _persist(self, event: RuleEvent) -> None:
-        self._events.add(event)  # False: another replica recorded this version first
+        # `add` answers False when another replica recorded this version first: done as well.
+        await self._retry.call_async(
+            functools.partial(self._events.add, event), on_unavailable=unavailable
+        )

@@ -34,6 +34,7 @@ from .judge_windows import ArmExchange, Arms, CheckCount, Epoch, JudgeWindows, P
 from .leadership import Leadership
 from .recorder import Recorder
 from .redaction import apply_bodies_policy, redact
+from .retry import WriteRetry
 from .rollouts import RolloutStore
 from .rule_events import RuleEvent, RuleEventStore, VersionTraffic
 
@@ -57,6 +58,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "VersionTraffic",
+    "WriteRetry",
     "apply_bodies_policy",
     "redact",
 ]
