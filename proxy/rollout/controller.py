@@ -109,7 +109,9 @@ class RolloutController:
         self._memory: dict[str, _Memory] = {}
 
     async def run(self) -> None:
-        """Decide forever (a background task); store failures only skip a round."""
+        """Decide forever (a background task). While the store is unavailable a round is
+        skipped; any other failure is a bug: logged with its traceback, counted in
+        `mirrorgate_internal_errors_total{component="decider"}`, and the next round runs."""
         try:
             while True:
                 await asyncio.sleep(TICK_S)
@@ -118,7 +120,7 @@ class RolloutController:
                 except StoreUnavailableError as exc:
                     log.warning("rollout decisions wait for the store: %s", exc)
                 except Exception:  # a bug in one round must not end all judging
-                    log.exception("rollout controller round failed")
+                    self._internal_error("rollout controller round failed")
         finally:
             await asyncio.to_thread(self.leadership.release)
 
@@ -150,11 +152,16 @@ class RolloutController:
             except StoreUnavailableError:
                 raise
             except Exception:  # one route's bad look must not stop the others being judged
-                log.exception("judging route %s failed", route)
+                self._internal_error(f"judging route {route} failed")
                 continue
             if change is not None:
                 done.append(change)
         return done
+
+    def _internal_error(self, what: str) -> None:
+        """Log the exception being handled with its traceback, and count it."""
+        log.exception("%s", what)
+        self.metrics.internal_errors.labels("decider").inc()
 
     async def _look(
         self, state: RolloutState, spec: RouteSpec, memory: _Memory

@@ -116,7 +116,10 @@ class RolloutManager:
         return len(rows)
 
     async def run_refresh(self, interval_s: float) -> None:
-        """Follow the store forever (a background task)."""
+        """Follow the store forever (a background task). While the store is unavailable the
+        last route table keeps serving; any other failure is a bug: logged with its traceback,
+        counted in `mirrorgate_internal_errors_total{component="decider"}`, and the next
+        refresh runs."""
         failing = False
         while True:
             await asyncio.sleep(interval_s)
@@ -129,6 +132,9 @@ class RolloutManager:
                 if not failing:
                     log.warning("cannot read rollout state (%s); serving the last route table", exc)
                 failing = True
+            except Exception:  # a bug in one refresh must not stop following the store
+                log.exception("following the rollout state failed")
+                self.metrics.internal_errors.labels("decider").inc()
 
     # --- changing ---------------------------------------------------------------------------------
 
