@@ -12,11 +12,9 @@ import hmac
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
 
-from proxy.core import AuthError, ForbiddenError, GatewayError, PayloadTooLarge, error_body
+from proxy.core import AuthError, ForbiddenError, PayloadTooLarge
 from proxy.gateway import RouteTable
 from proxy.store import RuleEventStore
 
@@ -52,11 +50,6 @@ async def read_limited(request: Request, limit: int, what: str) -> bytes:
         if len(raw) > limit:
             raise PayloadTooLarge(f"{what} is larger than {limit} bytes")
     return bytes(raw)
-
-
-def gateway_error_response(exc: GatewayError) -> JSONResponse:
-    """A mirrorgate error raised in the FastAPI part, in the OpenAI wire format."""
-    return JSONResponse(orjson.loads(error_body(exc, "openai")), status_code=exc.status)
 
 
 def build_admin_router(

@@ -32,10 +32,10 @@ from proxy.api import (
     RecentExchanges,
     build_admin_router,
     build_rollout_router,
-    gateway_error_response,
+    install_error_handling,
 )
 from proxy.config import MirrorgateConfig
-from proxy.core import ENDPOINTS, GatewayError, RecordSink, TaskSet
+from proxy.core import ENDPOINTS, RecordSink, TaskSet
 from proxy.gateway import (
     ExchangeObserver,
     ProxyHandler,
@@ -240,6 +240,7 @@ class Gateway:
             redoc_url=None,
             openapi_url=None,
         )
+        install_error_handling(api, self.metrics)
 
         @api.get("/v1/models")
         async def models(request: Request) -> JSONResponse:
@@ -263,10 +264,6 @@ class Gateway:
                  "data": [{"id": n, "object": "model", "created": 0, "owned_by": "mirrorgate"}
                           for n in names]}
             )  # fmt: skip
-
-        @api.exception_handler(GatewayError)
-        async def gateway_error(_request: Request, exc: GatewayError) -> JSONResponse:
-            return gateway_error_response(exc)
 
         api.include_router(
             build_admin_router(
