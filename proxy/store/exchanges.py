@@ -47,7 +47,6 @@ from .checks import (
     finding_to_row,
     findings_table,
     row_to_check,
-    row_to_finding,
 )
 from .errors import (
     RecordRejectedError,
@@ -326,16 +325,6 @@ class Store:
         c = checks_table.c
         filters = ((c.route, route), (c.rule, rule), (c.request_id, request_id))
         return self._select(checks_table, row_to_check, filters, since, limit, "reading checks")
-
-    def query_findings(
-        self, *, route: str | None = None, request_id: str | None = None, limit: int = 1_000_000
-    ) -> list[FindingRecord]:
-        """Stored analyzer findings, oldest first, filtered by route and/or request id."""
-        c = findings_table.c
-        filters = ((c.route, route), (c.request_id, request_id))
-        return self._select(
-            findings_table, row_to_finding, filters, None, limit, "reading findings"
-        )
 
     def _select(
         self,
