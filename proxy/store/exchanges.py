@@ -154,7 +154,8 @@ class Store:
         connect_timeout_s: float = 5.0,
     ) -> None:
         self._schema = schema
-        self._engine = _create_engine(url, schema, busy_timeout_ms, connect_timeout_s)
+        with translated(f"opening the store at {url!r}"):
+            self._engine = _create_engine(url, schema, busy_timeout_ms, connect_timeout_s)
         self.display_url = make_url(url).render_as_string(hide_password=True)
         """`url` with any password hidden, for messages and reports."""
 

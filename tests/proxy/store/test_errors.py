@@ -88,3 +88,10 @@ def test_query_objects_raise_the_stores_errors_not_sqlalchemys(tmp_path: Path) -
         finally:
             holder.close()
         assert feedback.add(_feedback("label")) is True
+
+
+def test_a_store_of_an_unknown_dialect_is_a_store_error() -> None:
+    # SQLAlchemy raises its own NoSuchModuleError while building the engine.
+    with pytest.raises(StoreError, match="opening the store") as info:
+        Store("postgresql+nonesuch://u@127.0.0.1/db")
+    assert isinstance(info.value.__cause__, sa_exc.SQLAlchemyError)
