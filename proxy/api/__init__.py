@@ -1,9 +1,11 @@
 """The HTTP surface other than the proxied endpoints: FastAPI routers for the admin API, rollouts,
-feedback and the Alertmanager webhook, with one translation of the gateway's errors into
-responses. Imports everything below it; only the app's wiring imports it.
+feedback and the Alertmanager webhook, and the one translation of errors into their answers
+(`install_error_handling`: routers raise, it answers). Imports everything below it; only the app's
+wiring imports it.
 """
 
-from .admin import AdminAuth, build_admin_router, gateway_error_response
+from .admin import AdminAuth, build_admin_router
+from .errors import install_error_handling
 from .feedback import FeedbackService, RecentExchanges
 from .rollouts import build_rollout_router
 
@@ -13,5 +15,5 @@ __all__ = [
     "RecentExchanges",
     "build_admin_router",
     "build_rollout_router",
-    "gateway_error_response",
+    "install_error_handling",
 ]

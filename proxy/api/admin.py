@@ -10,17 +10,13 @@ from __future__ import annotations
 import asyncio
 import hmac
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
-import orjson
-import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
 
-from proxy.core import AuthError, ForbiddenError, GatewayError, error_body
-from proxy.gateway import RouteTable, RuleTracker, read_body
-from proxy.store import Store
+from proxy.core import AuthError, ForbiddenError
+from proxy.gateway import RouteTable, read_body
+from proxy.store import RuleEventStore
 
 
 class AdminAuth:
@@ -49,13 +45,8 @@ async def read_limited(request: Request, limit: int, what: str) -> bytes:
     return await read_body(request.scope, request.receive, limit, what)
 
 
-def gateway_error_response(exc: GatewayError) -> JSONResponse:
-    """A mirrorgate error raised in the FastAPI part, in the OpenAI wire format."""
-    return JSONResponse(orjson.loads(error_body(exc, "openai")), status_code=exc.status)
-
-
 def build_admin_router(
-    auth: AdminAuth, routes: RouteTable, tracker: RuleTracker, store: Store
+    auth: AdminAuth, routes: RouteTable, rule_events: RuleEventStore
 ) -> APIRouter:
     router = APIRouter(prefix="/admin", dependencies=[Depends(auth)])
 
@@ -85,12 +76,12 @@ def build_admin_router(
 
     @router.get("/rules")
     async def list_rules() -> dict[str, Any]:
-        events, counts = await asyncio.gather(
-            asyncio.to_thread(tracker.events), asyncio.to_thread(_version_counts, store)
+        events, traffic = await asyncio.gather(
+            asyncio.to_thread(rule_events.events), asyncio.to_thread(rule_events.traffic)
         )
         versions = []
         for event in events:
-            count, first, last = counts.get((event.rule, event.version), (0, None, None))
+            seen = traffic.get((event.rule, event.version))
             versions.append(
                 {
                     "rule": event.rule,
@@ -100,42 +91,11 @@ def build_admin_router(
                     "first_request_id": event.request_id,
                     "route": event.route,
                     "prompt_diff": event.prompt_diff,
-                    "exchanges": count,
-                    "first_seen": first.isoformat() if first else None,
-                    "last_seen": last.isoformat() if last else None,
+                    "exchanges": seen.exchanges if seen else 0,
+                    "first_seen": seen.first_seen.isoformat() if seen else None,
+                    "last_seen": seen.last_seen.isoformat() if seen else None,
                 }
             )
         return {"rule_versions": versions}
 
     return router
-
-
-def _version_counts(store: Store) -> dict[tuple[str, str], tuple[int, Any, Any]]:
-    table = sa.table(
-        "exchanges", sa.column("rule"), sa.column("rule_version"), sa.column("started_at")
-    )
-    statement = (
-        sa.select(
-            table.c.rule,
-            table.c.rule_version,
-            sa.func.count(),
-            sa.func.min(table.c.started_at),
-            sa.func.max(table.c.started_at),
-        )
-        .where(table.c.rule.is_not(None))
-        .group_by(table.c.rule, table.c.rule_version)
-    )
-    with store.engine.connect() as conn:
-        rows: list[tuple[Any, ...]] = [tuple(row) for row in conn.execute(statement)]
-    return {
-        (str(rule), str(version)): (int(count), _aware(first), _aware(last))
-        for rule, version, count, first, last in rows
-    }
-
-
-def _aware(moment: Any) -> Any:
-    if isinstance(moment, str):  # SQLite returns aggregates of datetimes as text
-        moment = datetime.fromisoformat(moment)
-    if isinstance(moment, datetime) and moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment

@@ -5,7 +5,9 @@
 `request_id` is the `x-mirrorgate-request-id` of the answer; at least one other field is required.
 Each of correction (`corrected`/`correction`), `score` and `label` is stored once per request: a
 repeated post of the same kind is acknowledged and changes nothing. Feedback is written to the
-store before the answer (201), so an acknowledged correction is never lost.
+store before the answer (201), so an acknowledged correction is never lost; while the store is
+unavailable the answer is 503 and nothing is stored (send it again). Errors are raised and answered
+by `proxy.api.errors`.
 """
 
 from __future__ import annotations
@@ -20,31 +22,24 @@ import orjson
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from sqlalchemy import exc as sa_exc
 
 from proxy.core import (
     Arm,
     ExchangeRecord,
     FeedbackRecord,
-    GatewayError,
     NotFound,
     RequestError,
     UnsupportedMediaType,
-    error_body,
 )
 from proxy.observability import GatewayMetrics
-from proxy.store import FeedbackStore, Store
+from proxy.store import FeedbackStore, Store, StoreUnavailableError
 
 from .admin import read_limited
+from .errors import store_unavailable
 
 MAX_FEEDBACK_BYTES = 1024 * 1024
+_SEND_AGAIN = "the store is unavailable; send the feedback again"
 _SERVING_ARMS = (Arm.PRIMARY, Arm.CANARY, Arm.FALLBACK)
-
-
-class StoreUnavailable(GatewayError):
-    status = 503
-    openai_type = "server_error"
-    anthropic_type = "overloaded_error"
 
 
 class FeedbackBody(BaseModel):
@@ -105,18 +100,23 @@ class RecentExchanges:
 class FeedbackService:
     """Validates, joins, stores and counts feedback."""
 
-    def __init__(self, store: Store, recent: RecentExchanges, metrics: GatewayMetrics) -> None:
-        self.store = store
-        self.feedback = FeedbackStore(store.engine)
+    def __init__(
+        self,
+        exchanges: Store,
+        feedback: FeedbackStore,
+        recent: RecentExchanges,
+        metrics: GatewayMetrics,
+    ) -> None:
+        self.exchanges = exchanges
+        self.feedback = feedback
         self.recent = recent
         self.metrics = metrics
 
     async def handle(self, request: Request) -> JSONResponse:
-        try:
-            body = await self._body(request)
-            return JSONResponse(await self.submit(body), status_code=201)
-        except GatewayError as exc:
-            return JSONResponse(orjson.loads(error_body(exc, "openai")), status_code=exc.status)
+        """The answer to one `POST /v1/feedback`: 201 and what was recorded. Raises
+        `GatewayError`s (and `Unavailable` while the store cannot be reached)."""
+        body = await self._body(request)
+        return JSONResponse(await self.submit(body), status_code=201)
 
     async def _body(self, request: Request) -> FeedbackBody:
         if "json" not in request.headers.get("content-type", ""):
@@ -162,8 +162,8 @@ class FeedbackService:
         for record, metric_kind in records:
             try:
                 new = await asyncio.to_thread(self.feedback.add, record)
-            except sa_exc.SQLAlchemyError as exc:
-                raise StoreUnavailable("the store is unavailable; send the feedback again") from exc
+            except StoreUnavailableError as exc:
+                raise store_unavailable(exc, _SEND_AGAIN) from exc
             (recorded if new else duplicates).append(record.kind)
             if new and metric_kind is not None:
                 self.metrics.feedback.labels(
@@ -173,9 +173,9 @@ class FeedbackService:
 
     async def _lookup(self, request_id: str) -> ServedAnswer | None:
         try:
-            found = await asyncio.to_thread(self.store.query, request_id=request_id, limit=20)
-        except Exception as exc:
-            raise StoreUnavailable("the store is unavailable; send the feedback again") from exc
+            found = await asyncio.to_thread(self.exchanges.query, request_id=request_id, limit=20)
+        except StoreUnavailableError as exc:
+            raise store_unavailable(exc, _SEND_AGAIN) from exc
         serving = [r for r in found if r.arm in _SERVING_ARMS and r.http_status]
         if not serving:
             return None

@@ -13,7 +13,8 @@ webhook `/hooks/alertmanager`. Both need the admin bearer token.
 
 Answers: 200 with `changed` (false when the route already was where the action leads), 404 for
 an unknown route or action, 409 with the current phase for an illegal transition, 503 when the
-store cannot be reached (nothing changed; retry).
+store cannot be reached (nothing changed; retry). Errors are raised and answered by
+`proxy.api.errors`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
 
 from alerts.alertmanager_webhook import parse_payload
 from alerts.errors import PayloadError
@@ -34,21 +34,19 @@ from alerts.rollback_request import decide_rollbacks
 from proxy.core import (
     OPERATOR_ACTIONS,
     Action,
-    Conflict,
-    GatewayError,
     IllegalTransition,
     NotFound,
     RequestError,
     RolloutState,
     Unavailable,
     UnsupportedMediaType,
-    error_body,
 )
 from proxy.gateway import RouteTable
 from proxy.rollout import RolloutManager, RouteUnknownError, TransitionConflictError
 from proxy.store import StoreUnavailableError
 
 from .admin import AdminAuth, read_limited
+from .errors import PhaseConflict, store_unavailable
 
 log = logging.getLogger("mirrorgate.rollout_api")
 
@@ -93,12 +91,6 @@ def state_json(state: RolloutState, routes: RouteTable) -> dict[str, Any]:
     }
 
 
-def _error(exc: GatewayError, **extra: Any) -> JSONResponse:
-    body = orjson.loads(error_body(exc, "openai"))
-    body["error"].update(extra)
-    return JSONResponse(body, status_code=exc.status)
-
-
 def build_rollout_router(
     auth: AdminAuth,
     manager: RolloutManager,
@@ -120,73 +112,66 @@ def build_rollout_router(
             "decider": decider(),
         }
 
-    @router.get("/admin/rollouts/{route}", response_model=None)
-    async def one_rollout(route: str) -> dict[str, Any] | JSONResponse:
+    @router.get("/admin/rollouts/{route}")
+    async def one_rollout(route: str) -> dict[str, Any]:
         try:
             state = manager.state(route)
         except RouteUnknownError:
-            return _error(NotFound(f"no route '{route[:200]}'"))
+            raise NotFound(f"no route '{route[:200]}'") from None
         try:
             events, verdicts = await asyncio.gather(
                 asyncio.to_thread(manager.store.events, route, 50),
                 asyncio.to_thread(manager.store.recent_verdicts, route, 50),
             )
-        except Exception as exc:  # the state above is still worth showing
+        except StoreUnavailableError as exc:  # the state above is still worth showing
             log.warning("rollout history unavailable: %s", exc)
             events, verdicts = [], []
         return {**state_json(state, routes), "transitions": events, "verdicts": verdicts}
 
-    @router.get("/admin/rollouts/{route}/verdicts", response_model=None)
-    async def verdicts(route: str, limit: int = 100) -> dict[str, Any] | JSONResponse:
+    @router.get("/admin/rollouts/{route}/verdicts")
+    async def verdicts(route: str, limit: int = 100) -> dict[str, Any]:
         if route not in manager.states():
-            return _error(NotFound(f"no route '{route[:200]}'"))
+            raise NotFound(f"no route '{route[:200]}'")
         limit = max(1, min(limit, 1000))
         try:
             rows = await asyncio.to_thread(manager.store.recent_verdicts, route, limit)
-        except Exception as exc:
-            return _error(Unavailable(f"the store cannot be read: {type(exc).__name__}"))
+        except StoreUnavailableError as exc:
+            raise store_unavailable(exc, "the store cannot be read") from exc
         return {"route": route, "verdicts": rows}
 
-    @router.post("/admin/rollouts/{route}/{action}", response_model=None)
-    async def act(route: str, action: str, request: Request) -> dict[str, Any] | JSONResponse:
+    @router.post("/admin/rollouts/{route}/{action}")
+    async def act(route: str, action: str, request: Request) -> dict[str, Any]:
         try:
             chosen = Action(action)
             if chosen not in OPERATOR_ACTIONS:
                 raise ValueError(action)
         except ValueError:
             names = ", ".join(a.value for a in Action if a in OPERATOR_ACTIONS)
-            return _error(NotFound(f"no rollout action '{action[:50]}' (one of: {names})"))
+            raise NotFound(f"no rollout action '{action[:50]}' (one of: {names})") from None
         if route not in manager.states():
-            return _error(NotFound(f"no route '{route[:200]}'"))
-        try:
-            reason = await _reason(request)
-        except GatewayError as exc:
-            return _error(exc)
+            raise NotFound(f"no route '{route[:200]}'")
+        reason = await _reason(request)
         try:
             change = await manager.act(
                 route, chosen, reason=reason or f"{chosen.value} by operator", actor="operator"
             )
         except IllegalTransition as exc:
-            phase = exc.phase.value if exc.phase else None
-            return _error(Conflict(str(exc)), phase=phase)
+            raise PhaseConflict(str(exc), exc.phase.value if exc.phase else None) from exc
         except TransitionConflictError as exc:
-            return _error(Conflict(str(exc)), phase=manager.state(route).phase)
-        except StoreUnavailableError as exc:
-            return _error(Unavailable(f"nothing changed: {exc}"))
+            phase = manager.state(route).phase
+            raise PhaseConflict(str(exc), phase.value if phase else None) from exc
+        # A StoreUnavailableError goes out as it is: 503, nothing changed.
         return {"changed": change.changed, "rollout": state_json(change.after, routes)}
 
-    @router.post("/hooks/alertmanager", response_model=None)
-    async def alertmanager(request: Request) -> dict[str, Any] | JSONResponse:
+    @router.post("/hooks/alertmanager")
+    async def alertmanager(request: Request) -> dict[str, Any]:
+        if "json" not in request.headers.get("content-type", "json"):
+            raise UnsupportedMediaType("content-type must be application/json")
+        raw = await read_limited(request, MAX_ALERTMANAGER_BODY, "the Alertmanager payload")
         try:
-            if "json" not in request.headers.get("content-type", "json"):
-                raise UnsupportedMediaType("content-type must be application/json")
-            raw = await read_limited(request, MAX_ALERTMANAGER_BODY, "the Alertmanager payload")
-            try:
-                payload = parse_payload(raw)
-            except PayloadError as exc:
-                raise RequestError(f"not an Alertmanager webhook payload: {exc}") from None
-        except GatewayError as exc:
-            return _error(exc)
+            payload = parse_payload(raw)
+        except PayloadError as exc:
+            raise RequestError(f"not an Alertmanager webhook payload: {exc}") from None
         decision = decide_rollbacks(payload, known_routes=list(manager.states()))
         rolled: list[dict[str, Any]] = []
         for req in decision.requests:
@@ -196,8 +181,8 @@ def build_rollout_router(
             # so a store failure in between makes Alertmanager retry instead of losing it.
             try:
                 seen = await asyncio.to_thread(manager.store.alert_seen, req.fingerprint, starts)
-            except Exception as exc:
-                return _error(Unavailable(f"the store cannot be reached: {type(exc).__name__}"))
+            except StoreUnavailableError as exc:
+                raise store_unavailable(exc, "the store cannot be reached") from exc
             if seen:
                 rolled.append({"route": req.route, "fingerprint": req.fingerprint, "done": "seen"})
                 continue
@@ -209,13 +194,15 @@ def build_rollout_router(
                     actor="alertmanager",
                     evidence={"fingerprint": req.fingerprint, "starts_at": starts.isoformat()},
                 )
-            except (StoreUnavailableError, TransitionConflictError) as exc:
-                return _error(Unavailable(f"rollback of {req.route} not made: {exc}"))
+            except StoreUnavailableError as exc:
+                raise store_unavailable(exc, f"rollback of {req.route} not made") from exc
+            except TransitionConflictError as exc:  # 503 as well: Alertmanager sends it again
+                raise Unavailable(f"rollback of {req.route} not made: {exc}") from exc
             try:
                 await asyncio.to_thread(
                     manager.store.claim_alert, req.fingerprint, starts, req.route
                 )
-            except Exception as exc:  # the rollback stands; a redelivery finds it done
+            except StoreUnavailableError as exc:  # the rollback stands; a redelivery finds it done
                 log.warning("could not record alert %s as handled: %s", req.fingerprint, exc)
             rolled.append(
                 {

@@ -32,10 +32,10 @@ from proxy.api import (
     RecentExchanges,
     build_admin_router,
     build_rollout_router,
-    gateway_error_response,
+    install_error_handling,
 )
 from proxy.config import MirrorgateConfig
-from proxy.core import ENDPOINTS, GatewayError, RecordSink, TaskSet
+from proxy.core import ENDPOINTS, RecordSink, TaskSet
 from proxy.gateway import (
     ExchangeObserver,
     ProxyHandler,
@@ -48,7 +48,15 @@ from proxy.gateway import (
 from proxy.mirror import AnalysisWorker, CompiledRules, Judge, ShadowDispatcher
 from proxy.observability import ExchangeTracer, GatewayMetrics, build_tracer_provider
 from proxy.rollout import RolloutController, RolloutManager
-from proxy.store import Recorder, RolloutStore, Store
+from proxy.store import (
+    FeedbackStore,
+    JudgeWindows,
+    Leadership,
+    Recorder,
+    RolloutStore,
+    RuleEventStore,
+    Store,
+)
 from proxy.upstream import ModelCaller, UpstreamClient, shared_ssl_context
 
 log = logging.getLogger("mirrorgate")
@@ -122,8 +130,9 @@ class Gateway:
                 shed_busy=config.server.shadow_shed_busy_percent / 100,
                 cpu_clock=cpu_clock,
             )
+        self.rule_events = RuleEventStore(self.store)
         self.rule_tracker = RuleTracker(
-            self.store.engine, keep_prompts=config.store.bodies != "none", metrics=self.metrics
+            self.rule_events, keep_prompts=config.store.bodies != "none", metrics=self.metrics
         )
         # The client path's observers, in the order they hear each hook.
         observers: list[ExchangeObserver] = [
@@ -139,7 +148,9 @@ class Gateway:
             observers=observers,
             rule_tracker=self.rule_tracker,
         )
-        self.feedback = FeedbackService(self.store, self.recent, self.metrics)
+        self.feedback = FeedbackService(
+            self.store, FeedbackStore(self.store), self.recent, self.metrics
+        )
         self.alert_client: httpx.AsyncClient | None = None
         self.alerts: AlertDispatcher | None = None
         if config.alerts.sinks:
@@ -154,9 +165,15 @@ class Gateway:
                 dedupe_window_s=config.alerts.dedupe_window_s,
             )
         self.rollouts = RolloutManager(
-            config, RolloutStore(self.store.engine), self.routes, self.metrics, alerts=self.alerts
+            config, RolloutStore(self.store), self.routes, self.metrics, alerts=self.alerts
         )
-        self.controller = RolloutController(config, self.rollouts, self.store.engine, self.metrics)
+        self.controller = RolloutController(
+            config,
+            self.rollouts,
+            JudgeWindows(self.store),
+            Leadership(self.store),
+            self.metrics,
+        )
         self.background = TaskSet("gateway")
         self.api = self._build_api()
         self.ready = False
@@ -223,6 +240,7 @@ class Gateway:
             redoc_url=None,
             openapi_url=None,
         )
+        install_error_handling(api, self.metrics)
 
         @api.get("/v1/models")
         async def models(request: Request) -> JSONResponse:
@@ -247,16 +265,11 @@ class Gateway:
                           for n in names]}
             )  # fmt: skip
 
-        @api.exception_handler(GatewayError)
-        async def gateway_error(_request: Request, exc: GatewayError) -> JSONResponse:
-            return gateway_error_response(exc)
-
         api.include_router(
             build_admin_router(
                 AdminAuth(self.config.server.admin_token_env, self.env),
                 self.routes,
-                self.rule_tracker,
-                self.store,
+                self.rule_events,
             )
         )
         api.include_router(

@@ -8,8 +8,9 @@ still prints what both know.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
+
+from proxy.core import as_utc
 
 SHOWN_TRANSITIONS = 5
 _RATIO_METRICS = ("latency_", "ttft_", "cost_")
@@ -209,12 +210,10 @@ def _when(iso: Any) -> str:
     if not isinstance(iso, str):
         return "-"
     try:
-        moment = datetime.fromisoformat(iso)
+        moment = as_utc(iso)
     except ValueError:
         return iso
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return moment.strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def _columns(rows: Sequence[Sequence[str]]) -> list[str]:

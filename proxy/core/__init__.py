@@ -1,7 +1,7 @@
 """The gateway's vocabulary, with no I/O: records, the gateway's error tree and `error_body`,
 the endpoints, the pure rollout state machine, sampling and the one sticky key, pricing, budgets,
-time windows and the one door for background tasks. Imports only `proxy.config` and `analyzers`;
-every other package may import it.
+time windows, the one conversion to aware UTC (`as_utc`) and the one door for background tasks.
+Imports only `proxy.config` and `analyzers`; every other package may import it.
 """
 
 from .budget import HourlySpend
@@ -35,7 +35,6 @@ from .records import (
     Status,
     StoredRecord,
     Usage,
-    as_utc,
 )
 from .rollout_state import (
     ACTIVE,
@@ -53,6 +52,7 @@ from .sampling import sampled
 from .sticky import sticky_key
 from .tasks import TaskSet
 from .timewindow import parse_since
+from .utc import as_utc
 
 __all__ = [
     "ACTIVE",

@@ -10,13 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-
-
-def as_utc(moment: datetime) -> datetime:
-    """`moment` as an aware UTC datetime (a naive one, as some databases return, is taken as
-    UTC)."""
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+from datetime import datetime
 
 
 class Arm(enum.StrEnum):

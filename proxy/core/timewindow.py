@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+from .utc import as_utc
+
 _AGO = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 
@@ -36,6 +38,4 @@ def parse_since(text: str, now: datetime) -> datetime:
             f"'{text}' is not a time: give an ISO-8601 time (e.g. 2025-01-31T09:00:00Z) "
             "or a duration ago (e.g. 30m, 6h, 7d)"
         ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
+    return as_utc(moment)

@@ -8,7 +8,7 @@ from .asgi import ClientGone, Receive, Scope, Send, read_body
 from .exchange import ProxyHandler
 from .hooks import ExchangeObserver, FinishedExchange
 from .routing import RoutePlan, RouteState, RouteTable
-from .rules import RuleTracker, rule_events_table
+from .rules import RuleTracker
 
 __all__ = [
     "ClientGone",
@@ -23,5 +23,4 @@ __all__ = [
     "Scope",
     "Send",
     "read_body",
-    "rule_events_table",
 ]

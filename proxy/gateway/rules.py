@@ -9,13 +9,14 @@ system prompt (`fp-<12 hex>`), so that editing a prompt is a rule change with ze
 The first exchange with a version the gateway has not seen for that rule is a **rule-change event**:
 `RuleTracker.observe` notices it at once (a set lookup) and persists it off the client path with its
 time, the previous version and — when bodies are stored — a diff of the system prompt. While the
-store is unreachable the event is retried with backoff until it is written: the rollout judge reads
-epochs from the store, so a rule change first seen during an outage must not be forgotten.
+store is unavailable the event is retried with backoff (the store's one retry loop,
+`proxy.store.WriteRetry`) until it is written: the rollout judge reads epochs from the store, so a
+rule change first seen during an outage must not be forgotten.
 """
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -23,34 +24,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import Engine
-
 from analyzers.rule_version import extract_system_prompt, resolve_version, system_prompt_diff
 from proxy.config import MirrorgateConfig
 from proxy.core import TaskSet
 from proxy.observability import GatewayMetrics
+from proxy.store import RuleEvent, RuleEventStore, StoreUnavailableError, WriteRetry
 
 log = logging.getLogger("mirrorgate.rules")
-_RETRY_INITIAL_S = 0.05
-_RETRY_MAX_S = 5.0
-_UNREACHABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
-"""What a write raises while the database cannot be reached (retrying later may succeed)."""
-
-_events = sa.Table(
-    "rule_events",
-    sa.MetaData(),
-    sa.Column("id", sa.Integer, primary_key=True),
-    sa.Column("rule", sa.String()),
-    sa.Column("version", sa.String()),
-    sa.Column("previous_version", sa.String()),
-    sa.Column("first_seen_at", sa.DateTime(timezone=True)),
-    sa.Column("request_id", sa.String()),
-    sa.Column("route", sa.String()),
-    sa.Column("prompt_diff", sa.Text()),
-)
-rule_events_table = _events
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,24 +81,12 @@ class RuleResolver:
         return RuleMatch(binding.name, resolved.version, prompt)
 
 
-@dataclass(frozen=True, slots=True)
-class RuleEvent:
-    """The first exchange of a rule version."""
-
-    rule: str
-    version: str
-    previous_version: str | None
-    first_seen_at: datetime
-    request_id: str
-    route: str
-    prompt_diff: str | None
-
-
 class RuleTracker:
     """Remembers the versions seen per rule and persists each new one as a rule-change event."""
 
-    def __init__(self, engine: Engine, keep_prompts: bool, metrics: GatewayMetrics) -> None:
-        self._engine = engine
+    def __init__(self, events: RuleEventStore, keep_prompts: bool, metrics: GatewayMetrics) -> None:
+        self._events = events
+        self._retry = WriteRetry()
         self._metrics = metrics
         self._keep_prompts = keep_prompts
         self._known: set[tuple[str, str]] = set()
@@ -128,11 +96,9 @@ class RuleTracker:
 
     def load(self) -> None:
         """Read the versions already known (at start, on a worker thread)."""
-        with self._engine.connect() as conn:
-            rows = conn.execute(sa.select(_events).order_by(_events.c.id)).mappings().all()
-        for row in rows:
-            self._known.add((row["rule"], row["version"]))
-            self._latest[row["rule"]] = (row["version"], "")
+        for event in self._events.events():
+            self._known.add((event.rule, event.version))
+            self._latest[event.rule] = (event.version, "")
 
     def observe(self, match: RuleMatch, route: str, request_id: str) -> RuleEvent | None:
         """Note one request's version; return (and start persisting) the event if it is new."""
@@ -163,51 +129,16 @@ class RuleTracker:
         return event
 
     async def _persist_until_stored(self, event: RuleEvent) -> None:
-        delay = _RETRY_INITIAL_S
-        while True:
-            try:
-                await asyncio.to_thread(self._persist, event)
-            except _UNREACHABLE as exc:
-                if delay == _RETRY_INITIAL_S:
-                    log.warning(
-                        "rule change %s %s not stored yet (the store is unreachable), retrying: %s",
-                        event.rule,
-                        event.version,
-                        next(iter(str(exc).splitlines()), type(exc).__name__),
-                    )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX_S)
-            else:
-                return
+        def unavailable(exc: StoreUnavailableError, failures: int) -> None:
+            if failures == 1:
+                log.warning(
+                    "rule change %s %s not stored yet (the store is unavailable), retrying: %s",
+                    event.rule,
+                    event.version,
+                    next(iter(str(exc).splitlines()), type(exc).__name__),
+                )
 
-    def _persist(self, event: RuleEvent) -> None:
-        row = {
-            "rule": event.rule,
-            "version": event.version,
-            "previous_version": event.previous_version,
-            "first_seen_at": event.first_seen_at,
-            "request_id": event.request_id,
-            "route": event.route,
-            "prompt_diff": event.prompt_diff,
-        }
-        try:
-            with self._engine.begin() as conn:
-                conn.execute(sa.insert(_events), [row])
-        except sa_exc.IntegrityError:
-            pass  # another replica recorded this version first
-
-    def events(self) -> list[RuleEvent]:
-        with self._engine.connect() as conn:
-            rows = conn.execute(sa.select(_events).order_by(_events.c.id)).mappings().all()
-        return [
-            RuleEvent(
-                rule=r["rule"],
-                version=r["version"],
-                previous_version=r["previous_version"],
-                first_seen_at=r["first_seen_at"].replace(tzinfo=r["first_seen_at"].tzinfo or UTC),
-                request_id=r["request_id"],
-                route=r["route"],
-                prompt_diff=r["prompt_diff"],
-            )
-            for r in rows
-        ]
+        # `add` answers False when another replica recorded this version first: done as well.
+        await self._retry.call_async(
+            functools.partial(self._events.add, event), on_unavailable=unavailable
+        )

@@ -21,17 +21,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-import sqlalchemy as sa
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import make_url
 
 from analyzers.summary import ArmSummary
 from proxy.config import ConfigError, MirrorgateConfig, load_config
 from proxy.core import CheckRecord, ExchangeRecord, FeedbackRecord, PairRecord, Status
 from proxy.core import parse_since as _parse_since
-from proxy.store import FeedbackStore, Store, StoreError, current_version, head_version
+from proxy.store import FeedbackStore, RuleEventStore, Store, StoreError
 
 from .agreement import build_agreement
 from .checks import build_rule_versions
@@ -180,79 +175,31 @@ def _load_config(args: argparse.Namespace) -> MirrorgateConfig:
         raise _ConfigProblemError from exc
 
 
-def _open_store(url: str) -> Store:
-    """The store, if it exists and has the schema this code reads (never created or migrated)."""
-    try:
-        parsed = make_url(url)
-    except sa_exc.ArgumentError:
-        raise ReportError(f"store.url {url!r} is not a database URL") from None
-    if parsed.get_backend_name() == "sqlite":
-        database = Path(parsed.database or "")
-        if not database.is_file():
-            raise ReportError(
-                f"no database at {database} (store.url {url}); "
-                "has `mirrorgate serve` recorded traffic with this config?"
-            )
-    store = Store(url)
-    try:
-        version = current_version(store.engine)
-    except BaseException:
-        store.close()
-        raise
-    if version < head_version():
-        store.close()
-        raise ReportError(
-            f"the store's schema is at version {version}, this mirrorgate reads version "
-            f"{head_version()}: start `mirrorgate serve` once to migrate it"
-        )
-    return store
-
-
-_rule_events = sa.table(
-    "rule_events",
-    sa.column("rule", sa.String()),
-    sa.column("version", sa.String()),
-    sa.column("previous_version", sa.String()),
-    sa.column("first_seen_at", sa.DateTime(timezone=True)),
-    sa.column("route", sa.String()),
-)
-
-
 def _rule_changes(store: Store) -> list[RuleChange]:
-    """Every rule-change event (one per rule version: there are few)."""
-    c = _rule_events.c
-    statement = sa.select(c.rule, c.version, c.previous_version, c.first_seen_at, c.route).order_by(
-        c.first_seen_at
-    )
-    with store.engine.connect() as conn:
-        rows: list[Any] = list(conn.execute(statement))
+    """Every rule-change event, oldest first (one per rule version: there are few)."""
+    events = sorted(RuleEventStore(store).events(), key=lambda event: event.first_seen_at)
     return [
         RuleChange(
-            rule=str(rule),
-            version=str(version),
-            previous_version=None if previous is None else str(previous),
-            first_seen_at=_aware(first_seen_at),
-            route=str(route),
+            rule=event.rule,
+            version=event.version,
+            previous_version=event.previous_version,
+            first_seen_at=event.first_seen_at,
+            route=event.route,
         )
-        for rule, version, previous, first_seen_at, route in rows
+        for event in events
     ]
-
-
-def _aware(moment: datetime) -> datetime:
-    """SQLite gives naive datetimes back; the store writes UTC."""
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
 def _read(args: argparse.Namespace, cfg: MirrorgateConfig, now: datetime) -> Report:
     since = parse_since(args.since, now) if args.since else None
-    with _open_store(cfg.store.url) as store:
+    with Store.existing(cfg.store.url) as store:
         exchanges = store.query(route=args.route, since=since, limit=MAX_ROWS)
         total = store.count(route=args.route, since=since) if len(exchanges) == MAX_ROWS else None
         pairs = store.query_pairs(route=args.route, since=since, limit=MAX_ROWS)
         checks = store.query_checks(route=args.route, since=since, limit=MAX_ROWS)
         feedback = [
             item
-            for item in FeedbackStore(store.engine).query(route=args.route)
+            for item in FeedbackStore(store).query(route=args.route)
             if since is None or item.created_at >= since
         ]
         changes = _rule_changes(store)
@@ -262,7 +209,7 @@ def _read(args: argparse.Namespace, cfg: MirrorgateConfig, now: datetime) -> Rep
         generated_at=now,
         since=since,
         route_filter=args.route,
-        store=make_url(cfg.store.url).render_as_string(hide_password=True),
+        store=store.display_url,
         truncated_from=total if total is not None and total > MAX_ROWS else None,
         checks=checks,
         feedback=feedback,
@@ -298,7 +245,7 @@ def run_report(args: argparse.Namespace) -> int:
     except ReportError as exc:
         print(f"mirrorgate: {exc}", file=sys.stderr)
         return 1
-    except (StoreError, sa_exc.SQLAlchemyError) as exc:
+    except StoreError as exc:
         print(f"mirrorgate: cannot read the store: {exc}", file=sys.stderr)
         return 1
     if not report.routes:

@@ -1,12 +1,11 @@
 """The rollout controller: every `analysis.interval_s`, judge each canary against its primary and
 advance, hold or roll back — on exactly one replica at a time.
 
-Leadership: with PostgreSQL, the replica holding a session-level advisory lock decides; the lock
-lives as long as its connection, so when the holder dies (even by SIGKILL) PostgreSQL drops it and
-another replica takes it at its next tick (`TICK_S`). The holder checks its connection before each
-round, so a replica cut off from the database stops deciding. With SQLite (one process) the gateway
-always decides. Decisions are also fenced by the route's revision (`RolloutManager.act`), so even
-two deciders could never apply one decision twice.
+Leadership (`proxy.store.Leadership`): with PostgreSQL, the replica holding a session-level
+advisory lock decides, and another replica takes it at its next tick (`TICK_S`) when the holder
+dies or is cut off from the database. With SQLite (one process) the gateway always decides.
+Decisions are also fenced by the route's revision (`RolloutManager.act`), so even two deciders
+could never apply one decision twice.
 
 Each look at a route (DESIGN §7):
 
@@ -30,20 +29,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
-
 from alerts.alert import Alert
 from analyzers.judge_stats import judge
 from analyzers.verdicts import ArmWindow, MetricVerdict, Outcome, Tally
 from proxy.config import MirrorgateConfig, RouteSpec
 from proxy.core import ACTIVE, Action, IllegalTransition, Phase, RolloutState, Transition
 from proxy.observability import GatewayMetrics
-from proxy.store import ADVISORY_LOCK_CLASS, RolloutStore, StoreUnavailableError
+from proxy.store import Arms, Epoch, JudgeWindows, Leadership, StoreUnavailableError
 
 from .evidence import (
-    Arms,
-    Epoch,
     active_epochs,
     agreement_tallies,
     check_windows,
@@ -56,58 +50,6 @@ log = logging.getLogger("mirrorgate.controller")
 
 TICK_S = 0.5
 """How often the controller wakes: to take over leadership, and to see which route is due."""
-DECIDER_LOCK_CLASS = ADVISORY_LOCK_CLASS + 1
-_TRY_LOCK = sa.text("SELECT pg_try_advisory_lock(:cls, hashtext(current_schema()))")
-
-
-class Leadership:
-    """Whether this replica is the one that decides (blocking calls: use a worker thread)."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self._conn: Connection | None = None
-        self.shared = engine.dialect.name == "postgresql"
-
-    def hold(self) -> bool:
-        """Take or keep the lead; False if another replica holds it or the store is gone."""
-        if not self.shared:
-            return True
-        if self._conn is not None:
-            try:
-                self._conn.execute(sa.text("SELECT 1"))
-                self._conn.rollback()
-                return True
-            except sa.exc.SQLAlchemyError:
-                log.warning("lost the decider lock's connection: no longer deciding")
-                self.release()
-                return False
-        try:
-            conn = self._engine.connect()
-        except sa.exc.SQLAlchemyError:
-            return False
-        try:
-            got = bool(conn.execute(_TRY_LOCK, {"cls": DECIDER_LOCK_CLASS}).scalar())
-            conn.rollback()  # a session-level advisory lock outlives the transaction
-        except sa.exc.SQLAlchemyError:
-            conn.invalidate()
-            conn.close()
-            return False
-        if not got:
-            conn.close()
-            return False
-        self._conn = conn
-        log.info("this replica now decides rollouts")
-        return True
-
-    def release(self) -> None:
-        """Give the lead up: closing the session releases the lock."""
-        if self._conn is not None:
-            try:
-                self._conn.invalidate()  # never back to the pool: the session must end
-                self._conn.close()
-            except sa.exc.SQLAlchemyError:
-                pass
-            self._conn = None
 
 
 @dataclass(slots=True)
@@ -149,7 +91,8 @@ class RolloutController:
         self,
         config: MirrorgateConfig,
         manager: RolloutManager,
-        engine: Engine,
+        windows: JudgeWindows,
+        leadership: Leadership,
         metrics: GatewayMetrics,
         *,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -157,17 +100,18 @@ class RolloutController:
     ) -> None:
         self.config = config
         self.manager = manager
-        self.engine = engine
-        self.store = RolloutStore(engine)
+        self.windows = windows
         self.metrics = metrics
         self.clock = clock
         self.monotonic = monotonic
-        self.leadership = Leadership(engine)
+        self.leadership = leadership
         self.leading = False
         self._memory: dict[str, _Memory] = {}
 
     async def run(self) -> None:
-        """Decide forever (a background task); store failures only skip a round."""
+        """Decide forever (a background task). While the store is unavailable a round is
+        skipped; any other failure is a bug: logged with its traceback, counted in
+        `mirrorgate_internal_errors_total{component="decider"}`, and the next round runs."""
         try:
             while True:
                 await asyncio.sleep(TICK_S)
@@ -176,7 +120,7 @@ class RolloutController:
                 except StoreUnavailableError as exc:
                     log.warning("rollout decisions wait for the store: %s", exc)
                 except Exception:  # a bug in one round must not end all judging
-                    log.exception("rollout controller round failed")
+                    self._internal_error("rollout controller round failed")
         finally:
             await asyncio.to_thread(self.leadership.release)
 
@@ -208,11 +152,16 @@ class RolloutController:
             except StoreUnavailableError:
                 raise
             except Exception:  # one route's bad look must not stop the others being judged
-                log.exception("judging route %s failed", route)
+                self._internal_error(f"judging route {route} failed")
                 continue
             if change is not None:
                 done.append(change)
         return done
+
+    def _internal_error(self, what: str) -> None:
+        """Log the exception being handled with its traceback, and count it."""
+        log.exception("%s", what)
+        self.metrics.internal_errors.labels("decider").inc()
 
     async def _look(
         self, state: RolloutState, spec: RouteSpec, memory: _Memory
@@ -221,10 +170,7 @@ class RolloutController:
         assert canary is not None
         now = self.clock()
         memory.looks += 1
-        try:
-            look = await asyncio.to_thread(self._judge, state, spec, memory, now)
-        except sa.exc.SQLAlchemyError as exc:
-            raise StoreUnavailableError(f"reading the judge's windows: {exc}") from exc
+        look = await asyncio.to_thread(self._judge, state, spec, memory, now)
         for _scope, verdict in look.verdicts:
             self.metrics.verdicts.labels(
                 state.route, state.candidate or "", verdict.metric, verdict.outcome.value
@@ -313,9 +259,9 @@ class RolloutController:
         wanted = set(analysis.metrics)
         arms = Arms(state.route, state.baseline, state.candidate)
         since = max(state.started_at, now - timedelta(seconds=analysis.window_s))
-        primary, candidate = traffic_windows(self.engine, arms, since)
+        primary, candidate = traffic_windows(self.windows, arms, since)
         if "disagreement" in wanted:
-            agreement, noise = agreement_tallies(self.engine, arms, spec.agreement.mode, since)
+            agreement, noise = agreement_tallies(self.windows, arms, spec.agreement.mode, since)
             primary = replace(primary, noise=noise)
             candidate = replace(candidate, agreement=agreement)
         scoped: list[tuple[str, MetricVerdict]] = [
@@ -327,9 +273,9 @@ class RolloutController:
         rule = next((n for n, r in self.config.rules.items() if state.route in r.routes), None)
         if rule is not None and "check_pass_rate" in wanted:
             recent = now - timedelta(seconds=analysis.window_s)
-            for epoch in active_epochs(self.engine, arms, rule, recent):
+            for epoch in active_epochs(self.windows, arms, rule, recent):
                 epoch_since = max(epoch.started_at, state.started_at)
-                checks = check_windows(self.engine, arms, epoch, epoch_since)
+                checks = check_windows(self.windows, arms, epoch, epoch_since)
                 if not (checks[0] or checks[1]):
                     continue
                 key = (epoch.rule, epoch.version)
@@ -348,10 +294,10 @@ class RolloutController:
                 examples: tuple[str, ...] = ()
                 if failing:
                     examples = tuple(
-                        failing_examples(self.engine, arms, epoch, failing[0], epoch_since)
+                        failing_examples(self.windows, arms, epoch, failing[0], epoch_since)
                     )
                 epochs[scope] = EpochLook(epoch, checks, examples)
-        self.store.add_verdicts(state, memory.looks, scoped, now)
+        self.manager.store.add_verdicts(state, memory.looks, scoped, now)
         return Look(state.route, state.revision, tuple(scoped), epochs)
 
     def _rollback_reason(

@@ -15,11 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
-
-import sqlalchemy.exc as sa_exc
 
 from alerts.alert import Alert
 from alerts.dispatcher import AlertDispatcher
@@ -104,7 +102,7 @@ class RolloutManager:
     async def refresh(self) -> int:
         """Apply what other replicas changed; return how many routes changed. Raises
         `StoreUnavailableError` when the store cannot be read (the table stays as it was)."""
-        try:
+        with self._reaching_the_store():
             revisions = await asyncio.to_thread(self.store.revisions)
             stale = [
                 route
@@ -112,17 +110,16 @@ class RolloutManager:
                 if route in self._states and revision != self._states[route].revision
             ]
             rows = await asyncio.to_thread(self.store.load, stale) if stale else {}
-        except sa_exc.SQLAlchemyError as exc:
-            self.store_ok = False
-            raise StoreUnavailableError(f"reading rollout state: {exc}") from exc
-        self.store_ok = True
         for state in rows.values():
             if state.revision != self._states[state.route].revision:
                 self._apply(state)
         return len(rows)
 
     async def run_refresh(self, interval_s: float) -> None:
-        """Follow the store forever (a background task)."""
+        """Follow the store forever (a background task). While the store is unavailable the
+        last route table keeps serving; any other failure is a bug: logged with its traceback,
+        counted in `mirrorgate_internal_errors_total{component="decider"}`, and the next
+        refresh runs."""
         failing = False
         while True:
             await asyncio.sleep(interval_s)
@@ -135,6 +132,9 @@ class RolloutManager:
                 if not failing:
                     log.warning("cannot read rollout state (%s); serving the last route table", exc)
                 failing = True
+            except Exception:  # a bug in one refresh must not stop following the store
+                log.exception("following the rollout state failed")
+                self.metrics.internal_errors.labels("decider").inc()
 
     # --- changing ---------------------------------------------------------------------------------
 
@@ -159,11 +159,8 @@ class RolloutManager:
         if spec is None:
             raise RouteUnknownError(route)
         for _ in range(MAX_RACES):
-            try:
+            with self._reaching_the_store():
                 rows = await asyncio.to_thread(self.store.load, [route])
-            except sa_exc.SQLAlchemyError as exc:
-                self.store_ok = False
-                raise StoreUnavailableError(f"reading rollout state: {exc}") from exc
             current = rows.get(route) or initial_state(route, spec)
             if current.revision != self._states[route].revision:
                 self._apply(current)
@@ -174,16 +171,24 @@ class RolloutManager:
             change = transition(current, action, spec, now=self.clock(), reason=reason, actor=actor)
             if not change.changed:
                 return change
-            try:
+            with self._reaching_the_store():
                 won = await asyncio.to_thread(self.store.commit, change, evidence)
-            except sa_exc.SQLAlchemyError as exc:
-                self.store_ok = False
-                raise StoreUnavailableError(f"writing rollout state: {exc}") from exc
             if won:
                 self._apply(change.after)
                 self._announce(change, alert)
                 return change
         raise TransitionConflictError(f"route '{route}' kept changing; try again")
+
+    @contextlib.contextmanager
+    def _reaching_the_store(self) -> Iterator[None]:
+        """Keep `store_ok` current: False while the store is unavailable, True once it answers.
+        Any other error is not about reachability and leaves it as it was."""
+        try:
+            yield
+        except StoreUnavailableError:
+            self.store_ok = False
+            raise
+        self.store_ok = True
 
     # --- effects ----------------------------------------------------------------------------------
 

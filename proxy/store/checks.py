@@ -99,19 +99,3 @@ def finding_to_row(record: FindingRecord) -> dict[str, Any]:
         "detail": record.detail.replace("\x00", "\ufffd"),
         "pair_id": record.pair_id,
     }
-
-
-def row_to_finding(row: sa.RowMapping) -> FindingRecord:
-    return FindingRecord(
-        request_id=row["request_id"],
-        route=row["route"],
-        target=row["target"],
-        arm=Arm(row["arm"]),
-        analyzer=row["analyzer"],
-        name=row["name"],
-        created_at=as_utc(row["created_at"]),
-        value=row["value"],
-        label=row["label"],
-        detail=row["detail"],
-        pair_id=row["pair_id"],
-    )

@@ -10,9 +10,8 @@ recorder. Two normalisations happen here so both backends hold the same thing: t
 UTC (a naive datetime is taken to be UTC already), and NUL characters in text are replaced by U+FFFD
 (PostgreSQL text cannot hold NUL).
 
-Errors (the whole tree: `migrations.py`): every failure leaves this module as a
-`StoreError`. `StoreUnavailableError` means the database could not be reached or was locked, and the
-same call may succeed later; `RecordRejectedError` means the database refused the data itself.
+Errors: every failure leaves this module as a `StoreError` (the tree: `proxy.store`), translated
+by `proxy.store.errors.translated`.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from typing import Any, Literal, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlmodel import Field, SQLModel
 
@@ -49,9 +47,15 @@ from .checks import (
     finding_to_row,
     findings_table,
     row_to_check,
-    row_to_finding,
 )
-from .migrations import SQLITE_BEGIN_OPTION, SchemaVersionError, StoreError
+from .errors import (
+    RecordRejectedError,
+    SchemaVersionError,
+    StoreError,
+    StoreUnavailableError,
+    translated,
+)
+from .migrations import SQLITE_BEGIN_OPTION
 from .pairs import pair_to_row, pairs_table, row_to_pair
 from .rollouts import alert_claims as claims_table
 from .rollouts import verdicts as verdicts_table
@@ -67,14 +71,6 @@ __all__ = [
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _WAL_AUTOCHECKPOINT_PAGES = 10_000
 _WAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
-
-
-class StoreUnavailableError(StoreError):
-    """The database could not be reached, or was locked or full; retrying later may succeed."""
-
-
-class RecordRejectedError(StoreError):
-    """The database refused the records themselves (bad data); retrying them will not help."""
 
 
 class ExchangeRow(SQLModel, table=True):
@@ -133,7 +129,7 @@ class ExchangeRow(SQLModel, table=True):
 
 _exchanges: sa.Table = ExchangeRow.__table__  # type: ignore[attr-defined]
 exchanges_table = _exchanges
-"""The `exchanges` table, for readers outside the store (the rollout judge)."""
+"""The `exchanges` table, for the store's other query objects (rule versions, judge windows)."""
 T = TypeVar("T")
 _insert_exchange = sa.insert(_exchanges)
 _insert_pair = sa.insert(pairs_table)
@@ -158,16 +154,57 @@ class Store:
         connect_timeout_s: float = 5.0,
     ) -> None:
         self._schema = schema
-        self._engine = _create_engine(url, schema, busy_timeout_ms, connect_timeout_s)
+        with translated(f"opening the store at {url!r}"):
+            self._engine = _create_engine(url, schema, busy_timeout_ms, connect_timeout_s)
+        self.display_url = make_url(url).render_as_string(hide_password=True)
+        """`url` with any password hidden, for messages and reports."""
+
+    @classmethod
+    def existing(cls, url: str) -> Store:
+        """The store at `url` if it already exists with the schema this code reads; never
+        created or migrated, so a read-only tool (the report) is safe against production.
+
+        Raises `StoreError` when a SQLite file does not exist, `SchemaVersionError` when the
+        schema is older than this code reads (start the gateway once to migrate it) and any
+        other `StoreError` of opening it.
+        """
+        with translated(f"{url!r} is not a database URL"):
+            parsed = make_url(url)
+        if parsed.get_backend_name() == "sqlite":
+            database = Path(parsed.database or "")
+            if not database.is_file():
+                raise StoreError(
+                    f"no database at {database} (store.url {url}); "
+                    "has `mirrorgate serve` recorded traffic with this config?"
+                )
+        store = cls(url)
+        try:
+            version = store.schema_version()
+        except BaseException:
+            store.close()
+            raise
+        if version < migrations.head_version():
+            store.close()
+            raise SchemaVersionError(
+                f"the store's schema is at version {version}, this mirrorgate reads version "
+                f"{migrations.head_version()}: start `mirrorgate serve` once to migrate it"
+            )
+        return store
 
     @property
     def engine(self) -> Engine:
-        """The engine, for modules that keep their own tables in this database."""
+        """The engine, for the store's own query objects (`FeedbackStore`, `RolloutStore`, …)
+        that keep their tables in this database. Nothing outside `proxy.store` uses it."""
         return self._engine
 
     @property
     def backend(self) -> Literal["sqlite", "postgresql"]:
         return "sqlite" if self._engine.dialect.name == "sqlite" else "postgresql"
+
+    def schema_version(self) -> int:
+        """The schema version recorded in the database; 0 for a database never migrated."""
+        with translated("reading the schema version"):
+            return migrations.current_version(self._engine)
 
     def migrate(self) -> int:
         """Bring the schema to the newest version this code knows; return that version.
@@ -175,10 +212,8 @@ class Store:
         Safe to call from several processes at once. Raises `SchemaVersionError` when the database
         is newer than the code.
         """
-        try:
+        with translated("migrating the schema"):
             return migrations.migrate(self._engine, schema=self._schema)
-        except sa_exc.SQLAlchemyError as exc:
-            raise _translate(exc, "migrating the schema") from exc
 
     def write_batch(
         self, records: Sequence[ExchangeRecord | PairRecord | CheckRecord | FindingRecord]
@@ -194,20 +229,15 @@ class Store:
             findings = [finding_to_row(r) for r in records if isinstance(r, FindingRecord)]
         except (TypeError, ValueError, AttributeError) as exc:
             raise RecordRejectedError(f"cannot store record: {exc}") from exc
-        try:
-            with self._engine.begin() as conn:
-                if rows:
-                    conn.execute(_insert_exchange, rows)
-                if pairs:
-                    conn.execute(_insert_pair, pairs)
-                if checks:
-                    conn.execute(_insert_check, checks)
-                if findings:
-                    conn.execute(sa.insert(findings_table), findings)
-        except sa_exc.SQLAlchemyError as exc:
-            raise _translate(exc, f"writing {len(rows)} records", rejected=True) from exc
-        except (UnicodeError, OverflowError) as exc:  # raised by the driver, not as DBAPI errors
-            raise RecordRejectedError(f"cannot store record: {exc}") from exc
+        with translated(f"writing {len(rows)} records", writing=True), self._engine.begin() as conn:
+            if rows:
+                conn.execute(_insert_exchange, rows)
+            if pairs:
+                conn.execute(_insert_pair, pairs)
+            if checks:
+                conn.execute(_insert_check, checks)
+            if findings:
+                conn.execute(sa.insert(findings_table), findings)
 
     def count(
         self,
@@ -231,11 +261,8 @@ class Store:
             until=until,
         )
         statement = sa.select(sa.func.count()).select_from(_exchanges).where(*where)
-        try:
-            with self._engine.connect() as conn:
-                return int(conn.execute(statement).scalar_one())
-        except sa_exc.SQLAlchemyError as exc:
-            raise _translate(exc, "counting records") from exc
+        with translated("counting records"), self._engine.connect() as conn:
+            return int(conn.execute(statement).scalar_one())
 
     def query(
         self,
@@ -267,11 +294,8 @@ class Store:
             else (_exchanges.c.started_at, _exchanges.c.id)
         )
         statement = sa.select(_exchanges).where(*where).order_by(*order).limit(limit)
-        try:
-            with self._engine.connect() as conn:
-                return [_to_record(row) for row in conn.execute(statement).mappings()]
-        except sa_exc.SQLAlchemyError as exc:
-            raise _translate(exc, "querying records") from exc
+        with translated("querying records"), self._engine.connect() as conn:
+            return [_to_record(row) for row in conn.execute(statement).mappings()]
 
     def query_pairs(
         self,
@@ -303,16 +327,6 @@ class Store:
         filters = ((c.route, route), (c.rule, rule), (c.request_id, request_id))
         return self._select(checks_table, row_to_check, filters, since, limit, "reading checks")
 
-    def query_findings(
-        self, *, route: str | None = None, request_id: str | None = None, limit: int = 1_000_000
-    ) -> list[FindingRecord]:
-        """Stored analyzer findings, oldest first, filtered by route and/or request id."""
-        c = findings_table.c
-        filters = ((c.route, route), (c.request_id, request_id))
-        return self._select(
-            findings_table, row_to_finding, filters, None, limit, "reading findings"
-        )
-
     def _select(
         self,
         table: sa.Table,
@@ -328,11 +342,8 @@ class Store:
         if since is not None:
             where.append(table.c.created_at >= _utc(since))
         statement = sa.select(table).where(*where).order_by(table.c.id).limit(limit)
-        try:
-            with self._engine.connect() as conn:
-                return [convert(row) for row in conn.execute(statement).mappings()]
-        except sa_exc.SQLAlchemyError as exc:
-            raise _translate(exc, action) from exc
+        with translated(action), self._engine.connect() as conn:
+            return [convert(row) for row in conn.execute(statement).mappings()]
 
     def delete_older_than(self, cutoff: datetime, *, limit: int | None = None) -> int:
         """Delete records that started before `cutoff`; return how many were deleted.
@@ -353,17 +364,14 @@ class Store:
         old_findings = sa.delete(findings_table).where(findings_table.c.created_at < _utc(cutoff))
         old_verdicts = sa.delete(verdicts_table).where(verdicts_table.c.created_at < _utc(cutoff))
         old_claims = sa.delete(claims_table).where(claims_table.c.created_at < _utc(cutoff))
-        try:
-            with self._engine.begin() as conn:
-                deleted = int(conn.execute(statement).rowcount)
-                conn.execute(old_pairs)
-                conn.execute(old_checks)
-                conn.execute(old_findings)
-                conn.execute(old_verdicts)
-                conn.execute(old_claims)  # Alertmanager stops redelivering long before
-                return deleted
-        except sa_exc.SQLAlchemyError as exc:
-            raise _translate(exc, "deleting old records") from exc
+        with translated("deleting old records"), self._engine.begin() as conn:
+            deleted = int(conn.execute(statement).rowcount)
+            conn.execute(old_pairs)
+            conn.execute(old_checks)
+            conn.execute(old_findings)
+            conn.execute(old_verdicts)
+            conn.execute(old_claims)  # Alertmanager stops redelivering long before
+            return deleted
 
     def ping(self, timeout_s: float = 2.0) -> bool:
         """True when the database answers `SELECT 1`. Never raises; meant for /readyz.
@@ -401,10 +409,8 @@ class Store:
 def _create_engine(
     url: str, schema: str | None, busy_timeout_ms: int, connect_timeout_s: float
 ) -> Engine:
-    try:
+    with translated(f"{url!r} is not a database URL"):
         parsed = make_url(url)
-    except sa_exc.ArgumentError as exc:
-        raise StoreError(f"{url!r} is not a database URL") from exc
     if parsed.get_backend_name() == "sqlite":
         if schema is not None:
             raise ValueError("schema= is only for PostgreSQL")
@@ -478,21 +484,6 @@ def _sqlite_connect_hook(busy_timeout_ms: int) -> Any:
 def _sqlite_begin(conn: Connection) -> None:
     mode = conn.get_execution_options().get(SQLITE_BEGIN_OPTION, "DEFERRED")
     conn.exec_driver_sql(f"BEGIN {'IMMEDIATE' if mode == 'IMMEDIATE' else 'DEFERRED'}")
-
-
-def _translate(exc: sa_exc.SQLAlchemyError, action: str, *, rejected: bool = False) -> StoreError:
-    """Map a SQLAlchemy error to the most specific `StoreError`."""
-    cause = getattr(exc, "orig", None) or exc
-    transient = isinstance(
-        exc, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError
-    ) or (isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated)
-    first_line = next(iter(str(cause).strip().splitlines()), "")
-    message = f"{action}: {type(cause).__name__}: {first_line}"
-    if transient:
-        return StoreUnavailableError(message)
-    if rejected:
-        return RecordRejectedError(message)
-    return StoreError(message)
 
 
 _utc = as_utc

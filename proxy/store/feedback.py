@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 import sqlalchemy as sa
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import Engine
 from sqlmodel import Field, SQLModel
 
-from proxy.core import Arm, FeedbackRecord
+from proxy.core import Arm, FeedbackRecord, as_utc
+
+from .errors import DuplicateRecordError, translated
+from .exchanges import Store
 
 
 class FeedbackRow(SQLModel, table=True):
@@ -37,21 +38,22 @@ feedback_table = _table
 
 
 class FeedbackStore:
-    """Reads and writes `feedback` through the gateway store's engine."""
+    """Reads and writes `feedback` in the gateway's store (blocking: call from a worker thread).
+    Every method raises `StoreError`s only."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, store: Store) -> None:
+        self._engine = store.engine
 
     def add(self, record: FeedbackRecord) -> bool:
         """Store `record`; False (and nothing changes) when this request already has feedback of
-        this kind. Raises SQLAlchemy errors for the caller to translate."""
+        this kind. Raises `StoreError`s (`StoreUnavailableError`: worth sending again)."""
         row = {
             "request_id": record.request_id,
             "kind": record.kind,
             "route": record.route,
             "target": record.target,
             "arm": record.arm.value,
-            "created_at": record.created_at.astimezone(UTC),
+            "created_at": as_utc(record.created_at),
             "corrected": record.corrected,
             "correction": record.correction,
             "score": record.score,
@@ -60,9 +62,9 @@ class FeedbackStore:
             "rule_version": record.rule_version,
         }
         try:
-            with self._engine.begin() as conn:
+            with translated("storing feedback", writing=True), self._engine.begin() as conn:
                 conn.execute(sa.insert(_table), [row])
-        except sa_exc.IntegrityError:
+        except DuplicateRecordError:
             return False
         return True
 
@@ -75,7 +77,7 @@ class FeedbackStore:
             statement = statement.where(_table.c.request_id == request_id)
         if route is not None:
             statement = statement.where(_table.c.route == route)
-        with self._engine.connect() as conn:
+        with translated("reading feedback"), self._engine.connect() as conn:
             rows = conn.execute(statement).mappings().all()
         return [
             FeedbackRecord(
@@ -84,7 +86,7 @@ class FeedbackStore:
                 route=r["route"],
                 target=r["target"],
                 arm=Arm(r["arm"]),
-                created_at=r["created_at"].replace(tzinfo=r["created_at"].tzinfo or UTC),
+                created_at=as_utc(r["created_at"]),
                 corrected=bool(r["corrected"]),
                 correction=r["correction"],
                 score=r["score"],

@@ -33,12 +33,8 @@ table is one function and one list entry::
 
 Never edit or renumber a migration that has shipped; add the next one.
 
-Errors of the store layer form one small tree (the other two live in `proxy.store.exchanges`):
-
-    StoreError                  the store cannot do what was asked
-    ├── SchemaVersionError      the database is newer than this code (or the migration list is bad)
-    ├── StoreUnavailableError   the database cannot be reached or is locked: worth retrying
-    └── RecordRejectedError     the database refused these records: retrying will not help
+`migrate` and `current_version` let database errors out as SQLAlchemy's; `Store`, their only
+caller, translates them (`proxy.store.errors`).
 """
 
 from __future__ import annotations
@@ -51,6 +47,8 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
+
+from .errors import SchemaVersionError
 
 log = logging.getLogger(__name__)
 
@@ -66,14 +64,6 @@ _ADVISORY_LOCK = sa.text(
 )
 _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 """Primary key type: BIGINT on PostgreSQL; INTEGER on SQLite (only that spelling is the rowid)."""
-
-
-class StoreError(Exception):
-    """The store cannot do what was asked. Base of every error the store layer raises."""
-
-
-class SchemaVersionError(StoreError):
-    """The database's schema version is newer than the newest migration this code knows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,8 +350,7 @@ def migrate(
 
     `schema` is the PostgreSQL schema the engine's `search_path` points at (created if missing);
     None means the connection's current schema. Raises `SchemaVersionError` if the database is
-    newer than `migrations`; database errors propagate as SQLAlchemy exceptions (the store
-    translates them).
+    newer than `migrations`.
     """
     _check_sequence(migrations)
     head = head_version(migrations)

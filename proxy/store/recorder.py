@@ -11,7 +11,8 @@ What happens to an accepted record:
 
 - written: counted in `mirrorgate_recorder_written_total` and `Recorder.written_total`;
 - the database is unavailable (`StoreUnavailableError`): the writer keeps the batch and retries
-  it with exponential backoff (`retry_initial_s` doubling up to `retry_max_s`) until it succeeds.
+  it with exponential backoff (`retry_initial_s` doubling up to `retry_max_s`, the store's one
+  retry loop: `proxy.store.retry`) until it succeeds.
   Meanwhile `submit` keeps queueing up to `queue_size`; beyond that it drops (`queue_full`). The
   outage is logged once when it starts and once when it ends, not at every retry;
 - the database refuses the batch itself (`RecordRejectedError`, e.g. text the driver cannot encode):
@@ -32,6 +33,7 @@ time between two batches, so a large purge never holds up writing for long.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -46,8 +48,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from proxy.config import StoreSpec
 from proxy.core import StoredRecord
 
-from .exchanges import Store, StoreUnavailableError
+from .errors import StoreUnavailableError
+from .exchanges import Store
 from .redaction import apply_bodies_policy
+from .retry import WriteRetry
 
 log = logging.getLogger(__name__)
 
@@ -148,13 +152,13 @@ class Recorder:
             raise ValueError(f"bodies_policy must be full, redacted or none, not {bodies_policy!r}")
         if not 0 < retry_initial_s <= retry_max_s:
             raise ValueError("need 0 < retry_initial_s <= retry_max_s")
+        self._retry = WriteRetry(retry_initial_s, retry_max_s)
+        self._outage_started: float | None = None
         self._store = store
         self._queue_size = queue_size
         self._batch_size = batch_size
         self._flush_interval_s = flush_interval_s
         self._bodies_policy = bodies_policy
-        self._retry_initial_s = retry_initial_s
-        self._retry_max_s = retry_max_s
         self._retention = (
             Retention(
                 store,
@@ -312,8 +316,6 @@ class Recorder:
     def _run(self) -> None:
         batch: list[StoredRecord] = []
         next_flush = time.monotonic() + self._flush_interval_s
-        backoff = self._retry_initial_s
-        outage_started: float | None = None
         try:
             while True:
                 stopping = self._stop_requested.is_set()
@@ -329,27 +331,9 @@ class Recorder:
                             break
                         continue
                 try:
-                    batch = self._write(batch)
-                except StoreUnavailableError as exc:
-                    self._write_errors.inc()
-                    if outage_started is None:
-                        outage_started = time.monotonic()
-                        log.error(
-                            "recorder: the store is unavailable; holding %d records and retrying "
-                            "(logged once per outage): %s",
-                            len(batch) + len(self._queue),
-                            exc,
-                        )
-                    self._backoff(backoff)
-                    backoff = min(backoff * 2, self._retry_max_s)
-                    continue
-                if outage_started is not None:
-                    log.warning(
-                        "recorder: the store is available again after %.1fs",
-                        time.monotonic() - outage_started,
-                    )
-                    outage_started = None
-                    backoff = self._retry_initial_s
+                    batch = self._write_until_stored(batch)
+                except StoreUnavailableError:
+                    continue  # stopping, and past the deadline: the loop's top gives up
         except BaseException:
             log.exception("recorder: the writer thread failed")
             raise
@@ -377,6 +361,39 @@ class Recorder:
 
     def _apply_bodies_policy(self, record: StoredRecord) -> StoredRecord:
         return apply_bodies_policy(record, self._bodies_policy)
+
+    def _write_until_stored(self, batch: list[StoredRecord]) -> list[StoredRecord]:
+        """Write `batch`, waiting out an outage; return what is left (nothing). Raises
+        `StoreUnavailableError` only when `stop`'s deadline passes first."""
+
+        def unavailable(exc: StoreUnavailableError, _failures: int) -> None:
+            self._write_errors.inc()
+            if self._outage_started is None:
+                self._outage_started = time.monotonic()
+                log.error(
+                    "recorder: the store is unavailable; holding %d records and retrying "
+                    "(logged once per outage): %s",
+                    len(batch) + len(self._queue),
+                    exc,
+                )
+
+        # `_write` drops what it wrote from `batch` in place, so a retry resumes after it.
+        left = self._retry.call(
+            functools.partial(self._write, batch),
+            wait=self._wait_to_retry,
+            on_unavailable=unavailable,
+        )
+        if self._outage_started is not None:
+            log.warning(
+                "recorder: the store is available again after %.1fs",
+                time.monotonic() - self._outage_started,
+            )
+            self._outage_started = None
+        return left
+
+    def _wait_to_retry(self, delay: float) -> bool:
+        self._backoff(delay)
+        return not self._past_deadline()
 
     def _write(self, batch: list[StoredRecord]) -> list[StoredRecord]:
         """Write `batch`; return what is left to retry. Raises `StoreUnavailableError` (nothing was

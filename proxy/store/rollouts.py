@@ -13,14 +13,17 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import Engine
 
 from analyzers.verdicts import MetricVerdict
-from proxy.core import Arm, Phase, RolloutState, Transition
+from proxy.core import Arm, Phase, RolloutState, Transition, as_utc
+
+from .errors import DuplicateRecordError, translated
+
+if TYPE_CHECKING:
+    from .exchanges import Store  # which keeps these tables' retention
 
 _meta = sa.MetaData()
 rollouts = sa.Table(
@@ -92,16 +95,6 @@ alert_claims = sa.Table(
 )
 
 
-def aware(moment: Any) -> datetime | None:
-    """A timezone-aware datetime from what the driver returns (SQLite drops the zone)."""
-    if moment is None:
-        return None
-    if isinstance(moment, str):
-        moment = datetime.fromisoformat(moment)
-    assert isinstance(moment, datetime)
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
 def _to_state(row: Any) -> RolloutState:
     return RolloutState(
         route=row["route"],
@@ -117,9 +110,9 @@ def _to_state(row: Any) -> RolloutState:
         override_arm=Arm(row["override_arm"]),
         reason=row["reason"],
         actor=row["actor"],
-        changed_at=aware(row["changed_at"]),
-        started_at=aware(row["started_at"]),
-        step_started_at=aware(row["step_started_at"]),
+        changed_at=as_utc(row["changed_at"]),
+        started_at=as_utc(row["started_at"]),
+        step_started_at=as_utc(row["step_started_at"]),
     )
 
 
@@ -145,14 +138,15 @@ def _to_row(state: RolloutState) -> dict[str, Any]:
 
 
 class RolloutStore:
-    """Blocking reads and writes of rollout state: call from a worker thread."""
+    """Blocking reads and writes of rollout state: call from a worker thread. Every method
+    raises `StoreError`s only (`StoreUnavailableError` while the database cannot be reached)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, store: Store) -> None:
+        self._engine = store.engine
 
     def revisions(self) -> dict[str, int]:
         """Route → revision: the cheap query every replica polls to notice changes."""
-        with self._engine.connect() as conn:
+        with translated("reading rollout revisions"), self._engine.connect() as conn:
             rows: list[tuple[Any, ...]] = [
                 tuple(row) for row in conn.execute(sa.select(rollouts.c.route, rollouts.c.revision))
             ]
@@ -162,7 +156,7 @@ class RolloutStore:
         query = sa.select(rollouts)
         if routes is not None:
             query = query.where(rollouts.c.route.in_(list(routes)))
-        with self._engine.connect() as conn:
+        with translated("reading rollout state"), self._engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
         return {row["route"]: _to_state(row) for row in rows}
 
@@ -185,7 +179,7 @@ class RolloutStore:
             "created_at": after.changed_at or datetime.now(UTC),
         }
         try:
-            with self._engine.begin() as conn:
+            with translated("writing rollout state", writing=True), self._engine.begin() as conn:
                 if before.revision == 0:
                     conn.execute(sa.insert(rollouts), [_to_row(after)])
                 else:
@@ -198,7 +192,7 @@ class RolloutStore:
                     if done.rowcount != 1:
                         return False
                 conn.execute(sa.insert(rollout_events), [event])
-        except sa_exc.IntegrityError:
+        except DuplicateRecordError:  # the route's row or this revision's event: someone was first
             return False
         return True
 
@@ -210,7 +204,7 @@ class RolloutStore:
             .order_by(rollout_events.c.revision.desc())
             .limit(limit)
         )
-        with self._engine.connect() as conn:
+        with translated("reading rollout events"), self._engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
         return [
             {
@@ -259,7 +253,7 @@ class RolloutStore:
             }
             for scope, v in scoped
         ]
-        with self._engine.begin() as conn:
+        with translated("writing verdicts", writing=True), self._engine.begin() as conn:
             conn.execute(sa.insert(verdicts), rows)
 
     def recent_verdicts(self, route: str, limit: int = 100) -> list[dict[str, Any]]:
@@ -269,7 +263,7 @@ class RolloutStore:
             .order_by(verdicts.c.id.desc())
             .limit(limit)
         )
-        with self._engine.connect() as conn:
+        with translated("reading verdicts"), self._engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
         return [
             {
@@ -295,7 +289,7 @@ class RolloutStore:
     def claim_alert(self, fingerprint: str, starts_at: datetime, route: str) -> bool:
         """Record one firing of one Alertmanager alert as acted on; False if it already was."""
         try:
-            with self._engine.begin() as conn:
+            with translated("claiming an alert", writing=True), self._engine.begin() as conn:
                 conn.execute(
                     sa.insert(alert_claims),
                     [
@@ -307,7 +301,7 @@ class RolloutStore:
                         }
                     ],
                 )
-        except sa_exc.IntegrityError:
+        except DuplicateRecordError:
             return False
         return True
 
@@ -319,10 +313,10 @@ class RolloutStore:
             .where(alert_claims.c.fingerprint == fingerprint)
             .where(alert_claims.c.starts_at == starts_at)
         )
-        with self._engine.connect() as conn:
+        with translated("reading alert claims"), self._engine.connect() as conn:
             return bool(conn.execute(query).scalar())
 
 
 def _iso(moment: Any) -> str | None:
-    value = aware(moment)
+    value = as_utc(moment)
     return value.isoformat() if value else None

@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from proxy.core.sampling import sampled
-from proxy.store.rollouts import aware
+from proxy.core.utc import as_utc
 from tests.conftest import wait_until
 from tests.e2e.conftest import GatewayProcess, RolloutClient
 from tests.e2e.tcp_forwarder import TcpForwarder
@@ -138,7 +138,7 @@ def test_the_store_unavailable_for_10_s_loses_nothing_and_decisions_wait(
             (2, "rollback", "judge"),
         ], events
         assert "v2" in events[1]["reason"]
-        decided_at = aware(events[1]["created_at"])
+        decided_at = as_utc(events[1]["created_at"])
         assert decided_at is not None and decided_at >= restored_at
         rule_events = query(db_url, "SELECT version FROM rule_events ORDER BY first_seen_at")
         assert [e["version"] for e in rule_events] == ["v1", "v2"]  # v2: seen during the outage

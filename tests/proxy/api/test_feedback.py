@@ -42,7 +42,7 @@ def test_feedback_joins_the_exchange_and_is_idempotent(
     again = httpx.post(gw.url + "/v1/feedback", json={**body, "label": "wrong-policy"})
     assert again.json()["recorded"] == ["label"]
     assert again.json()["duplicates"] == ["correction", "score"]
-    stored = FeedbackStore(gw.gateway.store.engine).query(request_id=request_id)
+    stored = FeedbackStore(gw.gateway.store).query(request_id=request_id)
     assert sorted(f.kind for f in stored) == ["correction", "label", "score"]
     correction = next(f for f in stored if f.kind == "correction")
     assert correction.corrected and correction.correction == "150"
@@ -87,7 +87,7 @@ def test_bad_feedback_is_refused_and_changes_nothing(
     )
     assert response.status_code == status
     assert message in response.json()["error"]["message"]
-    assert FeedbackStore(gw.gateway.store.engine).query() == []
+    assert FeedbackStore(gw.gateway.store).query() == []
 
 
 def test_feedback_needs_json(start_gateway: Callable[..., GatewayServer]) -> None:

@@ -9,14 +9,15 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
-from sqlalchemy import exc as sa_exc
 
 from proxy.app.serve import GatewayServer
 from proxy.config import ConfigError, parse_config
-from proxy.gateway.rules import RuleEvent, RuleMatch, RuleResolver, RuleTracker
+from proxy.gateway.rules import RuleMatch, RuleResolver, RuleTracker
 from proxy.mock_upstream.server import MockUpstreamServer
 from proxy.observability.metrics import GatewayMetrics
+from proxy.store.errors import StoreUnavailableError
 from proxy.store.exchanges import Store
+from proxy.store.rule_events import RuleEvent, RuleEventStore
 from tests.conftest import wait_until
 
 RULES = {
@@ -171,19 +172,19 @@ def test_a_rule_change_seen_while_the_store_is_down_is_stored_when_it_is_back(
 ) -> None:
     store = Store(f"sqlite:///{tmp_path / 'rules.db'}")
     store.migrate()
-    tracker = RuleTracker(
-        store.engine, keep_prompts=False, metrics=GatewayMetrics(CollectorRegistry())
-    )
-    write = tracker._persist
+    events = RuleEventStore(store)
     attempts: list[RuleEvent] = []
 
-    def unreachable_twice(event: RuleEvent) -> None:
-        attempts.append(event)
-        if len(attempts) <= 2:
-            raise sa_exc.OperationalError("INSERT", {}, ConnectionRefusedError("store down"))
-        write(event)
+    class UnreachableTwice(RuleEventStore):
+        def add(self, event: RuleEvent) -> bool:
+            attempts.append(event)
+            if len(attempts) <= 2:
+                raise StoreUnavailableError("storing a rule change: store down")
+            return super().add(event)
 
-    tracker._persist = unreachable_twice  # type: ignore[method-assign]
+    tracker = RuleTracker(
+        UnreachableTwice(store), keep_prompts=False, metrics=GatewayMetrics(CollectorRegistry())
+    )
 
     async def observe() -> int:
         tracker.observe(RuleMatch("shipping", "v2", "max_weight = 150"), "bot", "req-1")
@@ -191,7 +192,7 @@ def test_a_rule_change_seen_while_the_store_is_down_is_stored_when_it_is_back(
 
     assert asyncio.run(observe()) == 0
     assert len(attempts) == 3 and attempts[0] == attempts[2]  # the same event, first-seen time kept
-    assert [(e.version, e.request_id) for e in tracker.events()] == [("v2", "req-1")]
+    assert [(e.version, e.request_id) for e in events.events()] == [("v2", "req-1")]
     store.close()
 
 

@@ -11,6 +11,7 @@ from proxy.app.serve import GatewayServer
 from proxy.mirror.llm_judge import parse_scores
 from proxy.mock_upstream.server import MockUpstreamServer
 from tests.conftest import wait_until
+from tests.proxy.mirror.test_analysis_plugins import stored_findings
 from tests.proxy.mirror.test_shadow import ask, model, received, shadowed
 
 
@@ -28,7 +29,7 @@ def test_both_orders_are_judged_and_averaged(
     marker = uuid.uuid4().hex
     request_id = ask(gw, marker).headers["x-mirrorgate-request-id"]
     findings = wait_until(
-        lambda: len(f := gw.gateway.store.query_findings(request_id=request_id)) == 4 and f,
+        lambda: len(f := stored_findings(gw, request_id)) == 4 and f,
         what="four judge findings",
     )
     values = {f.name: f.value for f in findings}
@@ -57,7 +58,7 @@ def test_the_judge_budget_stops_judging(
     gw = start_gateway(extra=judged(upstream, max_usd_per_hour=1e-9))
     marker = uuid.uuid4().hex
     first = ask(gw, marker).headers["x-mirrorgate-request-id"]
-    wait_until(lambda: len(gw.gateway.store.query_findings(request_id=first)) == 4, what="judged")
+    wait_until(lambda: len(stored_findings(gw, first)) == 4, what="judged")
     for _ in range(3):
         ask(gw, marker)
     wait_until(lambda: received(upstream, marker).get("stale") == 4, what="all shadows ran")

@@ -35,7 +35,7 @@ def setup(tmp_path: Path) -> Iterator[tuple[Path, Store]]:
 
 
 def rule_event(store: Store, version: str, previous: str | None, at: datetime) -> None:
-    """A rule-change event, inserted as `proxy.gateway.rules.RuleTracker` writes it."""
+    """A rule-change event, inserted as `proxy.store.RuleEventStore` writes it."""
     table = sa.table(
         "rule_events",
         sa.column("rule"),

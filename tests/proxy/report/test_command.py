@@ -372,7 +372,7 @@ def test_html_escapes_every_name_from_the_store(
             check,
         ]
     )
-    FeedbackStore(store.engine).add(
+    FeedbackStore(store).add(
         FeedbackRecord(
             request_id=served.request_id,
             kind="label",

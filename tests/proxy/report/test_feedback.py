@@ -50,7 +50,7 @@ def give(store: Store, answer: ExchangeRecord, kind: str, **fields: Any) -> None
         "rule_version": answer.rule_version,
     }
     values.update(fields)
-    assert FeedbackStore(store.engine).add(FeedbackRecord(**values))
+    assert FeedbackStore(store).add(FeedbackRecord(**values))
 
 
 def test_correction_rate_and_scores_per_arm_and_rule_version(

@@ -13,12 +13,15 @@ from proxy.core.records import Arm, CheckRecord, Status
 from proxy.rollout.evidence import (
     Arms,
     Epoch,
+    active_epochs,
+    agreement_tallies,
     check_windows,
     current_epoch,
     failing_examples,
     traffic_windows,
 )
 from proxy.store.exchanges import Store
+from proxy.store.judge_windows import JudgeWindows, PairCount
 from tests.proxy.store.test_exchanges import T0, make_record
 
 ARMS = Arms("support-bot", "prod", "cand")
@@ -58,7 +61,7 @@ def test_traffic_windows_compare_the_baseline_and_the_canary_in_the_same_window(
             make_record(route="other", target="cand", arm=Arm.CANARY, started_at=at),
         ]
     )
-    primary, candidate = traffic_windows(store.engine, ARMS, T0)
+    primary, candidate = traffic_windows(JudgeWindows(store), ARMS, T0)
     assert (primary.requests, primary.errors) == (3, 1)
     assert sorted(primary.latencies_s) == [0.2, 0.25, 0.25]
     assert primary.ttfts_s == (0.05,)
@@ -89,10 +92,10 @@ def test_checks_are_read_per_rule_epoch_and_errors_count_as_not_passed(store: St
         + _check(Arm.SHADOW, "cand", "v2", "fail", 7)
     )
     epoch = Epoch("shipping", "v2", T0)
-    primary, candidate = check_windows(store.engine, ARMS, epoch, T0)
+    primary, candidate = check_windows(JudgeWindows(store), ARMS, epoch, T0)
     assert primary == {"max-weight": (4, 5)}
     assert candidate == {"max-weight": (1, 4)}
-    examples = failing_examples(store.engine, ARMS, epoch, "max-weight", T0)
+    examples = failing_examples(JudgeWindows(store), ARMS, epoch, "max-weight", T0)
     assert sorted(examples) == [f"canary-v2-fail-{i}" for i in range(3)]
 
 
@@ -101,7 +104,7 @@ def test_the_current_epoch_is_the_newest_version_first_seen(store: Store) -> Non
         "rule_events", sa.column("rule"), sa.column("version"), sa.column("previous_version"),
         sa.column("first_seen_at"), sa.column("request_id"), sa.column("route"),
     )  # fmt: skip
-    assert current_epoch(store.engine, "shipping") is None
+    assert current_epoch(JudgeWindows(store), "shipping") is None
     with store.engine.begin() as conn:
         for version, seconds in (("v1", 0), ("v2", 60), ("v0", -60)):
             conn.execute(
@@ -114,5 +117,55 @@ def test_the_current_epoch_is_the_newest_version_first_seen(store: Store) -> Non
                     route="r",
                 )
             )
-    epoch = current_epoch(store.engine, "shipping")
+    epoch = current_epoch(JudgeWindows(store), "shipping")
     assert epoch == Epoch("shipping", "v2", T0 + timedelta(seconds=60))
+
+
+class Rows:
+    """Judge rows without a database: the assembly below is pure."""
+
+    def __init__(self, **rows: Any) -> None:
+        self.rows = rows
+
+    def checked_versions(self, arms: Arms, rule: str, since: Any) -> dict[str, Any]:
+        return dict(self.rows.get("checked", {}))
+
+    def first_seen(self, rule: str) -> dict[str, Any]:
+        return dict(self.rows.get("first_seen", {}))
+
+    def newest_version(self, rule: str) -> Epoch | None:
+        newest: Epoch | None = self.rows.get("newest")
+        return newest
+
+    def pair_counts(self, arms: Arms, mode: str, since: Any) -> list[PairCount]:
+        return list(self.rows.get("pairs", []))
+
+
+def test_each_recently_checked_version_is_an_epoch_from_its_first_request() -> None:
+    later = T0 + timedelta(minutes=10)
+    rows = Rows(
+        checked={"v2": later, "v1": later, "v3": later},
+        first_seen={"v1": T0, "v2": T0 + timedelta(minutes=5)},  # v3: no event (yet)
+    )
+    assert active_epochs(rows, ARMS, "shipping", T0) == [
+        Epoch("shipping", "v1", T0),
+        Epoch("shipping", "v2", T0 + timedelta(minutes=5)),
+        Epoch("shipping", "v3", later),
+    ]
+    newest = Epoch("shipping", "v9", T0)
+    assert active_epochs(Rows(newest=newest), ARMS, "shipping", T0) == [newest]
+    assert active_epochs(Rows(), ARMS, "shipping", T0) == []
+
+
+def test_disagreement_is_the_candidates_shadow_pairs_and_the_noise_floor() -> None:
+    rows = Rows(
+        pairs=[
+            PairCount("shadow", "cand", True, 6),
+            PairCount("shadow", "cand", False, 2),
+            PairCount("shadow", "other-candidate", False, 9),
+            PairCount("noise", "prod", False, 1),
+            PairCount("noise", "prod", True, 3),
+            PairCount("replay", "cand", False, 4),
+        ]
+    )
+    assert agreement_tallies(rows, ARMS, "json", T0) == ((2, 8), (1, 4))

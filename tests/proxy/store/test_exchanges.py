@@ -20,6 +20,7 @@ from proxy.core.records import Arm, ExchangeRecord, Status, Usage
 from proxy.store.exchanges import (
     ExchangeRow,
     RecordRejectedError,
+    SchemaVersionError,
     Store,
     StoreError,
     StoreUnavailableError,
@@ -280,3 +281,26 @@ def test_a_locked_sqlite_database_is_reported_as_unavailable(tmp_path: Path) -> 
             holder.close()
         store.write_batch([make_record()])
         assert store.count() == 1
+
+
+def test_an_existing_store_is_opened_but_never_created_or_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "existing.db"
+    with pytest.raises(StoreError, match="no database at"):
+        Store.existing(f"sqlite:///{path}")
+    assert not path.exists()
+    with Store(f"sqlite:///{path}") as store:
+        assert store.schema_version() == 0
+    with pytest.raises(SchemaVersionError, match="start `mirrorgate serve` once"):
+        Store.existing(f"sqlite:///{path}")
+    with Store(f"sqlite:///{path}") as store:
+        head = store.migrate()
+    with Store.existing(f"sqlite:///{path}") as store:
+        assert store.schema_version() == head
+
+
+def test_the_display_url_hides_the_password() -> None:
+    store = Store("postgresql://mirror:s3cret@127.0.0.1:1/db")
+    try:
+        assert store.display_url == "postgresql://mirror:***@127.0.0.1:1/db"
+    finally:
+        store.close()

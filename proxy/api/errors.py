@@ -1,0 +1,101 @@
+"""The one place where errors become HTTP answers on the FastAPI side (admin, rollouts, feedback,
+the Alertmanager webhook, models, health): routers raise, `install_error_handling` answers.
+
+    GatewayError            its own status, in the OpenAI error format (`error_response`);
+                            a `PhaseConflict` (409) also names the route's current phase
+    StoreUnavailableError   503 (`Unavailable`): the call changed nothing, try again later.
+                            A router that knows better what became of the call says so with
+                            `store_unavailable(exc, outcome)`
+    anything else           a bug: 500 in the same format, logged with its traceback and
+                            counted in `mirrorgate_internal_errors_total{component="api"}`
+
+The proxied endpoints answer their own errors in the caller's wire format (`proxy.gateway`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from proxy.core import Conflict, GatewayError, Unavailable, error_body
+from proxy.observability import GatewayMetrics
+from proxy.store import StoreUnavailableError
+
+log = logging.getLogger("mirrorgate.api")
+
+INTERNAL_ERROR_MESSAGE = "mirrorgate failed on this request (an internal error; it is logged)"
+"""The message of every 500: the exception's own text may hold anything, so it stays in the log."""
+
+
+class PhaseConflict(Conflict):
+    """409: a rollout action the route cannot take now; the body's `error.phase` says where the
+    route is (None: no rollout)."""
+
+    def __init__(self, message: str, phase: str | None) -> None:
+        super().__init__(message)
+        self.phase = phase
+
+
+def error_response(exc: GatewayError) -> JSONResponse:
+    """`exc` as its HTTP status and OpenAI-format error body."""
+    body = orjson.loads(error_body(exc, "openai"))
+    if isinstance(exc, PhaseConflict):
+        body["error"]["phase"] = exc.phase
+    return JSONResponse(body, status_code=exc.status)
+
+
+def store_unavailable(exc: StoreUnavailableError, outcome: str = "nothing changed") -> Unavailable:
+    """The API's 503 for a store that cannot be reached: what became of the call (`outcome`),
+    then the store's reason."""
+    return Unavailable(f"{outcome}: {exc}")
+
+
+def install_error_handling(app: FastAPI, metrics: GatewayMetrics) -> None:
+    """Answer every error a route of `app` raises as the module docstring says."""
+
+    @app.exception_handler(GatewayError)
+    async def gateway_error(_request: Request, exc: GatewayError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(StoreUnavailableError)
+    async def unavailable(_request: Request, exc: StoreUnavailableError) -> JSONResponse:
+        return error_response(store_unavailable(exc))
+
+    app.add_middleware(InternalErrorMiddleware, metrics=metrics)
+
+
+class InternalErrorMiddleware:
+    """Turns an exception no handler answered into the 500 of the module docstring.
+
+    It sits inside Starlette's own error middleware, which would otherwise answer a plain-text
+    500 and re-raise the exception to the server.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception:
+            log.exception("%s %s failed", scope.get("method", "?"), scope.get("path", "?"))
+            self.metrics.internal_errors.labels("api").inc()
+            if started:  # too late for an error answer: let the server drop the connection
+                raise
+            response = error_response(GatewayError(INTERNAL_ERROR_MESSAGE))
+            await response(scope, receive, send)

@@ -1,0 +1,224 @@
+"""The rows the rollout judge reads: each compared arm's exchanges, corrections, rule check verdicts
+and shadow pairs in one window, and the rule versions' first sightings.
+
+The primary arm is the baseline model serving as `primary`; the candidate arm is the canary model
+serving as `canary`, both of the same route (`Arms`). Every query returns plain frozen rows or
+counts; what the judge makes of them (`proxy.rollout.evidence`) is not the store's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from proxy.core import Arm, Status, as_utc
+
+from .checks import checks_table
+from .errors import translated
+from .exchanges import Store, exchanges_table
+from .feedback import feedback_table
+from .pairs import pairs_table
+from .rule_events import rule_events_table
+
+_exchanges = exchanges_table
+_checks = checks_table
+_feedback = feedback_table
+_pairs = pairs_table
+_rule_events = rule_events_table
+
+
+@dataclass(frozen=True, slots=True)
+class Arms:
+    """Which (target, arm) pairs are compared: the baseline as primary, the candidate as canary,
+    on one route."""
+
+    route: str
+    baseline: str
+    candidate: str
+
+
+@dataclass(frozen=True, slots=True)
+class Epoch:
+    """A version of a rule and when its first request was seen."""
+
+    rule: str
+    version: str
+    started_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ArmExchange:
+    """One exchange of a compared arm, as much of it as the judge reads."""
+
+    arm: Arm
+    """`Arm.PRIMARY` (the baseline) or `Arm.CANARY` (the candidate)."""
+    status: str
+    """A `Status` value, as stored."""
+    duration_s: float
+    ttft_s: float | None
+    cost_usd: float
+
+
+@dataclass(frozen=True, slots=True)
+class CheckCount:
+    """How many verdicts of one check on one arm had one result."""
+
+    arm: Arm
+    check: str
+    result: str
+    """`pass`, `fail` or `error` (the check could not judge the answer)."""
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class PairCount:
+    """How many pairs of one kind and candidate agreed (or not) with the primary."""
+
+    kind: str
+    """`shadow` (a candidate asked the same request) or `noise` (the primary asked twice)."""
+    candidate_target: str
+    agreed: bool
+    count: int
+
+
+def _compared(table: sa.Table, arms: Arms) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        table.c.route == arms.route,
+        sa.or_(
+            sa.and_(table.c.arm == Arm.PRIMARY.value, table.c.target == arms.baseline),
+            sa.and_(table.c.arm == Arm.CANARY.value, table.c.target == arms.candidate),
+        ),
+    )
+
+
+class JudgeWindows:
+    """The judge's window queries (blocking: call from a worker thread). Every method raises
+    `StoreError`s only."""
+
+    def __init__(self, store: Store) -> None:
+        self._engine = store.engine
+
+    def _rows(self, action: str, statement: sa.Executable) -> list[tuple[Any, ...]]:
+        with translated(action), self._engine.connect() as conn:
+            return [tuple(row) for row in conn.execute(statement)]
+
+    def exchanges(self, arms: Arms, since: datetime) -> list[ArmExchange]:
+        """Every exchange of both compared arms that started at or after `since`."""
+        c = _exchanges.c
+        statement = sa.select(c.arm, c.status, c.duration_s, c.ttft_s, c.cost_usd).where(
+            _compared(_exchanges, arms), c.started_at >= since
+        )
+        return [
+            ArmExchange(Arm(arm), str(status), float(duration), ttft, float(cost or 0.0))
+            for arm, status, duration, ttft, cost in self._rows("reading traffic", statement)
+        ]
+
+    def corrections(self, arms: Arms, since: datetime) -> dict[Arm, int]:
+        """Corrections per compared arm, made at or after `since` (arms without any: absent)."""
+        c = _feedback.c
+        statement = (
+            sa.select(c.arm, sa.func.count())
+            .where(_compared(_feedback, arms), c.created_at >= since, c.kind == "correction")
+            .group_by(c.arm)
+        )
+        rows = self._rows("reading the judge's corrections", statement)
+        return {Arm(arm): int(count) for arm, count in rows}
+
+    def newest_version(self, rule: str) -> Epoch | None:
+        """The version of `rule` first seen last, by any replica, and when."""
+        c = _rule_events.c
+        statement = (
+            sa.select(c.version, c.first_seen_at)
+            .where(c.rule == rule)
+            .order_by(c.first_seen_at.desc())
+            .limit(1)
+        )
+        rows = self._rows("reading the newest rule version", statement)
+        return Epoch(rule, str(rows[0][0]), as_utc(rows[0][1])) if rows else None
+
+    def first_seen(self, rule: str) -> dict[str, datetime]:
+        """Version → when its first request was seen, for every version of `rule`."""
+        c = _rule_events.c
+        statement = sa.select(c.version, c.first_seen_at).where(c.rule == rule)
+        rows = self._rows("reading rule versions", statement)
+        return {str(version): as_utc(moment) for version, moment in rows}
+
+    def checked_versions(self, arms: Arms, rule: str, since: datetime) -> dict[str, datetime]:
+        """Version → its earliest check verdict, for every version of `rule` checked on either
+        compared arm at or after `since`."""
+        c = _checks.c
+        statement = (
+            sa.select(c.rule_version, sa.func.min(c.created_at))
+            .where(_compared(_checks, arms), c.rule == rule, c.created_at >= since)
+            .group_by(c.rule_version)
+        )
+        rows = self._rows("reading checked rule versions", statement)
+        return {str(version): as_utc(earliest) for version, earliest in rows}
+
+    def check_counts(self, arms: Arms, epoch: Epoch, since: datetime) -> list[CheckCount]:
+        """Verdict counts per arm, check and result on `epoch`'s version at or after `since`."""
+        c = _checks.c
+        statement = (
+            sa.select(c.arm, c.check_name, c.result, sa.func.count())
+            .where(_compared(_checks, arms))
+            .where(c.rule == epoch.rule, c.rule_version == epoch.version)
+            .where(c.created_at >= since)
+            .group_by(c.arm, c.check_name, c.result)
+        )
+        rows = self._rows("reading the judge's check verdicts", statement)
+        return [
+            CheckCount(Arm(arm), str(check), str(result), int(count))
+            for arm, check, result, count in rows
+        ]
+
+    def failed_requests(
+        self, arms: Arms, epoch: Epoch, check: str, since: datetime, limit: int
+    ) -> list[str]:
+        """Request ids of the candidate's newest answers that did not pass `check` in the
+        epoch, at most `limit`."""
+        c = _checks.c
+        statement = (
+            sa.select(c.request_id)
+            .where(c.route == arms.route, c.target == arms.candidate)
+            .where(c.arm == Arm.CANARY.value, c.check_name == check)
+            .where(c.rule == epoch.rule, c.rule_version == epoch.version)
+            .where(c.result != "pass", c.created_at >= since)
+            .order_by(c.created_at.desc())
+            .limit(limit)
+        )
+        return [str(row[0]) for row in self._rows("reading failing examples", statement)]
+
+    def pair_counts(self, arms: Arms, mode: str, since: datetime) -> list[PairCount]:
+        """Pairs of the route's baseline since `since` where both answered well, counted by kind,
+        candidate and agreement.
+
+        `mode` is the route's agreement mode: `exact` and `normalized` read those equalities;
+        JSON modes read JSON equality where both answers parsed, else the normalised one.
+        """
+        c = _pairs.c
+        equal: Any
+        if mode == "exact":
+            equal = c.exact_equal
+        elif mode == "normalized":
+            equal = c.normalized_equal
+        else:
+            equal = sa.func.coalesce(c.json_equal, c.normalized_equal)
+        statement = (
+            sa.select(c.kind, c.candidate_target, equal, sa.func.count())
+            .where(
+                c.route == arms.route,
+                c.primary_target == arms.baseline,
+                c.created_at >= since,
+                c.primary_status == Status.OK.value,
+                c.candidate_status == Status.OK.value,
+            )
+            .group_by(c.kind, c.candidate_target, equal)
+        )
+        rows = self._rows("reading the judge's pairs", statement)
+        return [
+            PairCount(str(kind), str(target), bool(same), int(count))
+            for kind, target, same, count in rows
+        ]

@@ -1,0 +1,136 @@
+"""One translation of errors into answers on the FastAPI side: routers raise; a store outage is
+503; a bug in a handler is a 500 in the OpenAI format, logged with its traceback and counted under
+component="api". Driven in process through the gateway's ASGI app."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from proxy.api.errors import INTERNAL_ERROR_MESSAGE
+from proxy.app.gateway import Gateway
+from proxy.core.records import Arm
+from proxy.store.errors import StoreUnavailableError
+from tests.conftest import gateway_config
+from tests.proxy.api.test_rollouts import rollout_config
+from tests.proxy.store.test_exchanges import make_record
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[Gateway]:
+    config = gateway_config(
+        "http://127.0.0.1:9", f"sqlite:///{tmp_path / 'api.db'}", rollout_config()
+    )
+    built = Gateway(config, registry=CollectorRegistry())
+    built.store.migrate()
+    yield built
+    built.store.close()
+
+
+def call(gateway: Gateway, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    async def send() -> httpx.Response:
+        transport = httpx.ASGITransport(app=gateway.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+            return await client.request(method, path, **kwargs)
+
+    return asyncio.run(send())
+
+
+def internal_errors(gateway: Gateway) -> float:
+    value = gateway.registry.get_sample_value(
+        "mirrorgate_internal_errors_total", {"component": "api"}
+    )
+    return value or 0.0
+
+
+def raising(error: Exception) -> Any:
+    def fail(*_args: Any, **_kwargs: Any) -> Any:
+        raise error
+
+    return fail
+
+
+def test_a_bug_in_a_handler_is_a_counted_and_logged_500(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "sk-not-for-the-client"
+    monkeypatch.setattr(
+        gateway.rollouts.store, "recent_verdicts", raising(RuntimeError(f"a bug near {secret}"))
+    )
+    response = call(gateway, "GET", "/admin/rollouts/bot/verdicts")
+    assert response.status_code == 500
+    assert response.json() == {
+        "error": {
+            "message": INTERNAL_ERROR_MESSAGE, "type": "server_error", "param": None,
+            "code": None,
+        }
+    }  # fmt: skip
+    assert secret not in response.text  # the exception stays in the log
+    assert internal_errors(gateway) == 1
+    (logged,) = [r for r in caplog.records if r.name == "mirrorgate.api"]
+    assert logged.exc_info is not None and secret in caplog.text
+    assert logged.getMessage() == "GET /admin/rollouts/bot/verdicts failed"
+    # The next call is served as usual.
+    assert call(gateway, "GET", "/admin/rollouts").status_code == 200
+
+
+def test_a_store_outage_is_503_and_no_bug(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    down = StoreUnavailableError("reading verdicts: OperationalError: database is locked")
+    monkeypatch.setattr(gateway.rollouts.store, "recent_verdicts", raising(down))
+    read = call(gateway, "GET", "/admin/rollouts/bot/verdicts")
+    assert read.status_code == 503
+    assert read.json()["error"]["type"] == "server_error"
+    assert read.json()["error"]["message"] == f"the store cannot be read: {down}"
+
+    monkeypatch.setattr(gateway.rollouts.store, "load", raising(down))
+    act = call(gateway, "POST", "/admin/rollouts/bot/start")
+    assert act.status_code == 503
+    assert act.json()["error"]["message"] == f"nothing changed: {down}"
+    assert call(gateway, "GET", "/admin/rollouts").json()["store_reachable"] is False
+    assert internal_errors(gateway) == 0
+
+
+def test_an_illegal_action_is_409_naming_the_phase(gateway: Gateway) -> None:
+    response = call(gateway, "POST", "/admin/rollouts/bot/pause")
+    assert response.status_code == 409
+    error = response.json()["error"]
+    assert error["phase"] == "pending" and error["type"] == "invalid_request_error"
+
+
+def test_feedback_during_an_outage_is_503_and_a_feedback_bug_is_500(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served = make_record(route="bot", target="rule-follower", arm=Arm.PRIMARY)
+    gateway.recent(served)
+    body = {"request_id": served.request_id, "score": 5}
+    down = StoreUnavailableError("storing feedback: OperationalError: database is locked")
+    monkeypatch.setattr(gateway.feedback.feedback, "add", raising(down))
+    refused = call(gateway, "POST", "/v1/feedback", json=body)
+    assert refused.status_code == 503
+    assert refused.json()["error"]["message"] == (
+        f"the store is unavailable; send the feedback again: {down}"
+    )
+    assert internal_errors(gateway) == 0
+
+    monkeypatch.setattr(gateway.feedback.feedback, "add", raising(TypeError("a bug")))
+    broken = call(gateway, "POST", "/v1/feedback", json=body)
+    assert broken.status_code == 500
+    assert broken.json()["error"]["message"] == INTERNAL_ERROR_MESSAGE
+    assert internal_errors(gateway) == 1
+
+
+def test_gateway_errors_keep_their_own_answers(gateway: Gateway) -> None:
+    unknown = call(gateway, "GET", "/admin/rollouts/nonesuch")
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["message"] == "no route 'nonesuch'"
+    not_json = call(gateway, "POST", "/v1/feedback", content=b"x", headers={"content-type": "a/b"})
+    assert not_json.status_code == 415
+    assert internal_errors(gateway) == 0

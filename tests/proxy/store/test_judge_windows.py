@@ -1,0 +1,148 @@
+"""The rows the rollout judge reads, on SQLite and PostgreSQL: only the compared arms, only the
+window, corrections, rule versions and pair agreement per mode."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from proxy.core.records import Arm, CheckRecord, FeedbackRecord, PairRecord
+from proxy.store.exchanges import Store
+from proxy.store.feedback import FeedbackStore
+from proxy.store.judge_windows import ArmExchange, Arms, Epoch, JudgeWindows, PairCount
+from proxy.store.rule_events import RuleEvent, RuleEventStore
+from tests.proxy.store import test_exchanges as test_store
+from tests.proxy.store.test_exchanges import T0, make_record
+
+db_url = test_store.db_url
+open_store = test_store.open_store
+
+ARMS = Arms("support-bot", "prod", "cand")
+AT = T0 + timedelta(seconds=30)
+
+
+def correction(arm: Arm, target: str, **fields: Any) -> FeedbackRecord:
+    values: dict[str, Any] = {
+        "request_id": f"req-{uuid.uuid4().hex[:8]}", "kind": "correction",
+        "route": "support-bot", "target": target, "arm": arm, "created_at": AT, "corrected": True,
+    }  # fmt: skip
+    values.update(fields)
+    return FeedbackRecord(**values)
+
+
+def pair(kind: str, candidate: str, *, exact: bool, normalized: bool, json: bool | None,
+         **fields: Any) -> PairRecord:  # fmt: skip
+    values: dict[str, Any] = {
+        "pair_id": uuid.uuid4().hex, "kind": kind, "request_id": uuid.uuid4().hex,
+        "route": "support-bot", "primary_target": "prod", "candidate_target": candidate,
+        "created_at": AT, "primary_status": "ok", "candidate_status": "ok",
+        "exact_equal": exact, "normalized_equal": normalized, "json_equal": json,
+    }  # fmt: skip
+    values.update(fields)
+    return PairRecord(**values)
+
+
+def test_exchanges_are_the_compared_arms_in_the_window(open_store: Callable[..., Store]) -> None:
+    store = open_store()
+    store.write_batch(
+        [
+            make_record(target="prod", arm=Arm.PRIMARY, started_at=AT, duration_s=0.2),
+            make_record(target="cand", arm=Arm.CANARY, started_at=AT, ttft_s=0.1, cost_usd=0.5),
+            make_record(target="cand", arm=Arm.CANARY, started_at=T0 - timedelta(seconds=1)),
+            make_record(target="cand", arm=Arm.SHADOW, started_at=AT),
+            make_record(target="cand", arm=Arm.PRIMARY, started_at=AT),
+            make_record(route="other", target="cand", arm=Arm.CANARY, started_at=AT),
+        ]
+    )
+    rows = JudgeWindows(store).exchanges(ARMS, T0)
+    assert sorted(rows, key=lambda r: r.arm) == [
+        ArmExchange(Arm.CANARY, "ok", 0.25, 0.1, 0.5),
+        ArmExchange(Arm.PRIMARY, "ok", 0.2, None, 0.0),
+    ]
+
+
+def test_corrections_are_counted_per_compared_arm(open_store: Callable[..., Store]) -> None:
+    store = open_store()
+    feedback = FeedbackStore(store)
+    for record in (
+        correction(Arm.CANARY, "cand"),
+        correction(Arm.CANARY, "cand"),
+        correction(Arm.PRIMARY, "prod"),
+        correction(Arm.PRIMARY, "prod", kind="score", score=1, corrected=False),
+        correction(Arm.CANARY, "cand", created_at=T0 - timedelta(seconds=1)),
+        correction(Arm.SHADOW, "cand"),
+    ):
+        assert feedback.add(record)
+    assert JudgeWindows(store).corrections(ARMS, T0) == {Arm.CANARY: 2, Arm.PRIMARY: 1}
+
+
+def test_rule_versions_first_seen_newest_and_checked(open_store: Callable[..., Store]) -> None:
+    store = open_store()
+    windows = JudgeWindows(store)
+    assert windows.newest_version("shipping") is None
+    for version, seconds in (("v1", 0), ("v2", 60)):
+        RuleEventStore(store).add(
+            RuleEvent("shipping", version, None, T0 + timedelta(seconds=seconds), "r", "bot", None)
+        )
+    assert windows.newest_version("shipping") == Epoch("shipping", "v2", T0 + timedelta(minutes=1))
+    assert windows.first_seen("shipping") == {"v1": T0, "v2": T0 + timedelta(minutes=1)}
+    store.write_batch(
+        [
+            CheckRecord(
+                request_id=f"r-{version}-{seconds}", route="support-bot", target=target, arm=arm,
+                rule="shipping", rule_version=version, check="max-weight", result="pass",
+                reason="", created_at=T0 + timedelta(seconds=seconds),
+            )
+            for version, target, arm, seconds in (
+                ("v1", "prod", Arm.PRIMARY, 90), ("v1", "cand", Arm.CANARY, 80),
+                ("v2", "cand", Arm.CANARY, 100), ("v3", "cand", Arm.SHADOW, 100),
+                ("v0", "prod", Arm.PRIMARY, -10),
+            )
+        ]
+    )  # fmt: skip
+    assert windows.checked_versions(ARMS, "shipping", T0) == {
+        "v1": T0 + timedelta(seconds=80),
+        "v2": T0 + timedelta(seconds=100),
+    }
+    epoch = Epoch("shipping", "v1", T0)
+    assert {(c.arm, c.result, c.count) for c in windows.check_counts(ARMS, epoch, T0)} == {
+        (Arm.PRIMARY, "pass", 1),
+        (Arm.CANARY, "pass", 1),
+    }
+
+
+def test_pair_agreement_follows_the_routes_mode(open_store: Callable[..., Store]) -> None:
+    store = open_store()
+    store.write_batch(
+        [
+            # Same JSON, worded differently: only the JSON and normalised modes call it agreement.
+            pair("shadow", "cand", exact=False, normalized=False, json=True),
+            # Not JSON: the JSON mode falls back to the normalised comparison.
+            pair("shadow", "cand", exact=False, normalized=True, json=None),
+            pair("noise", "prod", exact=True, normalized=True, json=None),
+            pair(
+                "shadow", "cand", exact=True, normalized=True, json=True, candidate_status="error"
+            ),
+            pair("shadow", "cand", exact=True, normalized=True, json=True, primary_target="old"),
+        ]
+    )
+    windows = JudgeWindows(store)
+
+    def counts(mode: str) -> set[PairCount]:
+        return set(windows.pair_counts(ARMS, mode, T0))
+
+    assert counts("exact") == {
+        PairCount("shadow", "cand", False, 2),
+        PairCount("noise", "prod", True, 1),
+    }
+    assert counts("normalized") == {
+        PairCount("shadow", "cand", False, 1),
+        PairCount("shadow", "cand", True, 1),
+        PairCount("noise", "prod", True, 1),
+    }
+    assert counts("json") == {
+        PairCount("shadow", "cand", True, 2),
+        PairCount("noise", "prod", True, 1),
+    }

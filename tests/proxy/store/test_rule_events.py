@@ -1,0 +1,52 @@
+"""Rule-change events and the traffic of each rule version, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+from proxy.store.exchanges import Store
+from proxy.store.rule_events import RuleEvent, RuleEventStore, VersionTraffic
+from tests.proxy.store import test_exchanges as test_store
+from tests.proxy.store.test_exchanges import T0, make_record
+
+db_url = test_store.db_url
+open_store = test_store.open_store
+
+
+def event(version: str, previous: str | None = None, seconds: int = 0) -> RuleEvent:
+    return RuleEvent(
+        rule="shipping", version=version, previous_version=previous,
+        first_seen_at=T0 + timedelta(seconds=seconds), request_id=f"first-{version}",
+        route="bot", prompt_diff=f"-{previous}\n+{version}" if previous else None,
+    )  # fmt: skip
+
+
+def test_one_event_per_version_comes_back_equal_in_the_order_stored(
+    open_store: Callable[..., Store],
+) -> None:
+    events = RuleEventStore(open_store())
+    assert events.events() == []
+    assert events.add(event("v1")) is True
+    assert events.add(event("v2", "v1", seconds=60)) is True
+    # Another replica saw v1 too, later: the first event stands.
+    assert events.add(event("v1", seconds=120)) is False
+    assert events.events() == [event("v1"), event("v2", "v1", seconds=60)]
+    assert all(e.first_seen_at.tzinfo is not None for e in events.events())
+
+
+def test_traffic_counts_the_exchanges_of_each_version(open_store: Callable[..., Store]) -> None:
+    store = open_store()
+    store.write_batch(
+        [
+            make_record(rule="shipping", rule_version="v1", started_at=T0),
+            make_record(rule="shipping", rule_version="v1", started_at=T0 + timedelta(minutes=5)),
+            make_record(rule="shipping", rule_version="v2", started_at=T0 + timedelta(minutes=9)),
+            make_record(started_at=T0),  # no rule: not a version's traffic
+        ]
+    )
+    traffic = RuleEventStore(store).traffic()
+    assert traffic == {
+        ("shipping", "v1"): VersionTraffic(2, T0, T0 + timedelta(minutes=5)),
+        ("shipping", "v2"): VersionTraffic(1, T0 + timedelta(minutes=9), T0 + timedelta(minutes=9)),
+    }
