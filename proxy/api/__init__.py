@@ -1,12 +1,13 @@
 """The HTTP surface other than the proxied endpoints: FastAPI routers for the admin API, rollouts,
-feedback and the Alertmanager webhook, and the one translation of errors into their answers
-(`install_error_handling`: routers raise, it answers). Imports everything below it; only the app's
-wiring imports it.
+feedback, the Alertmanager webhook and the public routes (models, health, readiness, metrics),
+and the one translation of errors into their answers (`install_error_handling`: routers raise,
+it answers). Imports everything below it; only the app's wiring imports it.
 """
 
 from .admin import AdminAuth, build_admin_router
 from .errors import install_error_handling
-from .feedback import FeedbackService, RecentExchanges
+from .feedback import FeedbackService, RecentExchanges, build_feedback_router
+from .public import build_public_router
 from .rollouts import build_rollout_router
 
 __all__ = [
@@ -14,6 +15,8 @@ __all__ = [
     "FeedbackService",
     "RecentExchanges",
     "build_admin_router",
+    "build_feedback_router",
+    "build_public_router",
     "build_rollout_router",
     "install_error_handling",
 ]

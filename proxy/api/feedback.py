@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from fastapi import Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -181,3 +181,14 @@ class FeedbackService:
             return None
         r = serving[-1]
         return ServedAnswer(r.route, r.target, r.arm, r.rule, r.rule_version)
+
+
+def build_feedback_router(service: FeedbackService) -> APIRouter:
+    """`POST /v1/feedback`, answered by `service`."""
+    router = APIRouter()
+
+    @router.post("/v1/feedback")
+    async def feedback(request: Request) -> JSONResponse:
+        return await service.handle(request)
+
+    return router

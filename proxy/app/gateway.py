@@ -18,10 +18,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
-from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 from opentelemetry.sdk.trace import TracerProvider
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from alerts.dispatcher import AlertDispatcher
 from alerts.sink_types import build_sink
@@ -31,6 +30,8 @@ from proxy.api import (
     FeedbackService,
     RecentExchanges,
     build_admin_router,
+    build_feedback_router,
+    build_public_router,
     build_rollout_router,
     install_error_handling,
 )
@@ -242,29 +243,11 @@ class Gateway:
         )
         install_error_handling(api, self.metrics)
 
-        @api.get("/v1/models")
-        async def models(request: Request) -> JSONResponse:
-            names = self.routes.names()
-            if request.headers.get("anthropic-version"):
-                data = [
-                    {
-                        "type": "model",
-                        "id": n,
-                        "display_name": n,
-                        "created_at": "1970-01-01T00:00:00Z",
-                    }
-                    for n in names
-                ]
-                first, last = (names[0], names[-1]) if names else (None, None)
-                return JSONResponse(
-                    {"data": data, "has_more": False, "first_id": first, "last_id": last}
-                )
-            return JSONResponse(
-                {"object": "list",
-                 "data": [{"id": n, "object": "model", "created": 0, "owned_by": "mirrorgate"}
-                          for n in names]}
-            )  # fmt: skip
-
+        api.include_router(
+            build_public_router(
+                self.routes, self.registry, started=lambda: self.ready, store_ok=self.store.ping
+            )
+        )
         api.include_router(
             build_admin_router(
                 AdminAuth(self.config.server.admin_token_env, self.env),
@@ -281,26 +264,6 @@ class Gateway:
                 decider=lambda: self.controller.leading,
             )
         )
-
-        @api.post("/v1/feedback")
-        async def feedback(request: Request) -> JSONResponse:
-            return await self.feedback.handle(request)
-
-        @api.get("/healthz")
-        async def healthz() -> JSONResponse:
-            return JSONResponse({"status": "ok"})
-
-        @api.get("/readyz")
-        async def readyz() -> JSONResponse:
-            store_ok = await asyncio.to_thread(self.store.ping)
-            ok = self.ready and store_ok
-            return JSONResponse(
-                {"status": "ready" if ok else "not ready", "store": store_ok, "config": self.ready},
-                status_code=200 if ok else 503,
-            )
-
-        @api.get("/metrics")
-        async def metrics() -> Response:
-            return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+        api.include_router(build_feedback_router(self.feedback))
 
         return api

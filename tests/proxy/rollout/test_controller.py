@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.config.specs import MirrorgateConfig, parse_config
+from proxy.config import MirrorgateConfig, parse_config
 from proxy.core.records import Arm
 from proxy.core.rollout_state import Action
 from proxy.gateway.routing import RouteTable

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.config.specs import parse_config
+from proxy.config import parse_config
 from proxy.gateway.routing import RouteTable
 from proxy.observability.metrics import GatewayMetrics
 from proxy.rollout.manager import RolloutManager

@@ -1,0 +1,70 @@
+"""The public routes that are not proxied: the route list, health, readiness and metrics.
+
+    GET /v1/models   the routes: OpenAI's list shape, Anthropic's when `anthropic-version` is sent
+    GET /healthz     200 while the process serves
+    GET /readyz      200 once the config is loaded and while the store answers; else 503
+    GET /metrics     the Prometheus exposition of the gateway's registry
+
+None of them needs a token: they say nothing a client of the gateway could not learn by calling it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from proxy.gateway import RouteTable
+
+
+def build_public_router(
+    routes: RouteTable,
+    registry: CollectorRegistry,
+    *,
+    started: Callable[[], bool],
+    store_ok: Callable[[], bool],
+) -> APIRouter:
+    """`started`: whether the gateway finished starting (config loaded, store migrated);
+    `store_ok`: a blocking ping of the store (run on a worker thread)."""
+    router = APIRouter()
+
+    @router.get("/v1/models")
+    async def models(request: Request) -> JSONResponse:
+        names = routes.names()
+        if request.headers.get("anthropic-version"):
+            data = [
+                {"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"}
+                for n in names
+            ]
+            first, last = (names[0], names[-1]) if names else (None, None)
+            return JSONResponse(
+                {"data": data, "has_more": False, "first_id": first, "last_id": last}
+            )
+        return JSONResponse(
+            {"object": "list",
+             "data": [{"id": n, "object": "model", "created": 0, "owned_by": "mirrorgate"}
+                      for n in names]}
+        )  # fmt: skip
+
+    @router.get("/healthz")
+    async def healthz() -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    @router.get("/readyz")
+    async def readyz() -> JSONResponse:
+        reachable = await asyncio.to_thread(store_ok)
+        ready = started()
+        ok = ready and reachable
+        return JSONResponse(
+            {"status": "ready" if ok else "not ready", "store": reachable, "config": ready},
+            status_code=200 if ok else 503,
+        )
+
+    @router.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return router

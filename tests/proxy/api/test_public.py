@@ -1,0 +1,66 @@
+"""The public routes: the route list in both providers' shapes, health, readiness, metrics."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry, Counter
+
+from proxy.api.public import build_public_router
+from proxy.gateway.routing import RouteTable
+from tests.conftest import gateway_config
+
+
+def _client(*, started: bool = True, store_ok: bool = True) -> httpx.AsyncClient:
+    config = gateway_config("http://127.0.0.1:9", "sqlite:///unused.db")
+    registry = CollectorRegistry()
+    Counter("probe_marker", "A family only this registry has.", registry=registry).inc()
+    app = FastAPI()
+    app.include_router(
+        build_public_router(
+            RouteTable(config), registry, started=lambda: started, store_ok=lambda: store_ok
+        )
+    )
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
+
+
+@pytest.mark.anyio
+async def test_models_lists_every_route_in_the_callers_shape() -> None:
+    async with _client() as client:
+        openai = (await client.get("/v1/models")).json()
+        anthropic = (await client.get("/v1/models", headers={"anthropic-version": "1"})).json()
+    names = [m["id"] for m in openai["data"]]
+    assert openai["object"] == "list" and "echo" in names and "echo-claude" in names
+    assert {m["owned_by"] for m in openai["data"]} == {"mirrorgate"}
+    assert [m["id"] for m in anthropic["data"]] == names
+    assert anthropic["first_id"] == names[0] and anthropic["last_id"] == names[-1]
+    assert anthropic["has_more"] is False and anthropic["data"][0]["type"] == "model"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("started", "store_ok", "status"),
+    [(True, True, 200), (False, True, 503), (True, False, 503)],
+)
+async def test_readiness_needs_a_started_gateway_and_a_reachable_store(
+    started: bool, store_ok: bool, status: int
+) -> None:
+    async with _client(started=started, store_ok=store_ok) as client:
+        ready = await client.get("/readyz")
+        alive = await client.get("/healthz")
+    assert ready.status_code == status
+    assert ready.json() == {
+        "status": "ready" if status == 200 else "not ready",
+        "store": store_ok,
+        "config": started,
+    }
+    assert alive.status_code == 200  # liveness never depends on the store
+
+
+@pytest.mark.anyio
+async def test_metrics_exposes_the_registry_it_was_given() -> None:
+    async with _client() as client:
+        answer = await client.get("/metrics")
+    assert answer.headers["content-type"].startswith("text/plain")
+    assert "probe_marker_total 1.0" in answer.text
