@@ -13,10 +13,10 @@ import random
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 
 from alerts.alert import Alert
 from alerts.errors import SinkRejectedError, SinkUnavailableError
@@ -26,6 +26,18 @@ log = logging.getLogger("mirrorgate.alerts")
 
 # Remembered fingerprints are pruned by age; this caps memory if many distinct alerts fire at once.
 MAX_REMEMBERED_FINGERPRINTS = 10_000
+
+
+class DeliveryMetrics(Protocol):
+    """The families a dispatcher counts into. alerts defines no metric of its own: the gateway's
+    catalogue (`proxy.observability.AlertDeliveryMetrics`) does, so every family has one home."""
+
+    sent: Counter
+    """`mirrorgate_alerts_sent{sink, kind}`"""
+    failures: Counter
+    """`mirrorgate_alert_failures{sink}`"""
+    dropped: Counter
+    """`mirrorgate_alerts_dropped{reason}`"""
 
 
 class AlertDispatcher:
@@ -39,7 +51,7 @@ class AlertDispatcher:
       factor in [0.5, 1); `SinkRejectedError` (other 4xx) and unexpected exceptions are not retried.
       Either way the failure is counted and logged, and the sink moves on to its next alert.
 
-    Metrics, on `registry`:
+    Metrics, into `metrics` (the gateway's catalogue defines the families):
     `mirrorgate_alerts_sent_total{sink, kind}` — alerts a sink accepted;
     `mirrorgate_alert_failures_total{sink}` — alerts a sink never accepted (after retries);
     `mirrorgate_alerts_dropped_total{reason}` — `queue_full` (per sink queue) or `deduplicated`.
@@ -49,7 +61,7 @@ class AlertDispatcher:
         self,
         sinks: Sequence[AlertSink],
         client: httpx.AsyncClient,
-        registry: CollectorRegistry,
+        metrics: DeliveryMetrics,
         clock: Callable[[], float] = time.monotonic,
         *,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
@@ -79,24 +91,9 @@ class AlertDispatcher:
         self._pending = [0] * len(self._sinks)  # queued or in flight, per sink
         self._seen: OrderedDict[str, float] = OrderedDict()
         self._workers: list[asyncio.Task[None]] = []
-        self.sent = Counter(
-            "mirrorgate_alerts_sent",
-            "Alerts a sink accepted.",
-            ["sink", "kind"],
-            registry=registry,
-        )
-        self.failures = Counter(
-            "mirrorgate_alert_failures",
-            "Alerts a sink never accepted, after retries (down, rejected, or sink error).",
-            ["sink"],
-            registry=registry,
-        )
-        self.dropped = Counter(
-            "mirrorgate_alerts_dropped",
-            "Alerts not queued for delivery: queue_full (a sink's queue) or deduplicated.",
-            ["reason"],
-            registry=registry,
-        )
+        self.sent = metrics.sent
+        self.failures = metrics.failures
+        self.dropped = metrics.dropped
         for sink in self._sinks:
             self.failures.labels(sink=sink.name)
         for reason in ("queue_full", "deduplicated"):

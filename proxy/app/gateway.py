@@ -47,7 +47,12 @@ from proxy.gateway import (
     Send,
 )
 from proxy.mirror import AnalysisWorker, CompiledRules, Judge, ShadowDispatcher
-from proxy.observability import ExchangeTracer, GatewayMetrics, build_tracer_provider
+from proxy.observability import (
+    AlertDeliveryMetrics,
+    ExchangeTracer,
+    GatewayMetrics,
+    build_tracer_provider,
+)
 from proxy.rollout import RolloutController, RolloutManager
 from proxy.store import (
     FeedbackStore,
@@ -159,7 +164,7 @@ class Gateway:
             self.alerts = AlertDispatcher(
                 [build_sink(s.type, s.url, s.headers) for s in config.alerts.sinks],
                 self.alert_client,
-                self.registry,
+                AlertDeliveryMetrics(self.registry),
                 retries=config.alerts.retries,
                 backoff_initial_s=config.alerts.backoff_initial_s,
                 backoff_max_s=config.alerts.backoff_max_s,

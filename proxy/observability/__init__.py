@@ -3,11 +3,13 @@ tracing with the GenAI conventions. Imports only `proxy.core` and `proxy.config`
 below the store and the upstream client so that both can count into the one catalogue.
 """
 
-from .metrics import GatewayMetrics
+from .metrics import AlertDeliveryMetrics, GatewayMetrics, RecorderMetrics
 from .tracing import ExchangeTracer, build_tracer_provider
 
 __all__ = [
+    "AlertDeliveryMetrics",
     "ExchangeTracer",
     "GatewayMetrics",
+    "RecorderMetrics",
     "build_tracer_provider",
 ]

@@ -189,3 +189,48 @@ class _ArmChildren:
             self._tokens["reasoning"].inc(usage.reasoning_tokens)
         if record.cost_usd:
             self._cost.inc(record.cost_usd)
+
+
+class RecorderMetrics:
+    """The recorder's families (`proxy.store.Recorder`), on the registry it is given."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.dropped = Counter(
+            "mirrorgate_recorder_dropped",
+            "Exchange records not stored, by reason (queue_full, shutdown, rejected).",
+            ("reason",), registry=registry,
+        )  # fmt: skip
+        self.written = Counter(
+            "mirrorgate_recorder_written", "Exchange records committed to the store.",
+            registry=registry,
+        )  # fmt: skip
+        self.write_errors = Counter(
+            "mirrorgate_recorder_write_errors",
+            "Failed attempts to write a batch to the store (each retry counts).",
+            registry=registry,
+        )  # fmt: skip
+        self.queue_depth = Gauge(
+            "mirrorgate_recorder_queue_depth", "Exchange records waiting to be written.",
+            registry=registry,
+        )  # fmt: skip
+
+
+class AlertDeliveryMetrics:
+    """The alert dispatcher's families (`alerts.AlertDispatcher` takes them: alerts never import
+    the gateway, so their definitions live here with the rest of the catalogue)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.sent = Counter(
+            "mirrorgate_alerts_sent", "Alerts a sink accepted.", ("sink", "kind"),
+            registry=registry,
+        )  # fmt: skip
+        self.failures = Counter(
+            "mirrorgate_alert_failures",
+            "Alerts a sink never accepted, after retries (down, rejected, or sink error).",
+            ("sink",), registry=registry,
+        )  # fmt: skip
+        self.dropped = Counter(
+            "mirrorgate_alerts_dropped",
+            "Alerts not queued for delivery: queue_full (a sink's queue) or deduplicated.",
+            ("reason",), registry=registry,
+        )  # fmt: skip

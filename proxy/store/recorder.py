@@ -43,10 +43,11 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Literal
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
 
 from proxy.config import StoreSpec
 from proxy.core import StoredRecord
+from proxy.observability import RecorderMetrics
 
 from .errors import StoreUnavailableError
 from .exchanges import Store
@@ -183,29 +184,11 @@ class Recorder:
         self._deadline: float | None = None
         self._thread: threading.Thread | None = None
 
-        dropped = Counter(
-            "mirrorgate_recorder_dropped",
-            "Exchange records not stored, by reason (queue_full, shutdown, rejected).",
-            ["reason"],
-            registry=registry,
-        )
-        self._dropped = {reason: dropped.labels(reason) for reason in _DROP_REASONS}
-        self._written_counter = Counter(
-            "mirrorgate_recorder_written",
-            "Exchange records committed to the store.",
-            registry=registry,
-        )
-        self._write_errors = Counter(
-            "mirrorgate_recorder_write_errors",
-            "Failed attempts to write a batch to the store (each retry counts).",
-            registry=registry,
-        )
-        depth = Gauge(
-            "mirrorgate_recorder_queue_depth",
-            "Exchange records waiting to be written.",
-            registry=registry,
-        )
-        depth.set_function(lambda: len(self._queue))
+        metrics = RecorderMetrics(registry)
+        self._dropped = {reason: metrics.dropped.labels(reason) for reason in _DROP_REASONS}
+        self._written_counter = metrics.written
+        self._write_errors = metrics.write_errors
+        metrics.queue_depth.set_function(lambda: len(self._queue))
 
     @classmethod
     def from_spec(

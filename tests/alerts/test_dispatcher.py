@@ -18,6 +18,7 @@ from alerts.dispatcher import AlertDispatcher
 from alerts.sink import AlertSink
 from alerts.slack import SlackSink
 from alerts.webhook import WebhookSink
+from proxy.observability.metrics import AlertDeliveryMetrics
 from tests.alerts.alert_factory import make_alert
 from tests.alerts.recording_server import RecordingServer, refused_url
 
@@ -52,7 +53,9 @@ def dispatcher(
     sleep: Callable[[float], Awaitable[Any]] | None = None,
     **kwargs: Any,
 ) -> AlertDispatcher:
-    return AlertDispatcher(sinks, client, registry, sleep=sleep or FakeSleep(), **kwargs)
+    return AlertDispatcher(
+        sinks, client, AlertDeliveryMetrics(registry), sleep=sleep or FakeSleep(), **kwargs
+    )
 
 
 def alert_n(n: int) -> Alert:
@@ -217,7 +220,7 @@ def test_backoff_is_exponential_capped_and_jittered() -> None:
             return AlertDispatcher(
                 [],
                 client,
-                CollectorRegistry(),
+                AlertDeliveryMetrics(CollectorRegistry()),
                 jitter=lambda: jitter,
                 backoff_initial_s=0.5,
                 backoff_max_s=30,
@@ -232,7 +235,7 @@ def test_backoff_is_exponential_capped_and_jittered() -> None:
 def test_invalid_settings_are_rejected(bad: dict[str, int]) -> None:
     async def run() -> None:
         async with httpx.AsyncClient() as client:
-            AlertDispatcher([], client, CollectorRegistry(), **bad)  # type: ignore[arg-type]
+            AlertDispatcher([], client, AlertDeliveryMetrics(CollectorRegistry()), **bad)  # type: ignore[arg-type]
 
     with pytest.raises(ValueError):
         asyncio.run(run())
