@@ -1,5 +1,5 @@
-"""The rollout part of the HTTP surface (DESIGN §5): `/admin/rollouts/...` and the Alertmanager
-webhook `/hooks/alertmanager`. Both need the admin bearer token.
+"""The rollout part of the HTTP surface (docs/reference.md): `/admin/rollouts/...` and the
+Alertmanager webhook `/hooks/alertmanager`. Both need the admin bearer token.
 
     GET  /admin/rollouts                       every route's rollout state, whether the store
                                                is reachable, and this replica: its `replica`

@@ -26,7 +26,8 @@ def status_class(http_status: int) -> str:
 
 
 class GatewayMetrics:
-    """All mirrorgate metric families, on one registry."""
+    """The gateway's families, on one registry (the recorder's and the alert dispatcher's are the
+    two classes below; docs/reference.md lists all of them)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         arm = ("route", "target", "arm")

@@ -7,7 +7,7 @@ dies or is cut off from the database. With SQLite (one process) the gateway alwa
 Decisions are also fenced by the route's revision (`RolloutManager.act`), so even two deciders
 could never apply one decision twice.
 
-Each look at a route (DESIGN §7):
+Each look at a route (docs/rollouts.md, "The judge"):
 
 1. traffic metrics (error rate, latency and TTFT p50/p95, cost per request, corrections) on the
    last `analysis.window_s` of both arms, never before the rollout started; and, when the
