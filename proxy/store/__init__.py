@@ -3,7 +3,8 @@ event loop), redaction, and one query object per domain — `Store` (exchanges, 
 `FeedbackStore`, `RuleEventStore`, `RolloutStore`, `JudgeWindows` (the rollout judge's reads) and
 `Leadership` (the decider's advisory lock). The only package that imports sqlalchemy or sqlmodel:
 the rest of mirrorgate asks these objects, built from one `Store` by the wiring, and never holds an
-engine or a connection. Imports `proxy.core` and `proxy.config`.
+engine or a connection. Imports `proxy.observability` (the recorder's metric families),
+`proxy.core` and `proxy.config`.
 
 Every failure leaves the store as one of its own errors, translated from the database's in one
 place (`errors.translated`) and chained to the original:
