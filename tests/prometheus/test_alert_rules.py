@@ -21,7 +21,11 @@ RUNBOOK = ROOT / "docs" / "runbook.md"
 
 ROLLBACK_ALERTS = {"MirrorgateCanaryErrorRate", "MirrorgateCanaryCheckFailures"}
 """The alerts that make Alertmanager roll a route back (`mirrorgate_action: rollback`)."""
-GATEWAY_WIDE_ALERTS = {"MirrorgateGatewayDown", "MirrorgateRecorderDrops"}
+GATEWAY_WIDE_ALERTS = {
+    "MirrorgateGatewayDown",
+    "MirrorgateRecorderDrops",
+    "MirrorgateInternalErrors",
+}
 """Alerts about a whole gateway process: no route to roll back, so no `mirrorgate_route`."""
 
 
