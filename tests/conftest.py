@@ -1,7 +1,9 @@
-"""Shared fixtures: real servers on 127.0.0.1, fresh registries and databases per test."""
+"""Shared fixtures: gateways in process in front of one real mock upstream on 127.0.0.1, fresh
+registries and databases per test."""
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import time
@@ -10,15 +12,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+import httpx2
 import pytest
 import sqlalchemy as sa
 import yaml
 from prometheus_client import CollectorRegistry
 
+from proxy.app.gateway import Gateway
 from proxy.app.serve import GatewayServer
 from proxy.config.specs import MirrorgateConfig, parse_config
 from proxy.mock_upstream.behavior import parse_behavior
 from proxy.mock_upstream.server import MockUpstreamServer
+from tests.asgi_driver import AppThread, async_transport, status_without_body, sync_transport
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -165,11 +171,102 @@ def gateway_config(
     return parse_config(yaml.safe_dump(doc), env=env or {})
 
 
+class InProcessGateway:
+    """A `Gateway` served in process, without a socket.
+
+    Its ASGI app runs on an event loop thread of its own with its lifespan (as under uvicorn,
+    see tests/asgi_driver.py); clients reach it through an httpx transport: `client()`,
+    `async_client()`, `http` (one client for the whole test), or any SDK given
+    `http_client=gw.client()`. `url` is a base URL only those clients understand. `stop()`
+    drains and shuts down the way SIGTERM would; it is idempotent. The official SDKs take the
+    `httpx2` clients of `sdk_http()` and `sdk_async_http()` (httpx2 is the SDKs' own httpx).
+    """
+
+    url = "http://mirrorgate.test"
+
+    def __init__(self, config: MirrorgateConfig, **gateway_kwargs: Any) -> None:
+        self.gateway = Gateway(config, **gateway_kwargs)
+        self.app_thread = AppThread(self.gateway.app, name="mirrorgate-gateway")
+        self._clients: list[httpx.Client | httpx2.Client] = []
+
+    def start(self) -> InProcessGateway:
+        self.app_thread.start()
+        return self
+
+    @property
+    def loop(self) -> Any:
+        """The event loop the gateway runs on."""
+        return self.app_thread.loop
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        """A new synchronous client of this gateway (closed when the gateway stops)."""
+        kwargs.setdefault("base_url", self.url)
+        client = httpx.Client(transport=sync_transport(self.app_thread), **kwargs)
+        self._clients.append(client)
+        return client
+
+    def async_client(self, **kwargs: Any) -> httpx.AsyncClient:
+        """A new async client of this gateway, for the caller's event loop to use and close."""
+        kwargs.setdefault("base_url", self.url)
+        return httpx.AsyncClient(transport=async_transport(self.app_thread), **kwargs)
+
+    def sdk_http(self) -> httpx2.Client:
+        """An `http_client=` for an official SDK client (closed with it, or when the gateway
+        stops)."""
+        client = httpx2.Client(transport=sync_transport(self.app_thread, httpx2))
+        self._clients.append(client)
+        return client
+
+    def sdk_async_http(self) -> httpx2.AsyncClient:
+        """An `http_client=` for an official async SDK client, closed with it."""
+        return httpx2.AsyncClient(transport=async_transport(self.app_thread, httpx2))
+
+    @functools.cached_property
+    def http(self) -> httpx.Client:
+        """A client for the whole test: `gw.http.post("/v1/chat/completions", json=...)`."""
+        return self.client()
+
+    def status_without_body(
+        self, method: str, path: str, headers: list[tuple[bytes, bytes]]
+    ) -> int:
+        """The status answered to a request whose body never comes (see tests/asgi_driver.py)."""
+        return status_without_body(self.app_thread, method, httpx.URL(self.url + path), headers)
+
+    def stop(self) -> None:
+        while self._clients:
+            self._clients.pop().close()
+        self.app_thread.stop(self.gateway.config.server.drain_timeout_s)
+
+
 @pytest.fixture
 def start_gateway(
     upstream: MockUpstreamServer, tmp_path: Path
+) -> Iterator[Callable[..., InProcessGateway]]:
+    """Start gateways in process in front of the session's mock upstream; each is stopped after
+    the test. `start(db_url=None, extra=None, **gateway_kwargs)`."""
+    started: list[InProcessGateway] = []
+
+    def start(
+        db_url: str | None = None, extra: dict[str, Any] | None = None, **kwargs: Any
+    ) -> InProcessGateway:
+        url = db_url or f"sqlite:///{tmp_path / 'gw.db'}"
+        config = gateway_config(upstream.url, url, extra, kwargs.get("env"))
+        kwargs.setdefault("registry", CollectorRegistry())
+        gateway = InProcessGateway(config, **kwargs)
+        started.append(gateway)
+        return gateway.start()
+
+    yield start
+    for gateway in reversed(started):
+        gateway.stop()
+
+
+@pytest.fixture
+def start_gateway_server(
+    upstream: MockUpstreamServer, tmp_path: Path
 ) -> Iterator[Callable[..., GatewayServer]]:
-    """Start gateways in front of the session's mock upstream; each is stopped after the test."""
+    """Like `start_gateway`, but each gateway is a real uvicorn server on 127.0.0.1 (`gw.url`),
+    for tests about sockets and for clients that only take a URL."""
     started: list[GatewayServer] = []
 
     def start(

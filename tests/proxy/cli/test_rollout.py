@@ -26,12 +26,12 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
-def gw(start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch) -> GatewayServer:
-    """A gateway whose route `bot` has a canary (`stale`, steps 30 % then 60 %), and the admin
-    token in the CLI's environment."""
+def gw(start_gateway_server: StartGateway, monkeypatch: pytest.MonkeyPatch) -> GatewayServer:
+    """A gateway on 127.0.0.1 (the command takes a URL) whose route `bot` has a canary (`stale`,
+    steps 30 % then 60 %), and the admin token in the CLI's environment."""
     monkeypatch.setenv("MIRRORGATE_ADMIN_TOKEN", TOKEN)
     monkeypatch.delenv("MIRRORGATE_URL", raising=False)
-    return start_gateway(extra=rollout_config(steps=[30, 60]), env=ENV)
+    return start_gateway_server(extra=rollout_config(steps=[30, 60]), env=ENV)
 
 
 Run = Callable[..., tuple[int, str, str]]
