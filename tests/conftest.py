@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import socket
 import time
 import uuid
@@ -14,6 +15,7 @@ from typing import Any
 
 import httpx
 import httpx2
+import orjson
 import pytest
 import sqlalchemy as sa
 import yaml
@@ -24,6 +26,7 @@ from proxy.app.serve import GatewayServer
 from proxy.config.specs import MirrorgateConfig, parse_config
 from proxy.mock_upstream.behavior import parse_behavior
 from proxy.mock_upstream.server import MockUpstreamServer
+from proxy.store.exchanges import Store
 from tests.asgi_driver import AppThread, async_transport, status_without_body, sync_transport
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -129,6 +132,14 @@ def upstream() -> Iterator[MockUpstreamServer]:
         yield server
 
 
+STALL_TIMEOUT_S = 0.2
+"""Upstream timeout of the models that never answer (`stall`): a stalled upstream proves the
+same 504 after 0.2 s as after the 2 s every other model gets."""
+
+_DB_PLACEHOLDER = "sqlite:///db-of-this-test.db"
+_CONFIGS: dict[bytes, MirrorgateConfig] = {}
+
+
 def gateway_config(
     upstream_url: str,
     db_url: str,
@@ -136,30 +147,37 @@ def gateway_config(
     env: dict[str, str] | None = None,
     **store: Any,
 ) -> MirrorgateConfig:
-    """A config with one model per scripted mock model and one route per model."""
+    """A config with one model per scripted mock model and one route per model.
+
+    The recorder flushes every 10 ms (the shortest the config allows) so that tests waiting for
+    a record do not wait for the default 200 ms timer; `store` or `extra` may set it back.
+    Parsed once per distinct document: the same document for another database is a copy of
+    the parsed config with only `store.url` replaced.
+    """
     models: dict[str, Any] = {}
     routes: dict[str, Any] = {}
     names = ["echo", *BEHAVIOR["models"]]
     for name in names:
+        timeout_s = STALL_TIMEOUT_S if name == "stall" else 2
         models[name] = {
             "provider": "openai",
             "base_url": upstream_url + "/v1",
             "model": name,
-            "timeout_s": 2,
+            "timeout_s": timeout_s,
             "price": {"input_per_mtok": 1.0, "output_per_mtok": 4.0, "cached_input_per_mtok": 0.5},
         }
         models[f"{name}-claude"] = {
             "provider": "anthropic",
             "base_url": upstream_url,
             "model": name,
-            "timeout_s": 2,
+            "timeout_s": timeout_s,
             "price": {"input_per_mtok": 3.0, "output_per_mtok": 15.0},
         }
         routes[name] = {"primary": name}
         routes[f"{name}-claude"] = {"primary": f"{name}-claude"}
     doc: dict[str, Any] = {
         "server": {"port": 0},
-        "store": {"url": db_url, "bodies": "full", **store},
+        "store": {"url": _DB_PLACEHOLDER, "bodies": "full", "flush_interval_ms": 10, **store},
         "models": models,
         "routes": routes,
     }
@@ -168,7 +186,14 @@ def gateway_config(
             doc[key] = {**doc[key], **value}
         else:
             doc[key] = value
-    return parse_config(yaml.safe_dump(doc), env=env or {})
+    env = env or {}
+    cache_key = orjson.dumps([doc, env], option=orjson.OPT_SORT_KEYS)
+    config = _CONFIGS.get(cache_key)
+    if config is None:
+        config = _CONFIGS[cache_key] = parse_config(yaml.safe_dump(doc), env=env)
+    if config.store.url != _DB_PLACEHOLDER:
+        return config
+    return config.model_copy(update={"store": config.store.model_copy(update={"url": db_url})})
 
 
 class InProcessGateway:
@@ -238,9 +263,29 @@ class InProcessGateway:
         self.app_thread.stop(self.gateway.config.server.drain_timeout_s)
 
 
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite database migrated to the newest schema, made once per session: gateways start on
+    a copy of it rather than migrating a new file step by step (their start still runs the
+    migrations, which find nothing to do; the migrations are tested in tests/proxy/store)."""
+    path = tmp_path_factory.mktemp("migrated") / "migrated.db"
+    store = Store(f"sqlite:///{path}")
+    store.migrate()
+    store.close()
+    return path
+
+
+def _seed(db_url: str, migrated: Path) -> None:
+    """A SQLite database that does not exist yet starts as a copy of the migrated one."""
+    if db_url.startswith("sqlite:///"):
+        path = Path(db_url.removeprefix("sqlite:///"))
+        if not path.exists():
+            shutil.copyfile(migrated, path)
+
+
 @pytest.fixture
 def start_gateway(
-    upstream: MockUpstreamServer, tmp_path: Path
+    upstream: MockUpstreamServer, tmp_path: Path, migrated_sqlite: Path
 ) -> Iterator[Callable[..., InProcessGateway]]:
     """Start gateways in process in front of the session's mock upstream; each is stopped after
     the test. `start(db_url=None, extra=None, **gateway_kwargs)`."""
@@ -250,6 +295,7 @@ def start_gateway(
         db_url: str | None = None, extra: dict[str, Any] | None = None, **kwargs: Any
     ) -> InProcessGateway:
         url = db_url or f"sqlite:///{tmp_path / 'gw.db'}"
+        _seed(url, migrated_sqlite)
         config = gateway_config(upstream.url, url, extra, kwargs.get("env"))
         kwargs.setdefault("registry", CollectorRegistry())
         gateway = InProcessGateway(config, **kwargs)
@@ -263,7 +309,7 @@ def start_gateway(
 
 @pytest.fixture
 def start_gateway_server(
-    upstream: MockUpstreamServer, tmp_path: Path
+    upstream: MockUpstreamServer, tmp_path: Path, migrated_sqlite: Path
 ) -> Iterator[Callable[..., GatewayServer]]:
     """Like `start_gateway`, but each gateway is a real uvicorn server on 127.0.0.1 (`gw.url`),
     for tests about sockets and for clients that only take a URL."""
@@ -273,6 +319,7 @@ def start_gateway_server(
         db_url: str | None = None, extra: dict[str, Any] | None = None, **kwargs: Any
     ) -> GatewayServer:
         url = db_url or f"sqlite:///{tmp_path / 'gw.db'}"
+        _seed(url, migrated_sqlite)
         config = gateway_config(upstream.url, url, extra, kwargs.get("env"))
         kwargs.setdefault("registry", CollectorRegistry())
         server = GatewayServer(config, **kwargs).__enter__()

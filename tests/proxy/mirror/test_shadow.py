@@ -19,7 +19,7 @@ from proxy.config.specs import ConfigError, parse_config
 from proxy.core.records import Arm, ExchangeRecord, PairRecord, Status
 from proxy.core.sampling import sampled
 from proxy.mock_upstream.server import MockUpstreamServer
-from tests.conftest import InProcessGateway, sdk_client, wait_until
+from tests.conftest import STALL_TIMEOUT_S, InProcessGateway, sdk_client, wait_until
 
 
 def model(upstream: MockUpstreamServer, name: str, **extra: Any) -> dict[str, Any]:
@@ -27,7 +27,7 @@ def model(upstream: MockUpstreamServer, name: str, **extra: Any) -> dict[str, An
         "provider": "openai",
         "base_url": upstream.url + "/v1",
         "model": name,
-        "timeout_s": 2,
+        "timeout_s": STALL_TIMEOUT_S if name == "stall" else 2,
         "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
         **extra,
     }
@@ -192,7 +192,8 @@ def test_failing_candidates_never_touch_the_client(
     candidate: str,
     status: Status,
 ) -> None:
-    extra = shadowed(upstream, [{"model": candidate, "timeout_s": 1}])
+    timeout_s = STALL_TIMEOUT_S if candidate == "cand-stall" else 1
+    extra = shadowed(upstream, [{"model": candidate, "timeout_s": timeout_s}])
     if candidate == "cand-down":
         extra["models"]["cand-down"]["base_url"] = "http://127.0.0.1:9/v1"
     gw = start_gateway(extra=extra)
