@@ -22,6 +22,8 @@ TOKEN = "t0ken-for-tests"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 ENV = {"MIRRORGATE_ADMIN_TOKEN": TOKEN}
 
+pytestmark = pytest.mark.usefixtures("quick_rollout_ticks")
+
 
 @pytest.fixture
 def webhook() -> Iterator[WebhookReceiver]:
@@ -34,7 +36,7 @@ def rollout_config(
     *,
     steps: list[int] | None = None,
     step_interval_s: float = 3600,
-    interval_s: float = 0.2,
+    interval_s: float = 0.05,
     sinks: list[dict[str, Any]] | None = None,
     thresholds: dict[str, Any] | None = None,
     metrics: list[str] | None = None,
@@ -283,7 +285,7 @@ def test_a_healthy_canary_climbs_its_steps_and_is_promoted(start_gateway: StartG
     # The echo model fails the rule's check, so this rollout is judged on errors only.
     extra = rollout_config(
         steps=[30, 60],
-        step_interval_s=0.3,
+        step_interval_s=0.1,
         canary="echo",
         metrics=["error_rate"],
         thresholds={"error_rate_increase": 0.2},

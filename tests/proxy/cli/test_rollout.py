@@ -22,6 +22,8 @@ from tests.conftest import wait_until
 from tests.proxy.api.test_rollouts import AUTH, ENV, TOKEN, ask, rollout, rollout_config
 
 StartGateway = Callable[..., GatewayServer]
+
+pytestmark = pytest.mark.usefixtures("quick_rollout_ticks")
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -282,7 +284,10 @@ class StubGateway:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # `close` waits for the loop's next poll: every 10 ms rather than the default 0.5 s.
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
         self.thread.start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 

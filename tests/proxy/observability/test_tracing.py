@@ -44,7 +44,10 @@ class CollectorStub:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # shutdown() waits for the loop's next poll: every 10 ms rather than the default 0.5 s.
+        threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        ).start()
 
     def spans(self) -> list[tuple[dict[str, Any], Any]]:
         """(resource attributes, span) of every span received, decoded from protobuf."""
