@@ -1,12 +1,10 @@
-"""`mirrorgate rollout` against a real gateway: what it prints, and its exit codes (DESIGN §3)."""
+"""`mirrorgate rollout` against a real gateway on 127.0.0.1: what it prints, and its exit codes.
+The command run as its own process: tests/e2e/test_rollout_cli.py."""
 
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,7 +22,6 @@ from tests.proxy.api.test_rollouts import AUTH, ENV, TOKEN, ask, rollout, rollou
 StartGateway = Callable[..., GatewayServer]
 
 pytestmark = pytest.mark.usefixtures("quick_rollout_ticks")
-ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -343,39 +340,3 @@ def test_other_answers_exit_1_with_one_line(
     assert (code, out) == (1, "")
     assert err.startswith("mirrorgate: ") and err.count("\n") == 1
     assert expected in err
-
-
-def test_the_console_entry_runs_as_a_process(gw: GatewayServer) -> None:
-    env = {**os.environ, "MIRRORGATE_ADMIN_TOKEN": TOKEN, "MIRRORGATE_URL": gw.url}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "proxy.cli",
-            "rollout",
-            "start",
-            "bot",
-            "--reason",
-            "from a shell",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("route bot: changed by start — now progressing")
-    assert api_state(gw)["reason"] == "from a shell"
-    usage = subprocess.run(
-        [sys.executable, "-m", "proxy.cli", "rollout", "pause"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert usage.returncode == 2
-    assert "rollout pause needs a ROUTE" in usage.stderr
