@@ -52,6 +52,8 @@ _events = sa.Table(
     sa.Column("prompt_diff", sa.Text()),
 )
 rule_events_table = _events
+_SEEN_ORDER = (_events.c.first_seen_at, _events.c.id)
+"""Events in the order their versions were first seen (ties, if any, in insertion order)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +145,9 @@ class RuleTracker:
     def load(self) -> None:
         """Read the versions already known (at start, on a worker thread)."""
         with self._engine.connect() as conn:
-            rows = conn.execute(sa.select(_events).order_by(_events.c.id)).mappings().all()
+            # In the order they were seen: events are stored by concurrent tasks, so two
+            # changes a few milliseconds apart may be inserted the other way round.
+            rows = conn.execute(sa.select(_events).order_by(*_SEEN_ORDER)).mappings().all()
         for row in rows:
             self._known.add((row["rule"], row["version"]))
             self._latest[row["rule"]] = (row["version"], "")
@@ -211,8 +215,9 @@ class RuleTracker:
             pass  # another replica recorded this version first
 
     def events(self) -> list[RuleEvent]:
+        """Every stored event, in the order the versions were first seen."""
         with self._engine.connect() as conn:
-            rows = conn.execute(sa.select(_events).order_by(_events.c.id)).mappings().all()
+            rows = conn.execute(sa.select(_events).order_by(*_SEEN_ORDER)).mappings().all()
         return [
             RuleEvent(
                 rule=r["rule"],

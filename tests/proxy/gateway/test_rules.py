@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -148,6 +149,37 @@ def test_a_rule_change_seen_while_the_store_is_down_is_stored_when_it_is_back(
     assert asyncio.run(observe()) == 0
     assert len(attempts) == 3 and attempts[0] == attempts[2]  # the same event, first-seen time kept
     assert [(e.version, e.request_id) for e in tracker.events()] == [("v2", "req-1")]
+    store.close()
+
+
+def test_events_are_listed_in_the_order_they_were_seen_not_stored(tmp_path: Any) -> None:
+    # Events are stored by concurrent tasks: two changes a few milliseconds apart can reach the
+    # database in the other order. The history and the restart state follow the first sighting.
+    store = Store(f"sqlite:///{tmp_path / 'rules.db'}")
+    store.migrate()
+    tracker = RuleTracker(
+        store.engine, keep_prompts=False, metrics=GatewayMetrics(CollectorRegistry())
+    )
+    seen = datetime(2026, 1, 1, tzinfo=UTC)
+    first = RuleEvent("shipping", "v2", "v1", seen, "req-2", "bot", None)
+    second = RuleEvent(
+        "shipping", "v3", "v2", seen + timedelta(milliseconds=2), "req-3", "bot", None
+    )
+    tracker._persist(second)
+    tracker._persist(first)
+    assert [e.version for e in tracker.events()] == ["v2", "v3"]
+    restarted = RuleTracker(
+        store.engine, keep_prompts=False, metrics=GatewayMetrics(CollectorRegistry())
+    )
+    restarted.load()
+
+    async def observe() -> RuleEvent | None:
+        event = restarted.observe(RuleMatch("shipping", "v4", "max_weight = 200"), "bot", "req-4")
+        await restarted.tasks.wait(10)
+        return event
+
+    event = asyncio.run(observe())
+    assert event is not None and event.previous_version == "v3"  # the newest seen, not stored
     store.close()
 
 
