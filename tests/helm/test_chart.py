@@ -35,6 +35,11 @@ MONITORING = {
 }
 
 
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader where PyYAML has it: the same documents as `yaml.safe_load_all`, twenty
+times faster on the ~1 MB a render makes (the dashboards' ConfigMap)."""
+
+
 @pytest.fixture(scope="module")
 def chart() -> Iterator[helm_python.Chart]:
     helm_python.disable_logging()
@@ -49,7 +54,7 @@ def render(chart: helm_python.Chart, values: dict[str, Any] | None = None) -> li
     for path, text in sorted(out.items()):
         if path.endswith("NOTES.txt"):
             continue
-        docs.extend(doc for doc in yaml.safe_load_all(text) if doc)
+        docs.extend(doc for doc in yaml.load_all(text, Loader=SAFE_LOADER) if doc)
     return docs
 
 
