@@ -7,6 +7,7 @@ import functools
 import os
 import shutil
 import socket
+import ssl
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -31,6 +32,10 @@ from tests.asgi_driver import AppThread, async_transport, status_without_body, s
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
+
+TLS_CONTEXT = ssl.create_default_context()
+"""One TLS context for the clients tests make: a new httpx or SDK client loads the CA bundle anew
+(~30 ms of CPU each) unless it is given one, and every server of the tests is plain HTTP anyway."""
 
 SDK_CLIENTS: list[Any] = []
 

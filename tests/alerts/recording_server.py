@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from tests.alerts.alert_factory import make_alert
+from tests.conftest import TLS_CONTEXT
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def refused_url() -> Iterator[str]:
 async def send_one(sink_factory: Any, statuses: list[int] | None = None) -> RecordedRequest:
     """Send one alert through the sink `sink_factory(server_url)` makes; return what the server
     got (it answers `statuses` in turn, 200 by default)."""
-    async with RecordingServer(statuses) as server, httpx.AsyncClient() as client:
+    async with RecordingServer(statuses) as server, httpx.AsyncClient(verify=TLS_CONTEXT) as client:
         sink = sink_factory(server.url)
         await sink.send(make_alert(), client)
         assert len(server.requests) == 1

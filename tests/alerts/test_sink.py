@@ -12,6 +12,7 @@ from alerts.errors import SinkRejectedError, SinkUnavailableError
 from alerts.webhook import WebhookSink
 from tests.alerts.alert_factory import make_alert
 from tests.alerts.recording_server import refused_url, send_one
+from tests.conftest import TLS_CONTEXT
 
 
 @pytest.mark.parametrize(
@@ -32,7 +33,7 @@ def test_http_errors_become_sink_errors(status: int, error: type[Exception]) -> 
 
 def test_connection_refused_is_unavailable() -> None:
     async def run(url: str) -> None:
-        async with httpx.AsyncClient() as client:
+        async with httpx.AsyncClient(verify=TLS_CONTEXT) as client:
             await WebhookSink(url).send(make_alert(), client)
 
     with refused_url() as url, pytest.raises(SinkUnavailableError, match="webhook: ConnectError"):
