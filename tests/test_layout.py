@@ -84,7 +84,6 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "proxy/mock_upstream/app.py": "tests/proxy/mock_upstream/test_recording.py",
     "proxy/mock_upstream/connection.py": "tests/proxy/mock_upstream/test_server.py",
     "proxy/mock_upstream/conversation.py": "tests/proxy/mock_upstream/test_answers.py",
-    "proxy/mock_upstream/embeddings.py": "tests/proxy/mock_upstream/test_openai_format.py",
     "proxy/mock_upstream/responses_format.py": "tests/proxy/mock_upstream/test_openai_format.py",
     "proxy/mock_upstream/wire.py": "tests/proxy/mock_upstream/test_openai_format.py",
     # `mirrorgate replay` end to end: sources, jobs, resuming, writing pairs, the summary
@@ -118,10 +117,6 @@ COVERED_ELSEWHERE: dict[str, str] = {
     # every check type passing, failing and refusing bad config, through compile_check
     "analyzers/checkbase.py": "tests/analyzers/test_checks.py",
     "analyzers/json_checks.py": "tests/analyzers/test_checks.py",
-    "analyzers/jsonpath.py": "tests/analyzers/test_checks.py",
-    "analyzers/jsonvalue.py": "tests/analyzers/test_checks.py",
-    "analyzers/patterns.py": "tests/analyzers/test_checks.py",
-    "analyzers/refusal.py": "tests/analyzers/test_checks.py",
     "analyzers/schema.py": "tests/analyzers/test_checks.py",
     "analyzers/text_checks.py": "tests/analyzers/test_checks.py",
     # the canary judge's statistics: verdicts, rank test, sequential looks
