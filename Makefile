@@ -17,11 +17,20 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/mirrorgate demo
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q
+# Python's own bytecode cache stays on for the tests even where the environment turns it off
+# (PYTHONDONTWRITEBYTECODE=1): compiling every module and assertion rewrite anew costs each run, and
+# each test-fast worker, seconds. The cache lives in the gitignored __pycache__ folders.
+TEST_ENV := PYTHONDONTWRITEBYTECODE=
 
+# Everything: unit, in-process integration and tests/e2e (real processes, sockets, timeouts).
+test: $(STAMP)
+	$(TEST_ENV) $(BIN)/python -m pytest -q
+
+# Everything but tests/e2e, on both cores (pytest-xdist; an idle worker takes tests queued for
+# the other, so one long test does not hold the run up); `pytest -m "not e2e"` runs the same tests
+# in one process.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not e2e"
+	$(TEST_ENV) $(BIN)/python -m pytest -q -m "not e2e" -n 2 --dist worksteal
 
 check: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,27 +1,41 @@
-"""Shared fixtures: real servers on 127.0.0.1, fresh registries and databases per test."""
+"""Shared fixtures: gateways in process in front of one real mock upstream on 127.0.0.1, fresh
+registries and databases per test."""
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 import socket
+import ssl
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+import httpx2
+import orjson
 import pytest
 import sqlalchemy as sa
 import yaml
 from prometheus_client import CollectorRegistry
 
+from proxy.app.gateway import Gateway
 from proxy.app.serve import GatewayServer
 from proxy.config import MirrorgateConfig, parse_config
 from proxy.mock_upstream.behavior import parse_behavior
 from proxy.mock_upstream.server import MockUpstreamServer
+from proxy.store.exchanges import Store
+from tests.asgi_driver import AppThread, async_transport, status_without_body, sync_transport
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
+
+TLS_CONTEXT = ssl.create_default_context()
+"""One TLS context for the clients tests make: a new httpx or SDK client loads the CA bundle anew
+(~30 ms of CPU each) unless it is given one, and every server of the tests is plain HTTP anyway."""
 
 SDK_CLIENTS: list[Any] = []
 
@@ -51,15 +65,20 @@ def require_service(name: str, available: bool, why: str = "") -> None:
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float = 15.0, what: str = "") -> Any:
-    """Poll `predicate` until it returns something truthy; fail after `timeout_s`."""
+    """Poll `predicate` until it returns something truthy; fail after `timeout_s`.
+
+    The first polls come quickly (what is nearly done is seen at once), later ones every 20 ms
+    (a long wait does not take the CPU from what it waits for)."""
     deadline = time.monotonic() + timeout_s
+    pause = 0.001
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what or predicate}")
-        time.sleep(0.02)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -70,20 +89,35 @@ def _port_open(host: str, port: int) -> bool:
         return False
 
 
+@pytest.fixture(scope="session")
+def _pg_schemas() -> Iterator[list[str]]:
+    """The schemas `pg_schema` made this session, dropped together at its end (one statement
+    instead of one per test)."""
+    made: list[str] = []
+    yield made
+    if made:
+        engine = sa.create_engine(PG_ADMIN_URL)
+        with engine.begin() as conn:
+            names = ", ".join(f'"{schema}"' for schema in made)
+            conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {names} CASCADE"))
+        engine.dispose()
+
+
 @pytest.fixture
-def pg_schema() -> Iterator[tuple[str, str]]:
-    """A fresh PostgreSQL schema on the machine's server: (url, schema); dropped afterwards."""
+def pg_schema(_pg_schemas: list[str]) -> tuple[str, str]:
+    """A fresh PostgreSQL schema on the machine's server: (url, schema); dropped at the end of
+    the session. Its connections commit without waiting for the WAL flush
+    (`synchronous_commit=off`): what is committed is visible at once all the same, only a crash
+    of the server could lose it, and migrating a schema takes half the time."""
     require_service("PostgreSQL at 127.0.0.1:5432", _port_open("127.0.0.1", 5432))
     schema = f"t_{uuid.uuid4().hex[:12]}"
     engine = sa.create_engine(PG_ADMIN_URL)
     with engine.begin() as conn:
         conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield f"{PG_ADMIN_URL}?options=-csearch_path%3D{schema}", schema
-    finally:
-        with engine.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        engine.dispose()
+    engine.dispose()
+    _pg_schemas.append(schema)
+    options = f"-csearch_path%3D{schema}%20-csynchronous_commit%3Doff"
+    return f"{PG_ADMIN_URL}?options={options}", schema
 
 
 BEHAVIOR: dict[str, Any] = {
@@ -123,6 +157,14 @@ def upstream() -> Iterator[MockUpstreamServer]:
         yield server
 
 
+STALL_TIMEOUT_S = 0.2
+"""Upstream timeout of the models that never answer (`stall`): a stalled upstream proves the
+same 504 after 0.2 s as after the 2 s every other model gets."""
+
+_DB_PLACEHOLDER = "sqlite:///db-of-this-test.db"
+_CONFIGS: dict[bytes, MirrorgateConfig] = {}
+
+
 def gateway_config(
     upstream_url: str,
     db_url: str,
@@ -130,30 +172,37 @@ def gateway_config(
     env: dict[str, str] | None = None,
     **store: Any,
 ) -> MirrorgateConfig:
-    """A config with one model per scripted mock model and one route per model."""
+    """A config with one model per scripted mock model and one route per model.
+
+    The recorder flushes every 10 ms (the shortest the config allows) so that tests waiting for
+    a record do not wait for the default 200 ms timer; `store` or `extra` may set it back.
+    Parsed once per distinct document: the same document for another database is a copy of
+    the parsed config with only `store.url` replaced.
+    """
     models: dict[str, Any] = {}
     routes: dict[str, Any] = {}
     names = ["echo", *BEHAVIOR["models"]]
     for name in names:
+        timeout_s = STALL_TIMEOUT_S if name == "stall" else 2
         models[name] = {
             "provider": "openai",
             "base_url": upstream_url + "/v1",
             "model": name,
-            "timeout_s": 2,
+            "timeout_s": timeout_s,
             "price": {"input_per_mtok": 1.0, "output_per_mtok": 4.0, "cached_input_per_mtok": 0.5},
         }
         models[f"{name}-claude"] = {
             "provider": "anthropic",
             "base_url": upstream_url,
             "model": name,
-            "timeout_s": 2,
+            "timeout_s": timeout_s,
             "price": {"input_per_mtok": 3.0, "output_per_mtok": 15.0},
         }
         routes[name] = {"primary": name}
         routes[f"{name}-claude"] = {"primary": f"{name}-claude"}
     doc: dict[str, Any] = {
         "server": {"port": 0},
-        "store": {"url": db_url, "bodies": "full", **store},
+        "store": {"url": _DB_PLACEHOLDER, "bodies": "full", "flush_interval_ms": 10, **store},
         "models": models,
         "routes": routes,
     }
@@ -162,20 +211,148 @@ def gateway_config(
             doc[key] = {**doc[key], **value}
         else:
             doc[key] = value
-    return parse_config(yaml.safe_dump(doc), env=env or {})
+    env = env or {}
+    cache_key = orjson.dumps([doc, env], option=orjson.OPT_SORT_KEYS)
+    config = _CONFIGS.get(cache_key)
+    if config is None:
+        config = _CONFIGS[cache_key] = parse_config(yaml.safe_dump(doc), env=env)
+    if config.store.url != _DB_PLACEHOLDER:
+        return config
+    return config.model_copy(update={"store": config.store.model_copy(update={"url": db_url})})
+
+
+class InProcessGateway:
+    """A `Gateway` served in process, without a socket.
+
+    Its ASGI app runs on an event loop thread of its own with its lifespan (as under uvicorn,
+    see tests/asgi_driver.py); clients reach it through an httpx transport: `client()`,
+    `async_client()`, `http` (one client for the whole test), or any SDK given
+    `http_client=gw.client()`. `url` is a base URL only those clients understand. `stop()`
+    drains and shuts down the way SIGTERM would; it is idempotent. The official SDKs take the
+    `httpx2` clients of `sdk_http()` and `sdk_async_http()` (httpx2 is the SDKs' own httpx).
+    """
+
+    url = "http://mirrorgate.test"
+
+    def __init__(self, config: MirrorgateConfig, **gateway_kwargs: Any) -> None:
+        self.gateway = Gateway(config, **gateway_kwargs)
+        self.app_thread = AppThread(self.gateway.app, name="mirrorgate-gateway")
+        self._clients: list[httpx.Client | httpx2.Client] = []
+
+    def start(self) -> InProcessGateway:
+        self.app_thread.start()
+        return self
+
+    @property
+    def loop(self) -> Any:
+        """The event loop the gateway runs on."""
+        return self.app_thread.loop
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        """A new synchronous client of this gateway (closed when the gateway stops)."""
+        kwargs.setdefault("base_url", self.url)
+        client = httpx.Client(transport=sync_transport(self.app_thread), **kwargs)
+        self._clients.append(client)
+        return client
+
+    def async_client(self, **kwargs: Any) -> httpx.AsyncClient:
+        """A new async client of this gateway, for the caller's event loop to use and close."""
+        kwargs.setdefault("base_url", self.url)
+        return httpx.AsyncClient(transport=async_transport(self.app_thread), **kwargs)
+
+    def sdk_http(self) -> httpx2.Client:
+        """An `http_client=` for an official SDK client (closed with it, or when the gateway
+        stops)."""
+        client = httpx2.Client(transport=sync_transport(self.app_thread, httpx2))
+        self._clients.append(client)
+        return client
+
+    def sdk_async_http(self) -> httpx2.AsyncClient:
+        """An `http_client=` for an official async SDK client, closed with it."""
+        return httpx2.AsyncClient(transport=async_transport(self.app_thread, httpx2))
+
+    @functools.cached_property
+    def http(self) -> httpx.Client:
+        """A client for the whole test: `gw.http.post("/v1/chat/completions", json=...)`."""
+        return self.client()
+
+    def status_without_body(
+        self, method: str, path: str, headers: list[tuple[bytes, bytes]]
+    ) -> int:
+        """The status answered to a request whose body never comes (see tests/asgi_driver.py)."""
+        return status_without_body(self.app_thread, method, httpx.URL(self.url + path), headers)
+
+    def stop(self) -> None:
+        while self._clients:
+            self._clients.pop().close()
+        self.app_thread.stop(self.gateway.config.server.drain_timeout_s)
+
+
+@pytest.fixture
+def quick_rollout_ticks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rollout controller wakes every 20 ms instead of every 0.5 s, so that a canary is
+    judged as soon as its `analysis.interval_s` is due: the tests' short intervals then take as
+    long as they say, not the next multiple of half a second."""
+    monkeypatch.setattr("proxy.rollout.controller.TICK_S", 0.02)
+
+
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite database migrated to the newest schema, made once per session: gateways start on
+    a copy of it rather than migrating a new file step by step (their start still runs the
+    migrations, which find nothing to do; the migrations are tested in tests/proxy/store)."""
+    path = tmp_path_factory.mktemp("migrated") / "migrated.db"
+    store = Store(f"sqlite:///{path}")
+    store.migrate()
+    store.close()
+    return path
+
+
+def _seed(db_url: str, migrated: Path) -> None:
+    """A SQLite database that does not exist yet starts as a copy of the migrated one."""
+    if db_url.startswith("sqlite:///"):
+        path = Path(db_url.removeprefix("sqlite:///"))
+        if not path.exists():
+            shutil.copyfile(migrated, path)
 
 
 @pytest.fixture
 def start_gateway(
-    upstream: MockUpstreamServer, tmp_path: Path
+    upstream: MockUpstreamServer, tmp_path: Path, migrated_sqlite: Path
+) -> Iterator[Callable[..., InProcessGateway]]:
+    """Start gateways in process in front of the session's mock upstream; each is stopped after
+    the test. `start(db_url=None, extra=None, **gateway_kwargs)`."""
+    started: list[InProcessGateway] = []
+
+    def start(
+        db_url: str | None = None, extra: dict[str, Any] | None = None, **kwargs: Any
+    ) -> InProcessGateway:
+        url = db_url or f"sqlite:///{tmp_path / 'gw.db'}"
+        _seed(url, migrated_sqlite)
+        config = gateway_config(upstream.url, url, extra, kwargs.get("env"))
+        kwargs.setdefault("registry", CollectorRegistry())
+        gateway = InProcessGateway(config, **kwargs)
+        started.append(gateway)
+        return gateway.start()
+
+    yield start
+    for gateway in reversed(started):
+        gateway.stop()
+
+
+@pytest.fixture
+def start_gateway_server(
+    upstream: MockUpstreamServer, tmp_path: Path, migrated_sqlite: Path
 ) -> Iterator[Callable[..., GatewayServer]]:
-    """Start gateways in front of the session's mock upstream; each is stopped after the test."""
+    """Like `start_gateway`, but each gateway is a real uvicorn server on 127.0.0.1 (`gw.url`),
+    for tests about sockets and for clients that only take a URL."""
     started: list[GatewayServer] = []
 
     def start(
         db_url: str | None = None, extra: dict[str, Any] | None = None, **kwargs: Any
     ) -> GatewayServer:
         url = db_url or f"sqlite:///{tmp_path / 'gw.db'}"
+        _seed(url, migrated_sqlite)
         config = gateway_config(upstream.url, url, extra, kwargs.get("env"))
         kwargs.setdefault("registry", CollectorRegistry())
         server = GatewayServer(config, **kwargs).__enter__()

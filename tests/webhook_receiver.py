@@ -29,7 +29,10 @@ class WebhookReceiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}{path}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # `close` waits for the loop's next poll: every 10 ms rather than the default 0.5 s.
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
         self._thread.start()
 
     @property

@@ -93,9 +93,12 @@ class RuleEventStore:
         return True
 
     def events(self) -> list[RuleEvent]:
-        """Every event, in the order they were stored (there are few: one per version)."""
+        """Every event, in the order their versions were first seen (there are few: one per
+        version). Not in insertion order: events are stored by concurrent tasks, so two changes a
+        few milliseconds apart may be inserted the other way round; ties keep insertion order."""
         with translated("reading rule changes"), self._engine.connect() as conn:
-            rows = conn.execute(sa.select(_events).order_by(_events.c.id)).mappings().all()
+            query = sa.select(_events).order_by(_events.c.first_seen_at, _events.c.id)
+            rows = conn.execute(query).mappings().all()
         return [
             RuleEvent(
                 rule=row["rule"],

@@ -11,6 +11,11 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+import httpx
+
+from tests.alerts.alert_factory import make_alert
+from tests.conftest import TLS_CONTEXT
+
 
 @dataclass(frozen=True)
 class RecordedRequest:
@@ -102,3 +107,13 @@ def refused_url() -> Iterator[str]:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         sock.close()
+
+
+async def send_one(sink_factory: Any, statuses: list[int] | None = None) -> RecordedRequest:
+    """Send one alert through the sink `sink_factory(server_url)` makes; return what the server
+    got (it answers `statuses` in turn, 200 by default)."""
+    async with RecordingServer(statuses) as server, httpx.AsyncClient(verify=TLS_CONTEXT) as client:
+        sink = sink_factory(server.url)
+        await sink.send(make_alert(), client)
+        assert len(server.requests) == 1
+        return server.requests[0]

@@ -21,6 +21,7 @@ from alerts.webhook import WebhookSink
 from proxy.observability.metrics import AlertDeliveryMetrics
 from tests.alerts.alert_factory import make_alert
 from tests.alerts.recording_server import RecordingServer, refused_url
+from tests.conftest import TLS_CONTEXT
 
 
 class FakeSleep:
@@ -66,7 +67,10 @@ def test_retries_5xx_with_backoff_then_succeeds() -> None:
     registry, sleep = CollectorRegistry(), FakeSleep()
 
     async def run() -> RecordingServer:
-        async with RecordingServer([500, 503]) as server, httpx.AsyncClient() as client:
+        async with (
+            RecordingServer([500, 503]) as server,
+            httpx.AsyncClient(verify=TLS_CONTEXT) as client,
+        ):
             d = dispatcher([WebhookSink(server.url)], client, registry, sleep)
             d.start()
             assert d.notify(make_alert())
@@ -88,7 +92,10 @@ def test_4xx_is_not_retried_and_counts_a_failure() -> None:
     registry, sleep = CollectorRegistry(), FakeSleep()
 
     async def run() -> RecordingServer:
-        async with RecordingServer([400]) as server, httpx.AsyncClient() as client:
+        async with (
+            RecordingServer([400]) as server,
+            httpx.AsyncClient(verify=TLS_CONTEXT) as client,
+        ):
             d = dispatcher([WebhookSink(server.url)], client, registry, sleep)
             d.start()
             d.notify(make_alert())
@@ -108,7 +115,7 @@ def test_down_sink_retries_then_fails_while_the_other_sink_delivers() -> None:
     registry, sleep = CollectorRegistry(), FakeSleep()
 
     async def run(down_url: str) -> RecordingServer:
-        async with RecordingServer() as server, httpx.AsyncClient() as client:
+        async with RecordingServer() as server, httpx.AsyncClient(verify=TLS_CONTEXT) as client:
             sinks: list[AlertSink] = [WebhookSink(down_url), SlackSink(server.url)]
             d = dispatcher(sinks, client, registry, sleep, retries=3)
             d.start()
@@ -134,7 +141,7 @@ def test_a_stuck_sink_never_blocks_the_other_sink_or_the_caller() -> None:
         await never.wait()  # the down sink's backoff never ends during this test
 
     async def run(down_url: str) -> tuple[RecordingServer, int]:
-        async with RecordingServer() as server, httpx.AsyncClient() as client:
+        async with RecordingServer() as server, httpx.AsyncClient(verify=TLS_CONTEXT) as client:
             sinks: list[AlertSink] = [WebhookSink(down_url), SlackSink(server.url)]
             d = dispatcher(sinks, client, registry, stuck_sleep)
             d.start()
@@ -155,7 +162,7 @@ def test_same_fingerprint_within_the_window_is_deduplicated() -> None:
     registry, clock = CollectorRegistry(), FakeClock()
 
     async def run() -> RecordingServer:
-        async with RecordingServer() as server, httpx.AsyncClient() as client:
+        async with RecordingServer() as server, httpx.AsyncClient(verify=TLS_CONTEXT) as client:
             d = dispatcher(
                 [WebhookSink(server.url)], client, registry, clock=clock, dedupe_window_s=300
             )
@@ -182,7 +189,7 @@ def test_full_queue_drops_and_counts_without_blocking() -> None:
     registry = CollectorRegistry()
 
     async def run() -> list[bool]:
-        async with httpx.AsyncClient() as client:
+        async with httpx.AsyncClient(verify=TLS_CONTEXT) as client:
             d = dispatcher([WebhookSink("http://127.0.0.1:9")], client, registry, queue_size=2)
             return [d.notify(alert_n(i)) for i in range(4)]  # not started: nothing drains
 
@@ -201,7 +208,7 @@ def test_a_sink_that_raises_fails_alone_and_its_worker_survives() -> None:
     registry = CollectorRegistry()
 
     async def run() -> RecordingServer:
-        async with RecordingServer() as server, httpx.AsyncClient() as client:
+        async with RecordingServer() as server, httpx.AsyncClient(verify=TLS_CONTEXT) as client:
             d = dispatcher([ExplodingSink(), WebhookSink(server.url)], client, registry)
             d.start()
             d.notify(alert_n(1))
@@ -216,7 +223,7 @@ def test_a_sink_that_raises_fails_alone_and_its_worker_survives() -> None:
 
 def test_backoff_is_exponential_capped_and_jittered() -> None:
     async def make(jitter: float) -> AlertDispatcher:
-        async with httpx.AsyncClient() as client:
+        async with httpx.AsyncClient(verify=TLS_CONTEXT) as client:
             return AlertDispatcher(
                 [],
                 client,
@@ -234,8 +241,9 @@ def test_backoff_is_exponential_capped_and_jittered() -> None:
 @pytest.mark.parametrize("bad", [{"retries": -1}, {"queue_size": 0}, {"dedupe_window_s": -1}])
 def test_invalid_settings_are_rejected(bad: dict[str, int]) -> None:
     async def run() -> None:
-        async with httpx.AsyncClient() as client:
-            AlertDispatcher([], client, AlertDeliveryMetrics(CollectorRegistry()), **bad)  # type: ignore[arg-type]
+        async with httpx.AsyncClient(verify=TLS_CONTEXT) as client:
+            metrics = AlertDeliveryMetrics(CollectorRegistry())
+            AlertDispatcher([], client, metrics, **bad)  # type: ignore[arg-type]
 
     with pytest.raises(ValueError):
         asyncio.run(run())

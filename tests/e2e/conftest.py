@@ -20,6 +20,15 @@ from tests.e2e.monitoring import AlertmanagerProcess, PrometheusProcess
 from tests.rollout_scene import rule_request
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/e2e is marked `e2e` (`make test-fast` leaves them out), whether or
+    not its module says so."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents:
+            item.add_marker(pytest.mark.e2e)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -4,24 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import httpx
 import pytest
 
-from proxy.app.serve import GatewayServer
 from proxy.core.records import Arm
 from proxy.store.feedback import FeedbackStore
-from tests.conftest import wait_until
+from tests.conftest import InProcessGateway, wait_until
 from tests.proxy.gateway.test_exchange_openai import MESSAGES
 
 
-def answer(gw: GatewayServer) -> str:
-    response = httpx.post(
-        gw.url + "/v1/chat/completions", json={"model": "echo", "messages": MESSAGES}
-    )
+def answer(gw: InProcessGateway) -> str:
+    response = gw.http.post("/v1/chat/completions", json={"model": "echo", "messages": MESSAGES})
     return response.headers["x-mirrorgate-request-id"]
 
 
-def feedback_total(gw: GatewayServer, kind: str) -> float:
+def feedback_total(gw: InProcessGateway, kind: str) -> float:
     value = gw.gateway.registry.get_sample_value(
         "mirrorgate_feedback_total",
         {"route": "echo", "target": "echo", "arm": "primary", "kind": kind},
@@ -30,16 +26,16 @@ def feedback_total(gw: GatewayServer, kind: str) -> float:
 
 
 def test_feedback_joins_the_exchange_and_is_idempotent(
-    start_gateway: Callable[..., GatewayServer],
+    start_gateway: Callable[..., InProcessGateway],
 ) -> None:
     gw = start_gateway()
     request_id = answer(gw)  # feedback may arrive before the recorder wrote the exchange
     body = {"request_id": request_id, "corrected": True, "correction": "150", "score": 1}
-    first = httpx.post(gw.url + "/v1/feedback", json=body)
+    first = gw.http.post("/v1/feedback", json=body)
     assert first.status_code == 201
     assert first.json() == {"request_id": request_id, "recorded": ["correction", "score"],
                             "duplicates": []}  # fmt: skip
-    again = httpx.post(gw.url + "/v1/feedback", json={**body, "label": "wrong-policy"})
+    again = gw.http.post("/v1/feedback", json={**body, "label": "wrong-policy"})
     assert again.json()["recorded"] == ["label"]
     assert again.json()["duplicates"] == ["correction", "score"]
     stored = FeedbackStore(gw.gateway.store).query(request_id=request_id)
@@ -53,13 +49,13 @@ def test_feedback_joins_the_exchange_and_is_idempotent(
 
 
 def test_feedback_for_a_written_exchange_after_a_restart_of_the_cache(
-    start_gateway: Callable[..., GatewayServer],
+    start_gateway: Callable[..., InProcessGateway],
 ) -> None:
     gw = start_gateway()
     request_id = answer(gw)
     wait_until(lambda: gw.gateway.store.query(request_id=request_id), what="the exchange written")
     gw.gateway.recent._by_id.clear()  # as after a restart: the join must come from the store
-    response = httpx.post(gw.url + "/v1/feedback", json={"request_id": request_id, "score": 5})
+    response = gw.http.post("/v1/feedback", json={"request_id": request_id, "score": 5})
     assert response.status_code == 201 and response.json()["recorded"] == ["score"]
     assert feedback_total(gw, "positive") == 1
 
@@ -79,18 +75,18 @@ def test_feedback_for_a_written_exchange_after_a_restart_of_the_cache(
     ],
 )
 def test_bad_feedback_is_refused_and_changes_nothing(
-    start_gateway: Callable[..., GatewayServer], content: bytes, status: int, message: str
+    start_gateway: Callable[..., InProcessGateway], content: bytes, status: int, message: str
 ) -> None:
     gw = start_gateway()
-    response = httpx.post(
-        gw.url + "/v1/feedback", content=content, headers={"content-type": "application/json"}
+    response = gw.http.post(
+        "/v1/feedback", content=content, headers={"content-type": "application/json"}
     )
     assert response.status_code == status
     assert message in response.json()["error"]["message"]
     assert FeedbackStore(gw.gateway.store).query() == []
 
 
-def test_feedback_needs_json(start_gateway: Callable[..., GatewayServer]) -> None:
+def test_feedback_needs_json(start_gateway: Callable[..., InProcessGateway]) -> None:
     gw = start_gateway()
-    response = httpx.post(gw.url + "/v1/feedback", content=b"score=5")
+    response = gw.http.post("/v1/feedback", content=b"score=5")
     assert response.status_code == 415

@@ -1,4 +1,4 @@
-"""Rollouts through a real gateway: the admin API, canary routing, the judge rolling a stale
+"""Rollouts through a gateway (in process): the admin API, canary routing, the judge rolling a stale
 candidate back after a rule change (with its alert), and the Alertmanager webhook."""
 
 from __future__ import annotations
@@ -14,14 +14,15 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.app.serve import GatewayServer
-from tests.conftest import wait_until
+from tests.conftest import InProcessGateway, wait_until
 from tests.rollout_scene import rule_request
 from tests.webhook_receiver import WebhookReceiver
 
 TOKEN = "t0ken-for-tests"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 ENV = {"MIRRORGATE_ADMIN_TOKEN": TOKEN}
+
+pytestmark = pytest.mark.usefixtures("quick_rollout_ticks")
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def rollout_config(
     *,
     steps: list[int] | None = None,
     step_interval_s: float = 3600,
-    interval_s: float = 0.2,
+    interval_s: float = 0.05,
     sinks: list[dict[str, Any]] | None = None,
     thresholds: dict[str, Any] | None = None,
     metrics: list[str] | None = None,
@@ -116,12 +117,12 @@ def metric(client: httpx.Client, name: str, **labels: str) -> float:
     return 0.0
 
 
-StartGateway = Callable[..., GatewayServer]
+StartGateway = Callable[..., InProcessGateway]
 
 
 def test_admin_calls_need_the_token_and_a_known_route(start_gateway: StartGateway) -> None:
     gw = start_gateway(extra=rollout_config(), env=ENV)
-    with httpx.Client(base_url=gw.url) as client:
+    with gw.client() as client:
         assert client.post("/admin/rollouts/bot/start").status_code == 401
         wrong = client.post("/admin/rollouts/bot/start", headers={"authorization": "Bearer no"})
         assert wrong.status_code == 403
@@ -148,7 +149,7 @@ def test_admin_calls_need_the_token_and_a_known_route(start_gateway: StartGatewa
 
 def test_operator_drives_the_rollout_and_every_arm_follows(start_gateway: StartGateway) -> None:
     gw = start_gateway(extra=rollout_config(steps=[30, 60]), env=ENV)
-    with httpx.Client(base_url=gw.url) as client:
+    with gw.client() as client:
         assert ask(client, "u1").headers["x-mirrorgate-arm"] == "primary"
         illegal = client.post("/admin/rollouts/bot/pause", headers=AUTH)
         assert illegal.status_code == 409
@@ -208,13 +209,13 @@ def test_operator_drives_the_rollout_and_every_arm_follows(start_gateway: StartG
 def test_rollout_state_survives_a_restart(start_gateway: StartGateway, tmp_path: Any) -> None:
     db = f"sqlite:///{tmp_path / 'persist.db'}"
     gw = start_gateway(db, extra=rollout_config(steps=[20, 40, 80]), env=ENV)
-    with httpx.Client(base_url=gw.url) as client:
+    with gw.client() as client:
         client.post("/admin/rollouts/bot/start", headers=AUTH)
         client.post("/admin/rollouts/bot/pause", headers=AUTH)
         before = rollout(client)
     gw.stop()
     again = start_gateway(db, extra=rollout_config(steps=[20, 40, 80]), env=ENV)
-    with httpx.Client(base_url=again.url) as client:
+    with again.client() as client:
         after = rollout(client)
         for key in ("phase", "step", "weight_percent", "rollout_id", "revision"):
             assert after[key] == before[key]
@@ -226,7 +227,7 @@ def test_a_stale_candidate_is_rolled_back_after_the_rule_changes(
 ) -> None:
     extra = rollout_config(sinks=[{"type": "webhook", "url": webhook.url}])
     gw = start_gateway(extra=extra, env=ENV)
-    with httpx.Client(base_url=gw.url) as client:
+    with gw.client() as client:
         client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
         for i in range(80):  # rule v1: both models answer 100, both pass
             ask(client, f"user-{i}")
@@ -284,13 +285,13 @@ def test_a_healthy_canary_climbs_its_steps_and_is_promoted(start_gateway: StartG
     # The echo model fails the rule's check, so this rollout is judged on errors only.
     extra = rollout_config(
         steps=[30, 60],
-        step_interval_s=0.3,
+        step_interval_s=0.1,
         canary="echo",
         metrics=["error_rate"],
         thresholds={"error_rate_increase": 0.2},
     )
     gw = start_gateway(extra=extra, env=ENV)
-    with httpx.Client(base_url=gw.url) as client:
+    with gw.client() as client:
         client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
         i = 0
         while rollout(client)["phase"] == "progressing" and i < 3000:
@@ -331,7 +332,7 @@ ALERT: dict[str, Any] = {
 
 def test_alertmanager_rolls_the_route_back_once_per_alert(start_gateway: StartGateway) -> None:
     gw = start_gateway(extra=rollout_config(), env=ENV)
-    with httpx.Client(base_url=gw.url) as client:
+    with gw.client() as client:
         client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
         assert client.post("/hooks/alertmanager", json=ALERT).status_code == 401
         for bad in (b"{", b"[]", json.dumps({**ALERT, "version": "3"}).encode(), b"\xff\xfe"):
@@ -386,12 +387,12 @@ def test_alertmanager_rolls_the_route_back_once_per_alert(start_gateway: StartGa
 def test_alert_claims_survive_a_restart(start_gateway: StartGateway, tmp_path: Any) -> None:
     db = f"sqlite:///{tmp_path / 'claims.db'}"
     gw = start_gateway(db, extra=rollout_config(), env=ENV)
-    with httpx.Client(base_url=gw.url) as client:
+    with gw.client() as client:
         client.post("/hooks/alertmanager", headers=AUTH, json=ALERT).raise_for_status()
         assert len(rollout(client)["transitions"]) == 1
     gw.stop()
     again = start_gateway(db, extra=rollout_config(), env=ENV)
-    with httpx.Client(base_url=again.url) as client:
+    with again.client() as client:
         answer = client.post("/hooks/alertmanager", headers=AUTH, json=ALERT).json()
         assert answer["rollbacks"][0]["done"] == "seen"  # a redelivery after a restart
         assert len(rollout(client)["transitions"]) == 1
@@ -404,7 +405,7 @@ def test_a_sink_that_is_down_never_holds_a_rollback_back(start_gateway: StartGat
     extra = rollout_config(sinks=[{"type": "webhook", "url": dead}])
     extra["alerts"].update({"retries": 2, "backoff_initial_s": 0.01, "backoff_max_s": 0.05})
     gw = start_gateway(extra=extra, env=ENV)
-    with httpx.Client(base_url=gw.url) as client:
+    with gw.client() as client:
         client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
         rolled = client.post("/admin/rollouts/bot/rollback", headers=AUTH)
         assert rolled.status_code == 200 and rolled.json()["rollout"]["phase"] == "rolled_back"
@@ -424,7 +425,7 @@ def test_disagreement_above_the_noise_floor_is_judged_from_shadow_pairs(
         {"shadows": [{"model": "stale", "sample": 1.0}], "noise_sample": 0.5}
     )
     gw = start_gateway(extra=extra, env=ENV)
-    with httpx.Client(base_url=gw.url) as client:
+    with gw.client() as client:
         client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
         for i in range(200):  # under v2 the stale candidate's answers differ from the primary's
             ask(client, f"user-{i}", version="v2", weight=150)

@@ -1,12 +1,10 @@
-"""`mirrorgate rollout` against a real gateway: what it prints, and its exit codes (DESIGN §3)."""
+"""`mirrorgate rollout` against a real gateway on 127.0.0.1: what it prints, and its exit codes.
+The command run as its own process: tests/e2e/test_rollout_cli.py."""
 
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,16 +20,17 @@ from tests.conftest import wait_until
 from tests.proxy.api.test_rollouts import AUTH, ENV, TOKEN, ask, rollout, rollout_config
 
 StartGateway = Callable[..., GatewayServer]
-ROOT = Path(__file__).resolve().parents[3]
+
+pytestmark = pytest.mark.usefixtures("quick_rollout_ticks")
 
 
 @pytest.fixture
-def gw(start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch) -> GatewayServer:
-    """A gateway whose route `bot` has a canary (`stale`, steps 30 % then 60 %), and the admin
-    token in the CLI's environment."""
+def gw(start_gateway_server: StartGateway, monkeypatch: pytest.MonkeyPatch) -> GatewayServer:
+    """A gateway on 127.0.0.1 (the command takes a URL) whose route `bot` has a canary (`stale`,
+    steps 30 % then 60 %), and the admin token in the CLI's environment."""
     monkeypatch.setenv("MIRRORGATE_ADMIN_TOKEN", TOKEN)
     monkeypatch.delenv("MIRRORGATE_URL", raising=False)
-    return start_gateway(extra=rollout_config(steps=[30, 60]), env=ENV)
+    return start_gateway_server(extra=rollout_config(steps=[30, 60]), env=ENV)
 
 
 Run = Callable[..., tuple[int, str, str]]
@@ -282,7 +281,10 @@ class StubGateway:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # `close` waits for the loop's next poll: every 10 ms rather than the default 0.5 s.
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
         self.thread.start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
@@ -338,39 +340,3 @@ def test_other_answers_exit_1_with_one_line(
     assert (code, out) == (1, "")
     assert err.startswith("mirrorgate: ") and err.count("\n") == 1
     assert expected in err
-
-
-def test_the_console_entry_runs_as_a_process(gw: GatewayServer) -> None:
-    env = {**os.environ, "MIRRORGATE_ADMIN_TOKEN": TOKEN, "MIRRORGATE_URL": gw.url}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "proxy.cli",
-            "rollout",
-            "start",
-            "bot",
-            "--reason",
-            "from a shell",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("route bot: changed by start — now progressing")
-    assert api_state(gw)["reason"] == "from a shell"
-    usage = subprocess.run(
-        [sys.executable, "-m", "proxy.cli", "rollout", "pause"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert usage.returncode == 2
-    assert "rollout pause needs a ROUTE" in usage.stderr

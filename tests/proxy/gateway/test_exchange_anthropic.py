@@ -1,30 +1,30 @@
-"""The gateway in front of the mock upstream, driven by the official anthropic SDK."""
+"""The gateway in front of the mock upstream, driven by the official anthropic SDK (in process)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import anthropic
-import httpx
 import pytest
 
-from proxy.app.serve import GatewayServer
 from proxy.core.records import Status
 from proxy.mock_upstream.server import MockUpstreamServer
-from tests.conftest import sdk_client
+from tests.conftest import InProcessGateway, sdk_client
 from tests.proxy.gateway.test_exchange_openai import records_for
 
 SYSTEM = "You answer in JSON. max_weight = 150"
 
 
-def client(gw: GatewayServer) -> anthropic.Anthropic:
+def client(gw: InProcessGateway) -> anthropic.Anthropic:
     return sdk_client(  # type: ignore[no-any-return]
-        anthropic.Anthropic(base_url=gw.url, api_key="client-key", max_retries=0)
+        anthropic.Anthropic(
+            base_url=gw.url, api_key="client-key", max_retries=0, http_client=gw.sdk_http()
+        )
     )
 
 
 def test_messages_stream_and_not_agree_and_are_recorded(
-    start_gateway: Callable[..., GatewayServer], upstream: MockUpstreamServer
+    start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer
 ) -> None:
     gw = start_gateway()
     sdk = client(gw)
@@ -57,12 +57,12 @@ def test_messages_stream_and_not_agree_and_are_recorded(
     assert sent["path"] == "/v1/messages"
     assert sent["headers"]["anthropic-version"] == sdk.default_headers["anthropic-version"]
     # A client that sends no version gets the stable default rather than an upstream 400.
-    httpx.post(gw.url + "/v1/messages", json={**kwargs, "max_tokens": 8}).raise_for_status()
+    gw.http.post("/v1/messages", json={**kwargs, "max_tokens": 8}).raise_for_status()
     assert upstream.app.recorder.requests()[-1]["headers"]["anthropic-version"] == "2023-06-01"
 
 
 def test_rule_follower_and_stale_model_answer_differently(
-    start_gateway: Callable[..., GatewayServer],
+    start_gateway: Callable[..., InProcessGateway],
 ) -> None:
     gw = start_gateway()
     sdk = client(gw)
@@ -78,7 +78,9 @@ def test_rule_follower_and_stale_model_answer_differently(
     assert ask("stale-claude") == '{"max_weight": 100}'
 
 
-def test_errors_use_the_anthropic_wire_format(start_gateway: Callable[..., GatewayServer]) -> None:
+def test_errors_use_the_anthropic_wire_format(
+    start_gateway: Callable[..., InProcessGateway],
+) -> None:
     gw = start_gateway()
     with pytest.raises(anthropic.NotFoundError) as info:
         client(gw).messages.create(
@@ -87,8 +89,8 @@ def test_errors_use_the_anthropic_wire_format(start_gateway: Callable[..., Gatew
     assert info.value.body["type"] == "error"  # type: ignore[index]
     assert info.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
     # An OpenAI-format route called on the Anthropic endpoint is refused, not mistranslated.
-    response = httpx.post(
-        gw.url + "/v1/messages",
+    response = gw.http.post(
+        "/v1/messages",
         json={"model": "echo", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}]},
     )
     assert response.status_code == 400

@@ -1,19 +1,17 @@
-"""The gateway in front of the mock upstream, driven by the official openai SDK."""
+"""The gateway in front of the mock upstream, driven by the official openai SDK (in process)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
 
-import httpx
 import openai
 import orjson
 import pytest
 
-from proxy.app.serve import GatewayServer
 from proxy.core.records import Arm, ExchangeRecord, Status
 from proxy.mock_upstream.server import MockUpstreamServer
-from tests.conftest import sdk_client, wait_until
+from tests.conftest import InProcessGateway, sdk_client, wait_until
 
 MESSAGES = [
     {"role": "system", "content": "You are terse. max_weight = 150"},
@@ -21,7 +19,7 @@ MESSAGES = [
 ]
 
 
-def records_for(gw: GatewayServer, request_id: str, count: int = 1) -> list[ExchangeRecord]:
+def records_for(gw: InProcessGateway, request_id: str, count: int = 1) -> list[ExchangeRecord]:
     store = gw.gateway.store
     return wait_until(  # type: ignore[no-any-return]
         lambda: (rows := store.query(request_id=request_id)) and len(rows) >= count and rows,
@@ -29,14 +27,16 @@ def records_for(gw: GatewayServer, request_id: str, count: int = 1) -> list[Exch
     )
 
 
-def client(gw: GatewayServer) -> openai.OpenAI:
+def client(gw: InProcessGateway) -> openai.OpenAI:
     return sdk_client(  # type: ignore[no-any-return]
-        openai.OpenAI(base_url=gw.url + "/v1", api_key="client-key", max_retries=0)
+        openai.OpenAI(
+            base_url=gw.url + "/v1", api_key="client-key", max_retries=0, http_client=gw.sdk_http()
+        )
     )
 
 
 def test_chat_non_stream_is_recorded_with_exact_usage_and_cost(
-    start_gateway: Callable[..., GatewayServer],
+    start_gateway: Callable[..., InProcessGateway],
 ) -> None:
     gw = start_gateway()
     raw = client(gw).chat.completions.with_raw_response.create(model="echo", messages=MESSAGES)
@@ -60,7 +60,7 @@ def test_chat_non_stream_is_recorded_with_exact_usage_and_cost(
 
 
 def test_streamed_text_equals_non_streamed_and_chunks_pass_in_order(
-    start_gateway: Callable[..., GatewayServer], upstream: MockUpstreamServer
+    start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer
 ) -> None:
     gw = start_gateway()
     sdk = client(gw)
@@ -82,11 +82,11 @@ def test_streamed_text_equals_non_streamed_and_chunks_pass_in_order(
 
 
 def test_usage_chunk_is_injected_upstream_and_stripped_for_the_client(
-    start_gateway: Callable[..., GatewayServer], upstream: MockUpstreamServer
+    start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer
 ) -> None:
     gw = start_gateway()
     body = {"model": "echo", "messages": MESSAGES, "stream": True, "x_unknown_field": [1, 2]}
-    with httpx.stream("POST", gw.url + "/v1/chat/completions", json=body) as response:
+    with gw.http.stream("POST", "/v1/chat/completions", json=body) as response:
         assert response.headers["x-accel-buffering"] == "no"
         request_id = response.headers["x-mirrorgate-request-id"]
         events = [line for line in response.iter_lines() if line.startswith("data:")]
@@ -105,7 +105,9 @@ def test_usage_chunk_is_injected_upstream_and_stripped_for_the_client(
     assert record.ttft_s is not None and 0 < record.ttft_s <= record.duration_s
 
 
-def test_client_that_asked_for_usage_gets_it(start_gateway: Callable[..., GatewayServer]) -> None:
+def test_client_that_asked_for_usage_gets_it(
+    start_gateway: Callable[..., InProcessGateway],
+) -> None:
     gw = start_gateway()
     sdk = client(gw)
     full = sdk.chat.completions.create(model="echo", messages=MESSAGES)
@@ -118,11 +120,13 @@ def test_client_that_asked_for_usage_gets_it(start_gateway: Callable[..., Gatewa
     assert chunks[-1].usage == full.usage
 
 
-def test_async_client_concurrent_streams(start_gateway: Callable[..., GatewayServer]) -> None:
+def test_async_client_concurrent_streams(start_gateway: Callable[..., InProcessGateway]) -> None:
     gw = start_gateway()
 
     async def run() -> list[str]:
-        sdk = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+        sdk = openai.AsyncOpenAI(
+            base_url=gw.url + "/v1", api_key="k", max_retries=0, http_client=gw.sdk_async_http()
+        )
 
         async def one(i: int) -> str:
             stream = await sdk.chat.completions.create(
@@ -141,7 +145,9 @@ def test_async_client_concurrent_streams(start_gateway: Callable[..., GatewaySer
     assert all(f"question {i}" in answer for i, answer in enumerate(answers))
 
 
-def test_completions_embeddings_and_responses(start_gateway: Callable[..., GatewayServer]) -> None:
+def test_completions_embeddings_and_responses(
+    start_gateway: Callable[..., InProcessGateway],
+) -> None:
     gw = start_gateway()
     sdk = client(gw)
     text = sdk.completions.create(model="echo", prompt="Say hi").choices[0].text
@@ -165,13 +171,15 @@ def test_completions_embeddings_and_responses(start_gateway: Callable[..., Gatew
     assert record.usage.output_tokens == raw.parse().usage.output_tokens  # type: ignore[union-attr]
 
 
-def test_models_lists_routes(start_gateway: Callable[..., GatewayServer]) -> None:
+def test_models_lists_routes(start_gateway: Callable[..., InProcessGateway]) -> None:
     gw = start_gateway()
     ids = {m.id for m in client(gw).models.list()}
     assert {"echo", "echo-claude", "rule-follower"} <= ids
 
 
-def test_missing_usage_is_estimated_and_marked(start_gateway: Callable[..., GatewayServer]) -> None:
+def test_missing_usage_is_estimated_and_marked(
+    start_gateway: Callable[..., InProcessGateway],
+) -> None:
     gw = start_gateway()
     raw = client(gw).chat.completions.with_raw_response.create(model="no-usage", messages=MESSAGES)
     assert raw.parse().usage is None
@@ -179,8 +187,8 @@ def test_missing_usage_is_estimated_and_marked(start_gateway: Callable[..., Gate
     assert record.usage.estimated
     assert record.usage.input_tokens > 0 and record.usage.output_tokens > 0
     assert record.cost_usd > 0
-    with httpx.stream(
-        "POST", gw.url + "/v1/chat/completions",
+    with gw.http.stream(
+        "POST", "/v1/chat/completions",
         json={"model": "no-usage", "messages": MESSAGES, "stream": True},
     ) as response:  # fmt: skip
         request_id = response.headers["x-mirrorgate-request-id"]

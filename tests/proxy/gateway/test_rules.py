@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.app.serve import GatewayServer
 from proxy.config import ConfigError, parse_config
 from proxy.gateway.rules import RuleMatch, RuleResolver, RuleTracker
 from proxy.mock_upstream.server import MockUpstreamServer
@@ -18,7 +18,7 @@ from proxy.observability.metrics import GatewayMetrics
 from proxy.store.errors import StoreUnavailableError
 from proxy.store.exchanges import Store
 from proxy.store.rule_events import RuleEvent, RuleEventStore
-from tests.conftest import wait_until
+from tests.conftest import InProcessGateway, wait_until
 
 RULES = {
     "rules": {
@@ -39,7 +39,7 @@ RULES = {
 }  # fmt: skip
 
 
-def ask(gw: GatewayServer, route: str, limit: int | str, **headers: str) -> httpx.Response:
+def ask(gw: InProcessGateway, route: str, limit: int | str, **headers: str) -> httpx.Response:
     body: dict[str, Any] = {
         "model": route,
         "messages": [
@@ -47,13 +47,13 @@ def ask(gw: GatewayServer, route: str, limit: int | str, **headers: str) -> http
             {"role": "user", "content": "How heavy can a parcel be?"},
         ],
     }
-    response = httpx.post(gw.url + "/v1/chat/completions", json=body, headers=headers)
+    response = gw.http.post("/v1/chat/completions", json=body, headers=headers)
     response.raise_for_status()
     return response
 
 
 def test_versions_by_header_prompt_and_fingerprint_and_one_event_per_version(
-    start_gateway: Callable[..., GatewayServer],
+    start_gateway: Callable[..., InProcessGateway],
 ) -> None:
     gw = start_gateway(extra=RULES)
     assert ask(gw, "rule-follower", 100).headers["x-mirrorgate-rule-version"] == "v1"
@@ -83,14 +83,14 @@ def test_versions_by_header_prompt_and_fingerprint_and_one_event_per_version(
     )
     assert (record.rule, record.rule_version) == ("shipping-policy", "v2")
     # Routes outside the rule set carry no version.
-    plain = httpx.post(
-        gw.url + "/v1/chat/completions",
+    plain = gw.http.post(
+        "/v1/chat/completions",
         json={"model": "echo", "messages": [{"role": "user", "content": "hi"}]},
     )
     assert "x-mirrorgate-rule-version" not in plain.headers
 
     def listed() -> list[dict[str, Any]]:
-        versions: list[dict[str, Any]] = httpx.get(gw.url + "/admin/rules").json()["rule_versions"]
+        versions: list[dict[str, Any]] = gw.http.get("/admin/rules").json()["rule_versions"]
         counts = [v["exchanges"] for v in versions]
         return versions if counts == [4, 1, 1, 2] else []  # every exchange written
 
@@ -149,18 +149,18 @@ def test_the_resolver_searches_match_prompt_in_the_first_16k_characters_only() -
 
 
 def test_events_survive_a_restart_and_are_not_repeated(
-    start_gateway: Callable[..., GatewayServer], upstream: MockUpstreamServer, tmp_path: Any
+    start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer, tmp_path: Any
 ) -> None:
     url = f"sqlite:///{tmp_path / 'rules.db'}"
     gw = start_gateway(db_url=url, extra=RULES)
     ask(gw, "rule-follower", 100)
-    wait_until(lambda: httpx.get(gw.url + "/admin/rules").json()["rule_versions"], what="event")
+    wait_until(lambda: gw.http.get("/admin/rules").json()["rule_versions"], what="event")
     gw.stop()
     again = start_gateway(db_url=url, extra=RULES)
     ask(again, "rule-follower", 100)
     ask(again, "rule-follower", 150)
     versions = wait_until(
-        lambda: len(v := httpx.get(again.url + "/admin/rules").json()["rule_versions"]) == 2 and v,
+        lambda: len(v := again.http.get("/admin/rules").json()["rule_versions"]) == 2 and v,
         what="two versions",
     )
     assert [v["version"] for v in versions] == ["v1", "v2"]
@@ -196,16 +196,43 @@ def test_a_rule_change_seen_while_the_store_is_down_is_stored_when_it_is_back(
     store.close()
 
 
+def test_events_are_listed_in_the_order_they_were_seen_not_stored(tmp_path: Any) -> None:
+    # Events are stored by concurrent tasks: two changes a few milliseconds apart can reach the
+    # database in the other order. The history and the restart state follow the first sighting.
+    store = Store(f"sqlite:///{tmp_path / 'rules.db'}")
+    store.migrate()
+    events = RuleEventStore(store)
+    seen = datetime(2026, 1, 1, tzinfo=UTC)
+    first = RuleEvent("shipping", "v2", "v1", seen, "req-2", "bot", None)
+    second = RuleEvent(
+        "shipping", "v3", "v2", seen + timedelta(milliseconds=2), "req-3", "bot", None
+    )
+    events.add(second)
+    events.add(first)
+    assert [e.version for e in events.events()] == ["v2", "v3"]
+    restarted = RuleTracker(events, keep_prompts=False, metrics=GatewayMetrics(CollectorRegistry()))
+    restarted.load()
+
+    async def observe() -> RuleEvent | None:
+        event = restarted.observe(RuleMatch("shipping", "v4", "max_weight = 200"), "bot", "req-4")
+        await restarted.tasks.wait(10)
+        return event
+
+    event = asyncio.run(observe())
+    assert event is not None and event.previous_version == "v3"  # the newest seen, not stored
+    store.close()
+
+
 def test_admin_api_needs_the_token_when_one_is_set(
-    start_gateway: Callable[..., GatewayServer],
+    start_gateway: Callable[..., InProcessGateway],
 ) -> None:
     env = {"MIRRORGATE_ADMIN_TOKEN": "s3cret-token"}
     gw = start_gateway(extra=RULES, env=env)
-    assert httpx.get(gw.url + "/admin/rules").status_code == 401
-    wrong = httpx.get(gw.url + "/admin/rules", headers={"authorization": "Bearer nope"})
+    assert gw.http.get("/admin/rules").status_code == 401
+    wrong = gw.http.get("/admin/rules", headers={"authorization": "Bearer nope"})
     assert wrong.status_code == 403 and "s3cret" not in wrong.text
     assert wrong.json()["error"]["type"] == "permission_error"
-    ok = httpx.get(gw.url + "/admin/routes", headers={"authorization": "Bearer s3cret-token"})
+    ok = gw.http.get("/admin/routes", headers={"authorization": "Bearer s3cret-token"})
     assert ok.status_code == 200
     assert {r["name"] for r in ok.json()["routes"]} >= {"echo", "rule-follower"}
 
@@ -226,7 +253,7 @@ rules:
     ]
 
 
-def check_count(gw: GatewayServer, route: str, version: str, check: str, result: str) -> float:
+def check_count(gw: InProcessGateway, route: str, version: str, check: str, result: str) -> float:
     value = gw.gateway.registry.get_sample_value(
         "mirrorgate_check_results_total",
         {"route": route, "target": route, "arm": "primary", "rule": "shipping-policy",
@@ -236,7 +263,7 @@ def check_count(gw: GatewayServer, route: str, version: str, check: str, result:
 
 
 def test_the_rule_change_story_a_stale_model_fails_only_under_the_new_rule(
-    start_gateway: Callable[..., GatewayServer],
+    start_gateway: Callable[..., InProcessGateway],
 ) -> None:
     gw = start_gateway(extra=RULES)
     for _ in range(3):
@@ -256,7 +283,7 @@ def test_the_rule_change_story_a_stale_model_fails_only_under_the_new_rule(
     assert check_count(gw, "stale", "v2", "max-weight", "fail") == 3
     assert check_count(gw, "rule-follower", "v2", "max-weight", "pass") == 3
     assert check_count(gw, "stale", "v1", "valid-json", "pass") == 3
-    events = httpx.get(gw.url + "/admin/rules").json()["rule_versions"]
+    events = gw.http.get("/admin/rules").json()["rule_versions"]
     assert [e["version"] for e in events] == ["v1", "v2"]  # the change is recorded once
     changes = gw.gateway.registry.get_sample_value(
         "mirrorgate_rule_changes_total", {"rule": "shipping-policy"}

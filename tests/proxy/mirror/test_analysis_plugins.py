@@ -10,14 +10,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import httpx
 import pytest
 import sqlalchemy as sa
 
 from analyzers.plugins import ENTRY_POINT_GROUP
 from proxy.app.serve import GatewayServer
 from proxy.config import ConfigError, parse_config
-from tests.conftest import wait_until
+from tests.conftest import InProcessGateway, wait_until
 
 MODULE = "mirrorgate_test_gateway_plugins"
 SOURCE = '''
@@ -86,11 +85,11 @@ def plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 
 def test_plugins_run_off_the_client_path_and_fail_alone(
-    plugins: Any, start_gateway: Callable[..., GatewayServer]
+    plugins: Any, start_gateway: Callable[..., InProcessGateway]
 ) -> None:
     gw = start_gateway(extra={"analyzers": ["slowmark", "boom", "length"]})
-    response = httpx.post(
-        gw.url + "/v1/chat/completions",
+    response = gw.http.post(
+        "/v1/chat/completions",
         json={"model": "echo", "messages": [{"role": "user", "content": "count my words"}]},
         timeout=10,
     )

@@ -7,10 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from proxy.app.serve import GatewayServer
 from proxy.mirror.llm_judge import parse_scores
 from proxy.mock_upstream.server import MockUpstreamServer
-from tests.conftest import wait_until
+from tests.conftest import InProcessGateway, wait_until
 from tests.proxy.mirror.test_analysis_plugins import stored_findings
 from tests.proxy.mirror.test_shadow import ask, model, received, shadowed
 
@@ -23,7 +22,7 @@ def judged(upstream: MockUpstreamServer, **judge: object) -> dict[str, object]:
 
 
 def test_both_orders_are_judged_and_averaged(
-    start_gateway: Callable[..., GatewayServer], upstream: MockUpstreamServer
+    start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer
 ) -> None:
     gw = start_gateway(extra=judged(upstream))
     marker = uuid.uuid4().hex
@@ -53,7 +52,7 @@ def test_both_orders_are_judged_and_averaged(
 
 
 def test_the_judge_budget_stops_judging(
-    start_gateway: Callable[..., GatewayServer], upstream: MockUpstreamServer
+    start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer
 ) -> None:
     gw = start_gateway(extra=judged(upstream, max_usd_per_hour=1e-9))
     marker = uuid.uuid4().hex

@@ -1,10 +1,9 @@
-"""Shadow traffic through a real gateway in front of the mock upstream."""
+"""Shadow traffic through a gateway (in process) in front of the mock upstream. Shedding shadows
+when the event loop is overloaded needs a real, loaded loop: tests/e2e/test_shadow_overload.py."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -16,12 +15,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from proxy.app.serve import GatewayServer
 from proxy.config import ConfigError, parse_config
 from proxy.core.records import Arm, ExchangeRecord, PairRecord, Status
 from proxy.core.sampling import sampled
 from proxy.mock_upstream.server import MockUpstreamServer
-from tests.conftest import sdk_client, wait_until
+from tests.conftest import STALL_TIMEOUT_S, InProcessGateway, sdk_client, wait_until
 
 
 def model(upstream: MockUpstreamServer, name: str, **extra: Any) -> dict[str, Any]:
@@ -29,7 +27,7 @@ def model(upstream: MockUpstreamServer, name: str, **extra: Any) -> dict[str, An
         "provider": "openai",
         "base_url": upstream.url + "/v1",
         "model": name,
-        "timeout_s": 2,
+        "timeout_s": STALL_TIMEOUT_S if name == "stall" else 2,
         "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
         **extra,
     }
@@ -56,7 +54,7 @@ MOCK_NAMES = {
 }
 
 
-def ask(gw: GatewayServer, marker: str, stream: bool = False, **headers: str) -> httpx.Response:
+def ask(gw: InProcessGateway, marker: str, stream: bool = False, **headers: str) -> httpx.Response:
     body = {
         "model": "shadowed",
         "messages": [
@@ -65,7 +63,7 @@ def ask(gw: GatewayServer, marker: str, stream: bool = False, **headers: str) ->
         ],
         "stream": stream,
     }
-    response = httpx.post(gw.url + "/v1/chat/completions", json=body, headers=headers, timeout=10)
+    response = gw.http.post("/v1/chat/completions", json=body, headers=headers, timeout=10)
     response.raise_for_status()
     return response
 
@@ -80,7 +78,7 @@ def received(upstream: MockUpstreamServer, marker: str) -> dict[str, int]:
     return counts
 
 
-def pairs_for(gw: GatewayServer, count: int, **filters: Any) -> list[PairRecord]:
+def pairs_for(gw: InProcessGateway, count: int, **filters: Any) -> list[PairRecord]:
     store = gw.gateway.store
     return wait_until(  # type: ignore[no-any-return]
         lambda: len(p := store.query_pairs(**filters)) >= count and p,
@@ -88,7 +86,7 @@ def pairs_for(gw: GatewayServer, count: int, **filters: Any) -> list[PairRecord]
     )
 
 
-def shadow_records(gw: GatewayServer, count: int) -> list[ExchangeRecord]:
+def shadow_records(gw: InProcessGateway, count: int) -> list[ExchangeRecord]:
     store = gw.gateway.store
     return wait_until(  # type: ignore[no-any-return]
         lambda: len(r := store.query(arm=Arm.SHADOW, limit=10_000)) >= count and r,
@@ -96,7 +94,7 @@ def shadow_records(gw: GatewayServer, count: int) -> list[ExchangeRecord]:
     )
 
 
-def dropped(gw: GatewayServer, target: str, reason: str) -> float:
+def dropped(gw: InProcessGateway, target: str, reason: str) -> float:
     value = gw.gateway.registry.get_sample_value(
         "mirrorgate_shadow_dropped_total",
         {"route": "shadowed", "target": target, "reason": reason},
@@ -105,7 +103,7 @@ def dropped(gw: GatewayServer, target: str, reason: str) -> float:
 
 
 def test_each_candidate_gets_exactly_its_sample_and_clients_only_primary_answers(
-    start_gateway: Callable[..., GatewayServer], upstream: MockUpstreamServer
+    start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer
 ) -> None:
     shadows = [
         {"model": "cand-stale", "sample": 1.0},
@@ -168,7 +166,7 @@ def test_each_candidate_gets_exactly_its_sample_and_clients_only_primary_answers
 
 
 def test_opt_out_header_skips_shadows_and_counts_them(
-    start_gateway: Callable[..., GatewayServer], upstream: MockUpstreamServer
+    start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer
 ) -> None:
     gw = start_gateway(extra=shadowed(upstream, [{"model": "cand-stale"}]))
     marker = uuid.uuid4().hex
@@ -189,12 +187,13 @@ def test_opt_out_header_skips_shadows_and_counts_them(
     ],
 )
 def test_failing_candidates_never_touch_the_client(
-    start_gateway: Callable[..., GatewayServer],
+    start_gateway: Callable[..., InProcessGateway],
     upstream: MockUpstreamServer,
     candidate: str,
     status: Status,
 ) -> None:
-    extra = shadowed(upstream, [{"model": candidate, "timeout_s": 1}])
+    timeout_s = STALL_TIMEOUT_S if candidate == "cand-stall" else 1
+    extra = shadowed(upstream, [{"model": candidate, "timeout_s": timeout_s}])
     if candidate == "cand-down":
         extra["models"]["cand-down"]["base_url"] = "http://127.0.0.1:9/v1"
     gw = start_gateway(extra=extra)
@@ -207,7 +206,7 @@ def test_failing_candidates_never_touch_the_client(
 
 
 def test_concurrency_queue_and_budget_limits_drop_and_count(
-    start_gateway: Callable[..., GatewayServer], upstream: MockUpstreamServer
+    start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer
 ) -> None:
     shadows = [
         {"model": "cand-slow", "max_concurrency": 1},
@@ -217,7 +216,7 @@ def test_concurrency_queue_and_budget_limits_drop_and_count(
     marker = uuid.uuid4().hex
 
     async def burst() -> None:
-        async with httpx.AsyncClient(base_url=gw.url, timeout=10) as client:
+        async with gw.async_client(timeout=10) as client:
             body = {"model": "shadowed", "messages": [{"role": "user", "content": marker}]}
             await asyncio.gather(
                 *(client.post("/v1/chat/completions", json=body) for _ in range(6))
@@ -244,7 +243,7 @@ def test_concurrency_queue_and_budget_limits_drop_and_count(
     gw = full
 
     async def burst2() -> None:
-        async with httpx.AsyncClient(base_url=gw.url, timeout=10) as client:
+        async with gw.async_client(timeout=10) as client:
             body = {"model": "shadowed", "messages": [{"role": "user", "content": marker + "2"}]}
             await asyncio.gather(
                 *(client.post("/v1/chat/completions", json=body) for _ in range(6))
@@ -255,7 +254,7 @@ def test_concurrency_queue_and_budget_limits_drop_and_count(
 
 
 def test_noise_floor_asks_the_primary_twice_off_the_client_path(
-    start_gateway: Callable[..., GatewayServer], upstream: MockUpstreamServer
+    start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer
 ) -> None:
     gw = start_gateway(extra=shadowed(upstream, [], noise_sample=1.0))
     marker = uuid.uuid4().hex
@@ -274,7 +273,7 @@ def test_noise_floor_asks_the_primary_twice_off_the_client_path(
 
 
 def test_shadow_span_links_to_the_primary_span(
-    start_gateway: Callable[..., GatewayServer], upstream: MockUpstreamServer
+    start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer
 ) -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -290,10 +289,14 @@ def test_shadow_span_links_to_the_primary_span(
 
 
 def test_shadow_sdk_streams_are_unaffected(
-    start_gateway: Callable[..., GatewayServer], upstream: MockUpstreamServer
+    start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer
 ) -> None:
     gw = start_gateway(extra=shadowed(upstream, [{"model": "cand-slow"}, {"model": "cand-stall"}]))
-    sdk = sdk_client(openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0))
+    sdk = sdk_client(
+        openai.OpenAI(
+            base_url=gw.url + "/v1", api_key="k", max_retries=0, http_client=gw.sdk_http()
+        )
+    )
     chunks = list(
         sdk.chat.completions.create(
             model="shadowed", stream=True, messages=[{"role": "user", "content": "hello"}]
@@ -317,89 +320,3 @@ routes:
         "routes.r.shadows[0].model: 'claude' speaks anthropic but the primary speaks openai; "
         "requests are not translated between wire formats"
     ]
-
-
-class LoopBlocker:
-    """The load generator for overload tests: a callback on the gateway's event loop that
-    blocks it for `block_s`, then lets it run for `gap_s`, again and again. `burn` spends the
-    time on the CPU (a saturated loop); otherwise the thread sleeps (a loop starved of CPU by
-    something else)."""
-
-    def __init__(self, gw: GatewayServer, block_s: float, gap_s: float, burn: bool) -> None:
-        self.loop = gw.server.servers[0].get_loop()
-        self.block_s, self.gap_s, self.burn = block_s, gap_s, burn
-        self.blocked_s = 0.0
-        """Time the loop spent blocked so far, measured."""
-        self._stop = threading.Event()
-
-    def __enter__(self) -> LoopBlocker:
-        self.loop.call_soon_threadsafe(self._block)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-
-    def _block(self) -> None:
-        if self._stop.is_set():
-            return
-        start = time.perf_counter()
-        if self.burn:
-            while time.perf_counter() - start < self.block_s:
-                pass
-        else:
-            time.sleep(self.block_s)
-        self.blocked_s += time.perf_counter() - start
-        self.loop.call_later(self.gap_s, self._block)
-
-
-def overload_metrics(gw: GatewayServer, target: str) -> str:
-    """The `reason="overload"` line of `target` in the gateway's /metrics exposition."""
-    text = httpx.get(gw.url + "/metrics", timeout=10).text
-    wanted = f'reason="overload",route="shadowed",target="{target}"'
-    return next((line for line in text.splitlines() if wanted in line), "")
-
-
-@pytest.mark.parametrize("load", ["saturated", "starved"])
-def test_an_overloaded_loop_sheds_shadows_and_the_client_still_gets_its_answer(
-    start_gateway: Callable[..., GatewayServer], upstream: MockUpstreamServer, load: str
-) -> None:
-    """`saturated`: the loop's own work keeps it on the CPU, with the default thresholds.
-    `starved`: the loop's thread is off the CPU, so only the lag can tell (busy share left out)."""
-    server = {} if load == "saturated" else {"shadow_shed_busy_percent": 0}
-    extra = shadowed(upstream, [{"model": "cand-stale"}, {"model": "cand-follow"}])
-    gw = start_gateway(extra={**extra, "server": server})
-    shadows = gw.gateway.shadows
-    assert shadows is not None and shadows.overload is not None
-    monitor = shadows.overload
-    marker = uuid.uuid4().hex
-    # saturated: 30 ms of CPU out of every 35 ms. starved: asleep 50 ms out of every 52 ms.
-    blocker = (
-        LoopBlocker(gw, 0.030, 0.005, burn=True)
-        if load == "saturated"
-        else LoopBlocker(gw, 0.050, 0.002, burn=False)
-    )
-    with blocker:
-        wait_until(lambda: monitor.overloaded, what="the loop to count as overloaded")
-        assert blocker.blocked_s > 0.3
-        if load == "starved":
-            assert monitor.busy < 0.5 and monitor.lag_s >= 0.010
-        for _ in range(4):
-            response = ask(gw, marker)
-            assert "You said" in response.text
-            assert response.headers["x-mirrorgate-arm"] == "primary"
-        assert monitor.overloaded
-        registry = gw.gateway.registry
-        assert registry.get_sample_value("mirrorgate_shadow_overloaded") == 1.0
-        assert registry.get_sample_value("mirrorgate_event_loop_lag_seconds") > 0
-    assert received(upstream, marker) == {"echo": 4}
-    for target in ("cand-stale", "cand-follow"):
-        assert dropped(gw, target, "overload") == 4
-        assert overload_metrics(gw, target).endswith(" 4.0")
-    if load == "saturated":
-        # The load is gone: after the hold time the loop recovers and shadows run again.
-        wait_until(lambda: not monitor.overloaded, what="the loop to recover")
-        ask(gw, marker + "-after")
-        wait_until(lambda: len(received(upstream, marker + "-after")) == 3, what="shadow calls")
-        assert dropped(gw, "cand-stale", "overload") == 4
-    gw.stop()
-    assert not monitor.running  # the lifespan stopped the monitor's task

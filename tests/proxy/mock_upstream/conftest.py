@@ -12,6 +12,7 @@ import pytest
 
 from proxy.mock_upstream.behavior import parse_behavior
 from proxy.mock_upstream.server import MockUpstreamServer
+from tests.conftest import TLS_CONTEXT
 
 RULE_FOLLOWER = {
     "type": "regex_from_system",
@@ -49,17 +50,23 @@ def mock_server() -> Iterator[MockUpstreamServer]:
 
 @pytest.fixture
 def oai(mock_server: MockUpstreamServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=mock_server.url + "/v1", api_key="sk-test", max_retries=0) as c:
+    with openai.OpenAI(
+        base_url=mock_server.url + "/v1", api_key="sk-test", max_retries=0,
+        http_client=openai.DefaultHttpxClient(verify=TLS_CONTEXT),
+    ) as c:  # fmt: skip
         yield c
 
 
 @pytest.fixture
 def claude(mock_server: MockUpstreamServer) -> Iterator[anthropic.Anthropic]:
-    with anthropic.Anthropic(base_url=mock_server.url, api_key="sk-ant", max_retries=0) as c:
+    with anthropic.Anthropic(
+        base_url=mock_server.url, api_key="sk-ant", max_retries=0,
+        http_client=anthropic.DefaultHttpxClient(verify=TLS_CONTEXT),
+    ) as c:  # fmt: skip
         yield c
 
 
 @pytest.fixture
 def raw(mock_server: MockUpstreamServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=mock_server.url, timeout=5) as c:
+    with httpx.Client(base_url=mock_server.url, timeout=5, verify=TLS_CONTEXT) as c:
         yield c

@@ -13,20 +13,19 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.app.gateway import Gateway
-from proxy.app.serve import GatewayServer
-from tests.conftest import gateway_config, wait_until
+from tests.conftest import InProcessGateway, gateway_config, wait_until
 from tests.proxy.gateway.test_exchange_openai import MESSAGES, records_for
 
 
 def test_metrics_count_exchanges_with_config_labels_only(
-    start_gateway: Callable[..., GatewayServer],
+    start_gateway: Callable[..., InProcessGateway],
 ) -> None:
     gw = start_gateway()
-    ok = httpx.post(gw.url + "/v1/chat/completions", json={"model": "echo", "messages": MESSAGES})
+    ok = gw.http.post("/v1/chat/completions", json={"model": "echo", "messages": MESSAGES})
     (record,) = records_for(gw, ok.headers["x-mirrorgate-request-id"])
     evil = 'evil"} 1\nmirrorgate_fake 2'
-    httpx.post(gw.url + "/v1/chat/completions", json={"model": evil, "messages": MESSAGES})
-    text = httpx.get(gw.url + "/metrics").text
+    gw.http.post("/v1/chat/completions", json={"model": evil, "messages": MESSAGES})
+    text = gw.http.get("/metrics").text
     samples = {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(text)
@@ -49,10 +48,10 @@ def test_metrics_count_exchanges_with_config_labels_only(
     assert "evil" not in text and "mirrorgate_fake" not in text
 
 
-def test_health_and_readiness(start_gateway: Callable[..., GatewayServer]) -> None:
+def test_health_and_readiness(start_gateway: Callable[..., InProcessGateway]) -> None:
     gw = start_gateway()
-    assert httpx.get(gw.url + "/healthz").json() == {"status": "ok"}
-    ready = httpx.get(gw.url + "/readyz")
+    assert gw.http.get("/healthz").json() == {"status": "ok"}
+    ready = gw.http.get("/readyz")
     assert ready.status_code == 200 and ready.json()["store"] is True
 
 
@@ -73,13 +72,13 @@ def test_readiness_fails_when_the_store_is_unreachable(
     assert response.json() == {"status": "not ready", "store": False, "config": True}
 
 
-def test_spans_follow_the_genai_conventions(start_gateway: Callable[..., GatewayServer]) -> None:
+def test_spans_follow_the_genai_conventions(start_gateway: Callable[..., InProcessGateway]) -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     gw = start_gateway(tracer_provider=provider)
-    response = httpx.post(
-        gw.url + "/v1/chat/completions",
+    response = gw.http.post(
+        "/v1/chat/completions",
         json={"model": "echo", "messages": MESSAGES, "stream": True},
     )
     (record,) = records_for(gw, response.headers["x-mirrorgate-request-id"])

@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -18,9 +17,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from proxy.app.serve import GatewayServer
 from proxy.mock_upstream.server import MockUpstreamServer
-from tests.conftest import wait_until
+from tests.conftest import InProcessGateway, wait_until
 from tests.proxy.gateway.test_exchange_openai import MESSAGES, records_for
 from tests.proxy.mirror.test_shadow import ask, shadowed
 
@@ -46,7 +44,10 @@ class CollectorStub:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # shutdown() waits for the loop's next poll: every 10 ms rather than the default 0.5 s.
+        threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        ).start()
 
     def spans(self) -> list[tuple[dict[str, Any], Any]]:
         """(resource attributes, span) of every span received, decoded from protobuf."""
@@ -79,7 +80,7 @@ def attributes_of(span: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("source", ["config", "env"])
 def test_spans_are_exported_by_otlp_http_to_the_configured_endpoint(
-    start_gateway: Callable[..., GatewayServer], collector: CollectorStub, source: str
+    start_gateway: Callable[..., InProcessGateway], collector: CollectorStub, source: str
 ) -> None:
     if source == "config":
         gw = start_gateway(
@@ -89,9 +90,7 @@ def test_spans_are_exported_by_otlp_http_to_the_configured_endpoint(
     else:
         # The standard variable names a base URL; the exporter posts to <base>/v1/traces.
         gw = start_gateway(env={"OTEL_EXPORTER_OTLP_ENDPOINT": collector.url})
-    response = httpx.post(
-        gw.url + "/v1/chat/completions", json={"model": "echo", "messages": MESSAGES}
-    )
+    response = gw.http.post("/v1/chat/completions", json={"model": "echo", "messages": MESSAGES})
     (record,) = records_for(gw, response.headers["x-mirrorgate-request-id"])
     gw.stop()  # shutting down flushes the batch processor: nothing is left unexported
 
@@ -125,13 +124,13 @@ def finished(exporter: InMemorySpanExporter, count: int = 1) -> tuple[ReadableSp
 
 
 def test_anthropic_exchanges_carry_the_genai_attributes(
-    start_gateway: Callable[..., GatewayServer],
+    start_gateway: Callable[..., InProcessGateway],
     spans: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
     provider, exporter = spans
     gw = start_gateway(tracer_provider=provider)
-    response = httpx.post(
-        gw.url + "/v1/messages",
+    response = gw.http.post(
+        "/v1/messages",
         headers={"anthropic-version": "2023-06-01"},
         json={
             "model": "echo-claude",
@@ -154,14 +153,12 @@ def test_anthropic_exchanges_carry_the_genai_attributes(
 
 
 def test_a_failed_exchange_is_an_error_span(
-    start_gateway: Callable[..., GatewayServer],
+    start_gateway: Callable[..., InProcessGateway],
     spans: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
     provider, exporter = spans
     gw = start_gateway(tracer_provider=provider)
-    response = httpx.post(
-        gw.url + "/v1/chat/completions", json={"model": "broken", "messages": MESSAGES}
-    )
+    response = gw.http.post("/v1/chat/completions", json={"model": "broken", "messages": MESSAGES})
     assert response.status_code >= 500
     (record,) = records_for(gw, response.headers["x-mirrorgate-request-id"])
     (span,) = finished(exporter)
@@ -173,7 +170,7 @@ def test_a_failed_exchange_is_an_error_span(
 
 
 def test_the_shadow_span_describes_the_candidate_and_links_to_the_primary(
-    start_gateway: Callable[..., GatewayServer],
+    start_gateway: Callable[..., InProcessGateway],
     upstream: MockUpstreamServer,
     spans: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:

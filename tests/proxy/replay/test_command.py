@@ -16,7 +16,6 @@ import openai
 import pytest
 import yaml
 
-from proxy.app.serve import GatewayServer
 from proxy.cli.main import build_parser, main
 from proxy.core.records import Arm, ExchangeRecord, PairRecord, Status, Usage
 from proxy.mock_upstream.server import MockUpstreamServer
@@ -25,7 +24,7 @@ from proxy.replay.runner import JobOutcome
 from proxy.store.exchanges import Store
 from proxy.store.redaction import redact
 from proxy.upstream.tokens import count_tokens
-from tests.conftest import sdk_client, wait_until
+from tests.conftest import InProcessGateway, sdk_client, wait_until
 
 PRICE = {"input_per_mtok": 1.0, "output_per_mtok": 4.0}
 STALE_ANSWER = '{"max_weight": 100}'
@@ -272,14 +271,21 @@ def test_streamed_originals_are_replayed_as_streams_with_ttft(
 
 
 def test_requests_recorded_by_a_real_gateway_replay_as_recorded(
-    start_gateway: Callable[..., GatewayServer],
+    start_gateway: Callable[..., InProcessGateway],
     upstream: MockUpstreamServer,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     db_url = f"sqlite:///{tmp_path / 'gw.db'}"
     gateway = start_gateway(db_url=db_url)
-    client = sdk_client(openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0))
+    client = sdk_client(
+        openai.OpenAI(
+            base_url=gateway.url + "/v1",
+            api_key="k",
+            max_retries=0,
+            http_client=gateway.sdk_http(),
+        )
+    )
     marker = uuid.uuid4().hex
     for i in range(3):
         messages = body(f"{marker}-{i}", 150)["messages"]

@@ -1,0 +1,36 @@
+"""Serving under uvicorn: the server's settings, and a clean SIGTERM exiting 0 (the server itself
+runs in tests/e2e)."""
+
+from __future__ import annotations
+
+import signal
+
+from prometheus_client import CollectorRegistry
+
+from proxy.app.gateway import Gateway
+from proxy.app.serve import _DrainingServer, _uvicorn_config
+from tests.conftest import gateway_config
+
+
+def gateway(drain_timeout_s: float = 7) -> Gateway:
+    extra = {"server": {"drain_timeout_s": drain_timeout_s}}
+    config = gateway_config("http://127.0.0.1:9", "sqlite:///unused.db", extra)
+    return Gateway(config, registry=CollectorRegistry(), env={})
+
+
+def test_uvicorn_adds_no_headers_of_its_own_and_drains_for_the_configured_time() -> None:
+    config = _uvicorn_config(gateway(drain_timeout_s=7), "127.0.0.1", 8080)
+    assert (config.host, config.port) == ("127.0.0.1", 8080)
+    # Proxied answers carry the upstream's own date and server headers.
+    assert config.server_header is False and config.date_header is False
+    assert config.lifespan == "on" and config.access_log is False
+    assert config.timeout_graceful_shutdown == 7
+    assert config.proxy_headers is False
+
+
+def test_a_signal_that_drained_cleanly_is_not_re_raised() -> None:
+    server = _DrainingServer(_uvicorn_config(gateway(), "127.0.0.1", 0))
+    server.handle_exit(signal.SIGTERM, None)
+    assert server.should_exit
+    # uvicorn re-raises what it captured after shutting down: nothing is left to re-raise.
+    assert server._captured_signals == []

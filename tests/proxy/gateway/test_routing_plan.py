@@ -1,0 +1,74 @@
+"""The route table's choice for one request: the primary, or the canary for its sticky share."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from proxy.config import parse_config
+from proxy.core.records import Arm
+from proxy.core.rollout_state import Action, transition
+from proxy.gateway.routing import RouteTable
+
+CONFIG = """
+models:
+  prod: {provider: openai, base_url: "http://h/v1", model: p}
+  cand: {provider: openai, base_url: "http://h/v1", model: c}
+  safe: {provider: openai, base_url: "http://h/v1", model: s}
+routes:
+  bot:
+    primary: prod
+    fallback: safe
+    canary: {model: cand, steps: [30, 60], sticky: "header:x-user-id"}
+  plain: {primary: prod}
+"""
+
+
+def table_in_rollout() -> RouteTable:
+    config = parse_config(CONFIG, {})
+    table = RouteTable(config)
+    state = table.get("bot")
+    assert state is not None and state.rollout is not None
+    started = transition(
+        state.rollout, Action.START, config.routes["bot"], now=datetime.now(UTC),
+        reason="test", actor="operator",
+    )  # fmt: skip
+    table.apply(started.after)
+    return table
+
+
+def users(n: int) -> list[list[tuple[bytes, bytes]]]:
+    return [[(b"x-user-id", f"user-{i}".encode())] for i in range(n)]
+
+
+def test_unknown_routes_have_no_plan_and_plain_routes_go_to_their_primary() -> None:
+    table = RouteTable(parse_config(CONFIG, {}))
+    assert table.plan("nope") is None
+    plan = table.plan("plain", request_id="r1")
+    assert plan is not None and (plan.target, plan.arm) == ("prod", Arm.PRIMARY)
+    assert table.names() == ["bot", "plain"]
+
+
+def test_before_the_rollout_starts_nobody_is_on_the_canary() -> None:
+    table = RouteTable(parse_config(CONFIG, {}))
+    plans = [table.plan("bot", headers) for headers in users(200)]
+    assert {(p.target, p.arm) for p in plans if p} == {("prod", Arm.PRIMARY)}
+
+
+def test_the_canary_takes_its_weight_of_users_and_each_user_stays_on_one_arm() -> None:
+    table = table_in_rollout()
+    state = table.get("bot")
+    assert state is not None and state.canary is not None and state.canary.weight == 30.0
+    arms = [plan.arm for headers in users(2_000) if (plan := table.plan("bot", headers))]
+    share = arms.count(Arm.CANARY) / len(arms)
+    assert 0.27 < share < 0.33
+    for headers in users(50):
+        first = table.plan("bot", headers, request_id="a")
+        again = table.plan("bot", headers, request_id="b")
+        assert first is not None and again is not None and first.arm == again.arm
+        assert first.target == ("cand" if first.arm is Arm.CANARY else "prod")
+
+
+def test_without_the_sticky_header_the_request_id_decides() -> None:
+    table = table_in_rollout()
+    arms = {plan.arm for i in range(300) if (plan := table.plan("bot", (), {}, request_id=f"r{i}"))}
+    assert arms == {Arm.PRIMARY, Arm.CANARY}
