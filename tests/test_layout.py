@@ -116,17 +116,13 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "analyzers/json_checks.py": "tests/analyzers/test_checks.py",
     "analyzers/schema.py": "tests/analyzers/test_checks.py",
     "analyzers/text_checks.py": "tests/analyzers/test_checks.py",
-    # the canary judge's statistics: verdicts, rank test, sequential looks
-    "analyzers/ranktest.py": "tests/analyzers/test_judge_stats.py",
-    "analyzers/sequential.py": "tests/analyzers/test_judge_stats.py",
+    # the canary judge's verdicts, from its statistics
     "analyzers/verdicts.py": "tests/analyzers/test_judge_stats.py",
     # the plugin protocol: views, answers, the built-in analyzers and plugin failures
     "analyzers/answer.py": "tests/analyzers/test_plugins.py",
     "analyzers/builtin_analyzers.py": "tests/analyzers/test_plugins.py",
     "analyzers/errors.py": "tests/analyzers/test_plugins.py",
     "analyzers/views.py": "tests/analyzers/test_plugins.py",
-    # text normalisation and comparison under the agreement measures
-    "analyzers/comparison.py": "tests/analyzers/test_agreement.py",
     # which HTTP outcome becomes which sink error
     "alerts/errors.py": "tests/alerts/test_sink.py",
 }
