@@ -30,6 +30,7 @@ from proxy.upstream.errors import (
 )
 from proxy.upstream.http11 import READ_BUFFER_BYTES, UpstreamHTTP
 from proxy.upstream.pool import ConnectionPool
+from tests.conftest import require_service
 
 pytestmark = pytest.mark.anyio
 
@@ -851,8 +852,8 @@ async def test_waiters_are_served_in_arrival_order() -> None:
 @pytest.fixture(scope="module")
 def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("the openssl CLI is needed to make a self-signed certificate")
+    require_service("the openssl CLI", openssl is not None, "it makes a self-signed certificate")
+    assert openssl is not None
     directory = tmp_path_factory.mktemp("tls")
     cert, key = directory / "cert.pem", directory / "key.pem"
     subprocess.run(
