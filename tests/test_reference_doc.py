@@ -5,29 +5,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
-from prometheus_client import CollectorRegistry
-
-from proxy.app.gateway import Gateway
-from tests.conftest import gateway_config
+from tests.metric_catalog import wired_registry
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "reference.md"
 ROW = re.compile(r"^\| `(mirrorgate_[a-z0-9_]+)` \| (\w+) \| ([^|]*) \| [^|]+ \|$")
 
 
 def exposed_families(tmp_path: Path) -> dict[str, tuple[str, tuple[str, ...], str]]:
-    """{exposed name: (type, label names, help)} of a gateway with every optional part wired:
-    rules and analysis, shadows, alert sinks."""
-    extra: dict[str, Any] = {
-        "routes": {"echo": {"primary": "echo", "shadows": [{"model": "stale"}]}},
-        "rules": {"r": {"routes": ["echo"], "checks": [{"name": "j", "type": "json"}]}},
-        "alerts": {"sinks": [{"type": "webhook", "url": "http://127.0.0.1:9/hook"}]},
-    }
-    config = gateway_config("http://127.0.0.1:9", f"sqlite:///{tmp_path / 'ref.db'}", extra)
-    registry = CollectorRegistry()
-    gateway = Gateway(config, registry=registry)  # built, never started
-    gateway.store.close()
+    """{exposed name: (type, label names, help)} of a gateway with every optional part wired."""
+    registry = wired_registry(tmp_path)
     families: dict[str, tuple[str, tuple[str, ...], str]] = {}
     for collector in list(registry._collector_to_names):
         labels = tuple(getattr(collector, "_labelnames", ()))
