@@ -24,6 +24,7 @@ DECIDER_LOCK_CLASS = ADVISORY_LOCK_CLASS + 1
 """First key of the decider's advisory lock (the second is the schema's hash), so that replicas
 sharing a database but not a schema elect one decider each."""
 _TRY_LOCK = sa.text("SELECT pg_try_advisory_lock(:cls, hashtext(current_schema()))")
+_UNLOCK = sa.text("SELECT pg_advisory_unlock(:cls, hashtext(current_schema()))")
 
 
 class Leadership:
@@ -75,8 +76,13 @@ class Leadership:
         return True
 
     def release(self) -> None:
-        """Give the lead up: closing the session releases the lock."""
+        """Give the lead up. The lock is unlocked first, so another replica can take it at once:
+        closing the session alone releases it only when the server has ended the backend, a
+        moment later. Closing still follows, in case the unlock could not be sent."""
         if self._conn is not None:
+            with contextlib.suppress(StoreError), translated("releasing the decider lock"):
+                self._conn.execute(_UNLOCK, {"cls": self._lock_class})
+                self._conn.rollback()
             self._discard(self._conn)
             self._conn = None
 
