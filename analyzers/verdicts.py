@@ -51,6 +51,11 @@ class ArmWindow:
     noise: Tally = (0, 0)
     """(disagree, pairs): the primary differing from itself when asked twice (the noise floor).
     Read from the primary's window."""
+    judge_deltas: tuple[float, ...] = ()
+    """Per LLM-judged shadow pair: the candidate's score minus the primary's (both orders
+    averaged, on the judge's 1-10 scale). Read from the candidate's window; () when no judge."""
+    findings: Tally = (0, 0)
+    """(answers with a finding at or above the configured severity, answers analysed)."""
 
     def __post_init__(self) -> None:
         _check_tally("requests/errors", (self.errors, self.requests))
@@ -59,6 +64,7 @@ class ArmWindow:
         _check_tally("corrections", self.corrections)
         _check_tally("agreement", self.agreement)
         _check_tally("noise", self.noise)
+        _check_tally("findings", self.findings)
 
 
 class Thresholds(BaseModel):
