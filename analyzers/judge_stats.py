@@ -1,210 +1,187 @@
-"""The statistical judge of a canary: candidate against primary in the same window, per metric
+"""The statistical judge of a canary: candidate against primary over the same evidence, per metric
 (pure: two `ArmWindow`s in, `MetricVerdict`s out; no clock, no I/O).
 
-Every metric is tested in the bad direction against a tolerated margin, so a candidate that is
-slightly but really different is not rolled back, and only evidence fails it:
+Every metric is an estimate of the candidate's regression on an additive scale, with a standard
+error, judged against a tolerated margin by anytime-valid bounds (`analyzers.sequential`), so the
+judge may look at accumulating evidence as often as it likes:
 
-- **fail** when the regression is beyond its threshold at this look's level (`alpha` of the
-  verdict: the false-rollback budget split over metrics and spent over looks, see
-  `analyzers.sequential`);
-- **pass** when the one-sided `pass_confidence` bound of the regression is within it;
+- **fail** when the lower bound at the metric's `alpha` is beyond the margin: the regression is
+  real and larger than tolerated. `alpha` is the false-rollback budget split over the metrics of
+  the call and the `sequences` the caller judges separately (Bonferroni);
+- **pass** when the upper bound at `pass_confidence` is within the margin: non-inferiority, so a
+  candidate regressed by more than the margin passes this metric at most 1 - pass_confidence of
+  the time, whenever it is looked at;
 - **inconclusive** otherwise, and always when either arm has fewer than the minimum samples:
-  too little traffic holds a rollout, it never fails it.
+  too little traffic holds a rollout, it never fails it. `needs` says how many more candidate
+  answers would settle it if the estimate holds.
 
-The tests, per metric:
+The scales, per metric:
 
-- Rates (error rate, each rule check's failure rate, correction rate, and candidate-primary
-  disagreement against the primary-primary noise floor): the difference of two proportions
-  with Newcombe's hybrid score interval (from `analyzers.summary`), one-sided at the look's level:
-  fail when its lower bound exceeds the margin.
-- Latency and time to first token, p50: the Mann-Whitney U test (candidate slower) **and** the
-  order-statistic bound of the ratio of medians beyond `latency_p50_ratio`; both must agree.
-- p95: the tail judged on the tail. The share of candidate samples above the primary's p95
-  (about 5% when the arms match) is compared with the primary's own share by the same
-  Newcombe test — the primary's binomial spread stands in for the sampling error of its p95
-  (Bahadur's representation) — and fails only when significantly above **and** the ratio of
-  p95s exceeds `latency_p95_ratio`. Mann-Whitney alone misses a tail that grows under an
-  unchanged median (kayenta#780).
-- Cost per request: H0 mean_c <= bound · mean_p, by a z test on mean_c - bound · mean_p with
-  unpooled variances; the ratio's interval by the delta method.
+- Rates (error rate, each rule check's failure rate, correction rate, share of answers with a
+  severe finding, candidate-primary disagreement against the primary-primary noise floor): the
+  difference of the two proportions, its standard error by Agresti & Caffo (one event and one
+  non-event added to each arm, so zero events still have a spread). The margin is the absolute
+  one or, if larger, `rate_margin_relative` of the primary's rate.
+- Latency and time to first token, p50 and p95: the log of the ratio of the two quantiles; each
+  arm's standard error from the order statistics one standard deviation either side of the
+  quantile's rank (the binomial method, no distributional assumption). The margin is the log of
+  the ratio bound, or of (primary + `latency_min_increase_s`) / primary if that is larger.
+- Cost per request: the log of the ratio of means, its standard error by the delta method.
+- LLM-judge score: the mean over judged pairs of primary score minus candidate score (paired).
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from analyzers.ranktest import mann_whitney, quantile_bounds
-from analyzers.sequential import look_alpha, z_for
-from analyzers.summary import Rate, mean, newcombe_difference, percentile, wilson_interval
+from analyzers.sequential import bounds, samples_factor
+from analyzers.summary import mean, percentile
 from analyzers.verdicts import ArmWindow, MetricVerdict, Outcome, Tally, Thresholds
+
+_TAU_FLOOR = {"rate": 0.01, "log": 0.05, "score": 0.25}
+"""The smallest mixing scale per kind of scale, for margins of 0."""
 
 
 @dataclass(frozen=True, slots=True)
-class _Levels:
-    """The two critical values of one look."""
+class _Evidence:
+    """One metric's estimate on its additive scale, ready to be bounded."""
 
-    alpha: float
-    """One-sided fail level of each metric at this look."""
-    z_fail: float
-    z_pass: float
-
-
-def _rate(events: int, n: int, z: float) -> Rate:
-    low, high = wilson_interval(events, n, z)
-    return Rate(events, n, events / n, low, high)
-
-
-def _inconclusive_few(
-    metric: str, threshold: float, n_p: int, n_c: int, need: int, alpha: float
-) -> MetricVerdict:
-    return MetricVerdict(
-        metric,
-        Outcome.INCONCLUSIVE,
-        None,
-        None,
-        None,
-        threshold,
-        n_p,
-        n_c,
-        alpha,
-        f"too few samples: {n_p} primary, {n_c} candidate, need {need} each",
-    )
+    metric: str
+    kind: str
+    """`rate`, `log` (shown as a ratio) or `score`."""
+    estimate: float
+    se: float
+    margin: float
+    n_primary: int
+    n_candidate: int
+    described: str
+    """The numbers, for the reason."""
+    shown: float | None = None
+    """The estimate as shown, when not `estimate` (a rate's raw difference)."""
 
 
-def _judge_rate(
-    metric: str, primary: Tally, candidate: Tally, margin: float, th: Thresholds, lv: _Levels
-) -> MetricVerdict:
+@dataclass(frozen=True, slots=True)
+class _Few:
+    """Too few samples in either arm to judge."""
+
+    metric: str
+    threshold: float
+    n_primary: int
+    n_candidate: int
+    need: int
+    detail: str = ""
+
+
+def _agresti_caffo(events: int, n: int) -> tuple[float, float]:
+    """(adjusted proportion, its variance)."""
+    adjusted = (events + 1) / (n + 2)
+    return adjusted, adjusted * (1 - adjusted) / (n + 2)
+
+
+def _rate(
+    metric: str, primary: Tally, candidate: Tally, margin: float, th: Thresholds
+) -> _Evidence | _Few:
     """`primary` and `candidate` count bad events (errors, failed checks...) out of n."""
     (k_p, n_p), (k_c, n_c) = primary, candidate
+    margin = max(margin, th.rate_margin_relative * (k_p / n_p if n_p else 0.0))
     if min(n_p, n_c) < th.min_samples_rate:
-        return _inconclusive_few(metric, margin, n_p, n_c, th.min_samples_rate, lv.alpha)
-    shown = newcombe_difference(_rate(k_c, n_c, lv.z_pass), _rate(k_p, n_p, lv.z_pass))
-    tested = newcombe_difference(_rate(k_c, n_c, lv.z_fail), _rate(k_p, n_p, lv.z_fail))
-    rates = f"{k_c}/{n_c} vs {k_p}/{n_p}"
-    if tested.low > margin:
-        outcome = Outcome.FAIL
-        reason = (
-            f"{rates}: worse by more than {margin:g} (bound {tested.low:.4f}, alpha {lv.alpha:.2g})"
-        )
-    elif shown.high <= margin:
-        outcome = Outcome.PASS
-        reason = f"{rates}: within {margin:g} (bound {shown.high:.4f})"
-    else:
-        outcome = Outcome.INCONCLUSIVE
-        reason = f"{rates}: cannot tell yet whether within {margin:g}"
-    return MetricVerdict(
-        metric, outcome, shown.value, shown.low, shown.high, margin, n_p, n_c, lv.alpha, reason
+        return _Few(metric, margin, n_p, n_c, th.min_samples_rate)
+    p_c, var_c = _agresti_caffo(k_c, n_c)
+    p_p, var_p = _agresti_caffo(k_p, n_p)
+    return _Evidence(
+        metric,
+        "rate",
+        p_c - p_p,
+        math.sqrt(var_c + var_p),
+        margin,
+        n_p,
+        n_c,
+        f"{k_c}/{n_c} vs {k_p}/{n_p}",
+        shown=k_c / n_c - k_p / n_p,
     )
 
 
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
+def _log_quantile(values: Sequence[float], q: float) -> tuple[float, float] | None:
+    """(log of the q-quantile, its standard error) of sorted positive-or-zero `values`, or None
+    when the quantile is 0 (no ratio)."""
+    n = len(values)
+    point = percentile(values, q)
+    assert point is not None  # the caller checked the sample count
+    if point <= 0:
+        return None
+    spread = math.sqrt(n * q * (1 - q))
+    low = values[max(0, math.floor(n * q - spread) - 1)]
+    high = values[min(n - 1, math.ceil(n * q + spread) - 1)]
+    floor = point * 1e-3  # a zero lower order statistic must not make the spread infinite
+    se = (math.log(max(high, floor)) - math.log(max(low, floor))) / 2
+    return math.log(point), se
 
 
-def _quantile_ratio_bounds(
-    primary: Sequence[float], candidate: Sequence[float], q: float, z: float
-) -> tuple[float, float]:
-    """Bounds of candidate q-quantile / primary q-quantile, each bound one-sided at the level
-    of z for each arm (so at most twice that level for the ratio, by the union bound)."""
-    c_low, c_high = quantile_bounds(candidate, q, z)
-    p_low, p_high = quantile_bounds(primary, q, z)
-    low = c_low / p_high if c_low > 0 and math.isfinite(p_high) else 0.0
-    high = c_high / p_low if p_low > 0 and math.isfinite(c_high) else math.inf
-    return low, high
-
-
-def _judge_p50(
-    metric: str, primary: list[float], candidate: list[float], th: Thresholds, lv: _Levels
-) -> MetricVerdict:
-    bound, n_p, n_c = th.latency_p50_ratio, len(primary), len(candidate)
+def _quantile(
+    metric: str, primary: list[float], candidate: list[float], q: float, th: Thresholds
+) -> _Evidence | _Few:
+    ratio = th.latency_p50_ratio if q == 0.5 else th.latency_p95_ratio
+    n_p, n_c = len(primary), len(candidate)
     if min(n_p, n_c) < th.min_samples_latency:
-        return _inconclusive_few(metric, bound, n_p, n_c, th.min_samples_latency, lv.alpha)
-    p50_p, p50_c = percentile(primary, 0.5), percentile(candidate, 0.5)
-    assert p50_p is not None and p50_c is not None  # both arms have samples (checked above)
-    if p50_p <= 0:
-        return MetricVerdict(
-            metric,
-            Outcome.INCONCLUSIVE,
-            None,
-            None,
-            None,
-            bound,
-            n_p,
-            n_c,
-            lv.alpha,
-            "primary median is 0: no ratio",
-        )
-    ratio = p50_c / p50_p
-    low, high = _quantile_ratio_bounds(primary, candidate, 0.5, lv.z_pass)
-    # Each arm's bound at alpha/2, so the ratio's bound holds at alpha.
-    tested_low, _ = _quantile_ratio_bounds(primary, candidate, 0.5, z_for(lv.alpha / 2))
-    rank = mann_whitney(primary, candidate)
-    medians = f"p50 {p50_c:.4g}s vs {p50_p:.4g}s (x{ratio:.3f})"
-    if rank.p_value <= lv.alpha and tested_low > bound:
-        outcome = Outcome.FAIL
-        reason = (
-            f"{medians}: slower beyond x{bound:g} "
-            f"(Mann-Whitney p {rank.p_value:.2g}, ratio bound {tested_low:.3f})"
-        )
-    elif high <= bound:
-        outcome = Outcome.PASS
-        reason = f"{medians}: within x{bound:g} (bound {high:.3f})"
-    else:
-        outcome = Outcome.INCONCLUSIVE
-        reason = (
-            f"{medians}: cannot tell yet whether within x{bound:g} "
-            f"(Mann-Whitney p {rank.p_value:.2g})"
-        )
-    return MetricVerdict(
-        metric, outcome, ratio, _finite(low), _finite(high), bound, n_p, n_c, lv.alpha, reason
+        return _Few(metric, ratio, n_p, n_c, th.min_samples_latency)
+    of_primary, of_candidate = _log_quantile(primary, q), _log_quantile(candidate, q)
+    if of_primary is None or of_candidate is None:
+        return _Few(metric, ratio, n_p, n_c, 0, "a quantile is 0: no ratio")
+    p_value, c_value = math.exp(of_primary[0]), math.exp(of_candidate[0])
+    margin = max(math.log(ratio), math.log((p_value + th.latency_min_increase_s) / p_value))
+    return _Evidence(
+        metric,
+        "log",
+        of_candidate[0] - of_primary[0],
+        math.hypot(of_primary[1], of_candidate[1]),
+        margin,
+        n_p,
+        n_c,
+        f"p{round(q * 100)} {c_value:.4g}s vs {p_value:.4g}s",
     )
 
 
-def _judge_p95(
-    metric: str, primary: list[float], candidate: list[float], th: Thresholds, lv: _Levels
-) -> MetricVerdict:
-    bound, n_p, n_c = th.latency_p95_ratio, len(primary), len(candidate)
+def _cost(primary: Sequence[float], candidate: Sequence[float], th: Thresholds) -> _Evidence | _Few:
+    metric, n_p, n_c = "cost_per_request", len(primary), len(candidate)
     if min(n_p, n_c) < th.min_samples_latency:
-        return _inconclusive_few(metric, bound, n_p, n_c, th.min_samples_latency, lv.alpha)
-    p95_p, p95_c = percentile(primary, 0.95), percentile(candidate, 0.95)
-    assert p95_p is not None and p95_c is not None  # both arms have samples (checked above)
-    if p95_p <= 0:
-        return MetricVerdict(
-            metric,
-            Outcome.INCONCLUSIVE,
-            None,
-            None,
-            None,
-            bound,
-            n_p,
-            n_c,
-            lv.alpha,
-            "primary p95 is 0: no ratio",
-        )
-    ratio = p95_c / p95_p
-    above_c = n_c - bisect_right(candidate, p95_p)
-    above_p = n_p - bisect_right(primary, p95_p)
-    share = newcombe_difference(_rate(above_c, n_c, lv.z_fail), _rate(above_p, n_p, lv.z_fail))
-    low, high = _quantile_ratio_bounds(primary, candidate, 0.95, lv.z_pass)
-    tails = (
-        f"p95 {p95_c:.4g}s vs {p95_p:.4g}s (x{ratio:.3f}), "
-        f"{above_c / n_c:.1%} of candidate above primary p95"
+        return _Few(metric, th.cost_ratio, n_p, n_c, th.min_samples_latency)
+    mean_p, mean_c = mean(primary), mean(candidate)
+    assert mean_p is not None and mean_c is not None  # both arms have samples (checked above)
+    if mean_p <= 0 or mean_c <= 0:
+        return _Few(metric, th.cost_ratio, n_p, n_c, 0, "an arm costs nothing: no ratio")
+    rel_var = _variance(primary, mean_p) / (n_p * mean_p**2) + _variance(candidate, mean_c) / (
+        n_c * mean_c**2
     )
-    if share.low > 0 and ratio > bound:
-        outcome = Outcome.FAIL
-        reason = f"{tails}: tail heavier beyond x{bound:g} (alpha {lv.alpha:.2g})"
-    elif high <= bound:
-        outcome = Outcome.PASS
-        reason = f"{tails}: within x{bound:g} (bound {high:.3f})"
-    else:
-        outcome = Outcome.INCONCLUSIVE
-        reason = f"{tails}: cannot tell yet whether within x{bound:g}"
-    return MetricVerdict(
-        metric, outcome, ratio, _finite(low), _finite(high), bound, n_p, n_c, lv.alpha, reason
+    return _Evidence(
+        metric,
+        "log",
+        math.log(mean_c / mean_p),
+        math.sqrt(rel_var),
+        math.log(th.cost_ratio),
+        n_p,
+        n_c,
+        f"mean ${mean_c:.4g} vs ${mean_p:.4g}",
+    )
+
+
+def _score(deltas: Sequence[float], th: Thresholds) -> _Evidence | _Few:
+    metric, n = "judge_score", len(deltas)
+    if n < th.min_samples_latency:
+        return _Few(metric, th.judge_score_drop, n, n, th.min_samples_latency)
+    centre = mean(deltas)
+    assert centre is not None
+    return _Evidence(
+        metric,
+        "score",
+        -centre,
+        math.sqrt(_variance(deltas, centre) / n),
+        th.judge_score_drop,
+        n,
+        n,
+        f"candidate {centre:+.2f} points against the primary over {n} judged pairs",
     )
 
 
@@ -212,45 +189,72 @@ def _variance(values: Sequence[float], centre: float) -> float:
     return math.fsum((v - centre) ** 2 for v in values) / (len(values) - 1)
 
 
-def _judge_cost(
-    primary: Sequence[float], candidate: Sequence[float], th: Thresholds, lv: _Levels
-) -> MetricVerdict:
-    metric, bound, n_p, n_c = "cost_per_request", th.cost_ratio, len(primary), len(candidate)
-    if min(n_p, n_c) < th.min_samples_latency:
-        return _inconclusive_few(metric, bound, n_p, n_c, th.min_samples_latency, lv.alpha)
-    mean_p, mean_c = mean(primary), mean(candidate)
-    assert mean_p is not None and mean_c is not None  # both arms have samples (checked above)
-    if mean_p <= 0:
+def _verdict(evidence: _Evidence | _Few, th: Thresholds, alpha: float) -> MetricVerdict:
+    if isinstance(evidence, _Few):
+        detail = evidence.detail or (
+            f"too few samples: {evidence.n_primary} primary, {evidence.n_candidate} candidate, "
+            f"need {evidence.need} each"
+        )
         return MetricVerdict(
-            metric,
+            evidence.metric,
             Outcome.INCONCLUSIVE,
             None,
             None,
             None,
-            bound,
-            n_p,
-            n_c,
-            lv.alpha,
-            "primary costs nothing: no ratio",
+            evidence.threshold,
+            evidence.n_primary,
+            evidence.n_candidate,
+            alpha,
+            detail,
+            needs=max(0, evidence.need - evidence.n_candidate) if evidence.need else None,
         )
-    var_p, var_c = _variance(primary, mean_p) / n_p, _variance(candidate, mean_c) / n_c
-    ratio = mean_c / mean_p
-    excess = mean_c - bound * mean_p
-    se = math.sqrt(var_c + bound * bound * var_p)
-    significant = excess > 0 if se == 0 else excess / se >= lv.z_fail
-    spread = ratio * math.sqrt(var_c / mean_c**2 + var_p / mean_p**2) if mean_c > 0 else 0.0
-    low, high = max(0.0, ratio - lv.z_pass * spread), ratio + lv.z_pass * spread
-    means = f"mean ${mean_c:.4g} vs ${mean_p:.4g} (x{ratio:.3f})"
-    if significant:
-        outcome, reason = Outcome.FAIL, f"{means}: dearer beyond x{bound:g} (alpha {lv.alpha:.2g})"
-    elif high <= bound:
-        outcome, reason = Outcome.PASS, f"{means}: within x{bound:g} (bound {high:.3f})"
+    e = evidence
+    beta = 1.0 - th.pass_confidence
+    tau = max(e.margin, _TAU_FLOOR[e.kind])
+    fail_low, _ = bounds(e.estimate, e.se, tau, alpha)
+    low, high = bounds(e.estimate, e.se, tau, beta)
+    shown = e.shown if e.shown is not None else e.estimate
+
+    def scaled(value: float) -> float:
+        return math.exp(value) if e.kind == "log" else value
+
+    margin = scaled(e.margin)
+    if fail_low > e.margin:
+        outcome, needs = Outcome.FAIL, None
+        word = "worse" if e.kind != "log" else "larger"
+        reason = (
+            f"{e.described}: {word} beyond {_fmt(e.kind, margin)} "
+            f"(bound {_fmt(e.kind, scaled(fail_low))}, alpha {alpha:.2g})"
+        )
+    elif high <= e.margin:
+        outcome, needs = Outcome.PASS, 0
+        reason = f"{e.described}: within {_fmt(e.kind, margin)} (bound {_fmt(e.kind, scaled(high))})"
     else:
-        outcome, reason = (
-            Outcome.INCONCLUSIVE,
-            f"{means}: cannot tell yet whether within x{bound:g}",
-        )
-    return MetricVerdict(metric, outcome, ratio, low, high, bound, n_p, n_c, lv.alpha, reason)
+        outcome = Outcome.INCONCLUSIVE
+        # From the raw estimate: the adjustment of small samples fades as they grow.
+        factor = samples_factor(shown, e.se, e.margin, tau, beta)
+        needs = None if math.isinf(factor) else max(1, math.ceil(e.n_candidate * (factor - 1)))
+        more = f"about {needs} more candidate answers" if needs is not None else "a better estimate"
+        reason = f"{e.described}: cannot tell yet whether within {_fmt(e.kind, margin)} (needs {more})"
+    return MetricVerdict(
+        e.metric,
+        outcome,
+        scaled(shown),
+        scaled(low),
+        scaled(high),
+        margin,
+        e.n_primary,
+        e.n_candidate,
+        alpha,
+        reason,
+        needs=needs,
+    )
+
+
+def _fmt(kind: str, value: float) -> str:
+    if kind == "log":
+        return f"x{value:.3f}"
+    return f"{value:.4g}"
 
 
 def _failures(tally: Tally) -> Tally:
@@ -259,25 +263,26 @@ def _failures(tally: Tally) -> Tally:
 
 
 def judge(
-    primary: ArmWindow, candidate: ArmWindow, thresholds: Thresholds, look: int
+    primary: ArmWindow, candidate: ArmWindow, thresholds: Thresholds, *, sequences: int = 1
 ) -> list[MetricVerdict]:
-    """Judge `candidate` against `primary` over the same window, at the `look`-th analysis
-    (1-based) of this rollout — or of this rule epoch, when the windows hold one epoch's checks.
+    """Judge `candidate` against `primary` over the same evidence (since a step began, or a rule
+    epoch), as often as the caller likes.
 
     Which metrics are judged follows from what the windows hold: the error rate when either arm
-    has requests; each rule check either arm reports; corrections, agreement (when the candidate
-    has pairs; its noise floor from the primary), latency, TTFT and cost when either arm has any.
-    All of them share the look's budget equally (Bonferroni). Verdicts come in a fixed order,
-    checks by name. Windows with nothing in them give no verdicts at all.
-    Raises ValueError for a look below 1."""
-    if look < 1:
-        raise ValueError(f"look is 1-based, got {look}")
+    has requests; each rule check either arm reports; corrections, severe findings, latency,
+    TTFT and cost when either arm has any; agreement when the candidate has pairs *and* the
+    primary has a noise floor (without one, disagreement cannot be told from noise: the caller
+    warns); the LLM-judge score when the candidate has judged pairs. All of them, and the
+    `sequences` (steps, rule epochs) the caller judges apart, share the false-rollback budget
+    equally. Verdicts come in a fixed order, checks by name; windows with nothing in them give
+    no verdicts at all. Raises ValueError for `sequences` below 1."""
+    if sequences < 1:
+        raise ValueError(f"sequences must be >= 1, got {sequences}")
     th = thresholds
-    plan: list[Callable[[_Levels], MetricVerdict]] = []
+    plan: list[Callable[[], _Evidence | _Few]] = []
     if primary.requests or candidate.requests:
         plan.append(
-            partial(
-                _judge_rate,
+            lambda: _rate(
                 "error_rate",
                 (primary.errors, primary.requests),
                 (candidate.errors, candidate.requests),
@@ -289,7 +294,7 @@ def judge(
         p_check, c_check = primary.checks.get(name, (0, 0)), candidate.checks.get(name, (0, 0))
         plan.append(
             partial(
-                _judge_rate,
+                _rate,
                 f"check_pass_rate:{name}",
                 _failures(p_check),
                 _failures(c_check),
@@ -299,8 +304,7 @@ def judge(
         )
     if primary.corrections[1] or candidate.corrections[1]:
         plan.append(
-            partial(
-                _judge_rate,
+            lambda: _rate(
                 "correction_rate",
                 primary.corrections,
                 candidate.corrections,
@@ -308,15 +312,16 @@ def judge(
                 th,
             )
         )
-    if candidate.agreement[1]:
+    if primary.findings[1] or candidate.findings[1]:
         plan.append(
-            partial(
-                _judge_rate,
-                "disagreement",
-                primary.noise,
-                candidate.agreement,
-                th.disagreement_increase,
-                th,
+            lambda: _rate(
+                "findings", primary.findings, candidate.findings, th.finding_rate_increase, th
+            )
+        )
+    if candidate.agreement[1] and primary.noise[1]:
+        plan.append(
+            lambda: _rate(
+                "disagreement", primary.noise, candidate.agreement, th.disagreement_increase, th
             )
         )
     for prefix, p_samples, c_samples in (
@@ -325,13 +330,16 @@ def judge(
     ):
         if p_samples or c_samples:
             p_sorted, c_sorted = sorted(p_samples), sorted(c_samples)
-            plan.append(partial(_judge_p50, f"{prefix}_p50", p_sorted, c_sorted, th))
-            plan.append(partial(_judge_p95, f"{prefix}_p95", p_sorted, c_sorted, th))
+            for q in (0.5, 0.95):
+                plan.append(
+                    partial(_quantile, f"{prefix}_p{round(q * 100)}", p_sorted, c_sorted, q, th)
+                )
     if primary.costs_usd or candidate.costs_usd:
-        plan.append(partial(_judge_cost, primary.costs_usd, candidate.costs_usd, th))
+        plan.append(lambda: _cost(primary.costs_usd, candidate.costs_usd, th))
+    if candidate.judge_deltas:
+        plan.append(lambda: _score(candidate.judge_deltas, th))
 
     if not plan:  # empty windows: nothing to judge, which holds the rollout
         return []
-    alpha = look_alpha(look, th.false_rollback_rate, th.spending_scale_looks, metrics=len(plan))
-    levels = _Levels(alpha, z_for(alpha), z_for(1.0 - th.pass_confidence))
-    return [run(levels) for run in plan]
+    alpha = th.false_rollback_rate / (len(plan) * sequences)
+    return [_verdict(run(), th, alpha) for run in plan]

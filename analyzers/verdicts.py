@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Tally = tuple[int, int]
 """(events, out of): e.g. (passed, total) of a check, (corrected, answers)."""
@@ -69,36 +69,56 @@ class ArmWindow:
 
 class Thresholds(BaseModel):
     """How much worse than the primary a candidate may be, per metric, and the budget of false
-    rollbacks. Margins of rates are absolute (0.01 = one percentage point); ratios bound
-    candidate / primary."""
+    rollbacks. Margins of rates are absolute (0.01 = one percentage point) or, when larger, a share
+    of the primary's rate; ratios bound candidate / primary, with an absolute floor for latency."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     false_rollback_rate: float = Field(0.01, gt=0.0, lt=0.5)
-    """At most this share of rollouts (or rule epochs) of a candidate within every threshold may
-    fail, over all looks and metrics (see `analyzers.sequential`)."""
-    spending_scale_looks: int = Field(180, ge=1)
-    """Looks after which a quarter of the budget is spent (180 = 30 min at a 10 s interval)."""
+    """At most this share of rollout steps (or rule epochs) of a candidate within every threshold
+    may fail, however often the judge looks, over all metrics (see `analyzers.sequential`)."""
     pass_confidence: float = Field(0.95, gt=0.5, lt=1.0)
-    """A metric passes when this one-sided bound of its regression is within its threshold."""
-    error_rate_increase: float = Field(0.01, ge=0.0, le=1.0)
+    """A metric passes when its anytime-valid bound at this confidence is within its margin: at
+    most 1 - pass_confidence of candidates worse than the margin pass a metric."""
+    error_rate_increase: float = Field(0.02, ge=0.0, le=1.0)
     """The candidate's error rate may exceed the primary's by this much."""
     check_pass_rate_drop: float = Field(0.05, ge=0.0, le=1.0)
     """Each rule check's pass rate may fall below the primary's by this much."""
-    correction_rate_increase: float = Field(0.02, ge=0.0, le=1.0)
+    correction_rate_increase: float = Field(0.05, ge=0.0, le=1.0)
     """The candidate's correction rate may exceed the primary's by this much."""
     disagreement_increase: float = Field(0.05, ge=0.0, le=1.0)
     """Candidate-primary disagreement may exceed primary-primary disagreement by this much."""
+    finding_rate_increase: float = Field(0.05, ge=0.0, le=1.0)
+    """The share of answers with a severe analyzer finding may exceed the primary's by this much."""
+    rate_margin_relative: float = Field(0.25, ge=0.0, le=10.0)
+    """Every rate's margin is at least this share of the primary's rate (0.25: a 20% error rate
+    may become 25%), so that noisy high rates do not need a tiny absolute margin."""
     latency_p50_ratio: float = Field(1.2, ge=1.0)
     """Candidate p50 / primary p50 (latency and time to first token)."""
     latency_p95_ratio: float = Field(1.25, ge=1.0)
     """Candidate p95 / primary p95 (latency and time to first token)."""
+    latency_min_increase_s: float = Field(0.05, ge=0.0)
+    """Latency and TTFT may always grow by this many seconds, whatever the ratio says (a 4 ms
+    endpoint is not failed for 1 ms)."""
     cost_ratio: float = Field(1.2, ge=1.0)
     """Candidate mean cost per request / primary's."""
+    judge_score_drop: float = Field(0.5, ge=0.0, le=9.0)
+    """The candidate's LLM-judge score (1-10) may be this much below the primary's."""
     min_samples_rate: int = Field(50, ge=1)
     """Fewer observations than this in either arm make a rate inconclusive."""
     min_samples_latency: int = Field(30, ge=2)
-    """Fewer samples than this in either arm make latency, TTFT and cost inconclusive."""
+    """Fewer samples than this in either arm make latency, TTFT, cost and judge scores
+    inconclusive."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_keys(cls, data: object) -> object:
+        if isinstance(data, dict) and "spending_scale_looks" in data:
+            raise ValueError(
+                "spending_scale_looks was removed: the judge's bounds are anytime-valid, so no "
+                "budget is spent per look; delete the key"
+            )
+        return data
 
 
 class Outcome(StrEnum):
@@ -115,22 +135,26 @@ class MetricVerdict:
 
     metric: str
     """`error_rate`, `check_pass_rate:<check>`, `correction_rate`, `disagreement`,
-    `latency_p50`, `latency_p95`, `ttft_p50`, `ttft_p95` or `cost_per_request`."""
+    `latency_p50`, `latency_p95`, `ttft_p50`, `ttft_p95`, `cost_per_request`, `judge_score` or
+    `findings`."""
     outcome: Outcome
     estimate: float | None
     """Rates: the regression, candidate minus primary in the bad direction (a drop of a pass
-    rate is positive). Latency, TTFT, cost: candidate / primary. None when not computable."""
+    rate is positive). Latency, TTFT, cost: candidate / primary. Judge score: primary minus
+    candidate. None when not computable."""
     low: float | None
-    """Lower bound of the interval of `estimate` whose each bound is a one-sided
-    `pass_confidence` bound (a 90% two-sided interval by default); None if unbounded."""
+    """Lower anytime-valid bound of `estimate` at `pass_confidence`; None if unbounded."""
     high: float | None
-    """Upper bound of that interval; None if unbounded. Pass when the bound on the bad side
-    is within `threshold`."""
+    """Upper bound, likewise; None if unbounded. Pass when it is within `threshold`."""
     threshold: float
-    """The margin (rates) or ratio bound (latency, cost) the estimate is judged against."""
+    """The margin (rates, judge score) or ratio bound (latency, cost) of this look."""
     n_primary: int
     n_candidate: int
     alpha: float
-    """The one-sided level of this look's fail test for this metric (after the corrections)."""
+    """The level of this metric's fail test (the false-rollback budget over its metrics and
+    sequences); valid however often the judge looks."""
     reason: str
     """One line a human can read in an alert."""
+    needs: int | None = None
+    """More candidate answers this metric needs to pass if its estimate holds: 0 when it passes,
+    None when more of the same can only fail it (the estimate is beyond the margin)."""
