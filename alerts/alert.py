@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any, Literal, get_args
 
 Severity = Literal["critical", "warning", "info"]
-AlertKind = Literal["rollback", "rule_regression", "verdict_fail"]
+AlertKind = Literal["rollback", "rule_regression", "verdict_fail", "step_held"]
 """Kinds are a closed set so that the `kind` metric label stays bounded; add new kinds here."""
 
 WEBHOOK_SCHEMA_VERSION = 1
@@ -25,7 +25,8 @@ class Alert:
 
     kind: AlertKind
     """What happened: `rollback` (traffic was moved back), `rule_regression` (a candidate fails a
-    rule version the primary passes), `verdict_fail` (an analysis metric failed)."""
+    rule version the primary passes), `verdict_fail` (an analysis metric failed), `step_held`
+    (a rollout step has held past `canary.max_hold_s`: some metric cannot pass yet)."""
     route: str
     """The route's config name."""
     target: str

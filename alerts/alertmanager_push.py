@@ -28,6 +28,7 @@ ALERTNAMES = {
     "rollback": "MirrorgateRollback",
     "rule_regression": "MirrorgateRuleRegression",
     "verdict_fail": "MirrorgateVerdictFail",
+    "step_held": "MirrorgateStepHeld",
 }
 
 

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from analyzers.sequential import bounds, samples_factor
+from analyzers.sequential import bounds
 from analyzers.summary import mean, percentile
 from analyzers.verdicts import ArmWindow, MetricVerdict, Outcome, Tally, Thresholds
 
@@ -61,6 +61,14 @@ class _Evidence:
     """The numbers, for the reason."""
     shown: float | None = None
     """The estimate as shown, when not `estimate` (a rate's raw difference)."""
+    grown: Callable[[float], tuple[float, float]] | None = None
+    """(estimate, se) with k times the evidence of the same quality, when that is not simply
+    the estimate with se/√k (a rate's adjustment fades as it grows)."""
+
+    def at(self, k: float) -> tuple[float, float]:
+        if self.grown is not None:
+            return self.grown(k)
+        return self.estimate, self.se / math.sqrt(k)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +83,7 @@ class _Few:
     detail: str = ""
 
 
-def _agresti_caffo(events: int, n: int) -> tuple[float, float]:
+def _agresti_caffo(events: float, n: float) -> tuple[float, float]:
     """(adjusted proportion, its variance)."""
     adjusted = (events + 1) / (n + 2)
     return adjusted, adjusted * (1 - adjusted) / (n + 2)
@@ -89,18 +97,24 @@ def _rate(
     margin = max(margin, th.rate_margin_relative * (k_p / n_p if n_p else 0.0))
     if min(n_p, n_c) < th.min_samples_rate:
         return _Few(metric, margin, n_p, n_c, th.min_samples_rate)
-    p_c, var_c = _agresti_caffo(k_c, n_c)
-    p_p, var_p = _agresti_caffo(k_p, n_p)
+
+    def grown(k: float) -> tuple[float, float]:
+        p_c, var_c = _agresti_caffo(k_c * k, n_c * k)
+        p_p, var_p = _agresti_caffo(k_p * k, n_p * k)
+        return p_c - p_p, math.sqrt(var_c + var_p)
+
+    estimate, se = grown(1.0)
     return _Evidence(
         metric,
         "rate",
-        p_c - p_p,
-        math.sqrt(var_c + var_p),
+        estimate,
+        se,
         margin,
         n_p,
         n_c,
         f"{k_c}/{n_c} vs {k_p}/{n_p}",
         shown=k_c / n_c - k_p / n_p,
+        grown=grown,
     )
 
 
@@ -228,14 +242,17 @@ def _verdict(evidence: _Evidence | _Few, th: Thresholds, alpha: float) -> Metric
         )
     elif high <= e.margin:
         outcome, needs = Outcome.PASS, 0
-        reason = f"{e.described}: within {_fmt(e.kind, margin)} (bound {_fmt(e.kind, scaled(high))})"
+        reason = (
+            f"{e.described}: within {_fmt(e.kind, margin)} (bound {_fmt(e.kind, scaled(high))})"
+        )
     else:
         outcome = Outcome.INCONCLUSIVE
-        # From the raw estimate: the adjustment of small samples fades as they grow.
-        factor = samples_factor(shown, e.se, e.margin, tau, beta)
+        factor = _growth_to_pass(e, tau, beta)
         needs = None if math.isinf(factor) else max(1, math.ceil(e.n_candidate * (factor - 1)))
         more = f"about {needs} more candidate answers" if needs is not None else "a better estimate"
-        reason = f"{e.described}: cannot tell yet whether within {_fmt(e.kind, margin)} (needs {more})"
+        reason = (
+            f"{e.described}: cannot tell yet whether within {_fmt(e.kind, margin)} (needs {more})"
+        )
     return MetricVerdict(
         e.metric,
         outcome,
@@ -249,6 +266,29 @@ def _verdict(evidence: _Evidence | _Few, th: Thresholds, alpha: float) -> Metric
         reason,
         needs=needs,
     )
+
+
+def _growth_to_pass(e: _Evidence, tau: float, beta: float) -> float:
+    """By how much the evidence must grow (k times the samples, of the same quality) for the
+    pass bound to be within the margin; `math.inf` when growing cannot get it there."""
+
+    def passes(k: float) -> bool:
+        estimate, se = e.at(k)
+        return bounds(estimate, se, tau, beta)[1] <= e.margin
+
+    high = 2.0
+    while not passes(high):
+        high *= 2
+        if high > 1e9:
+            return math.inf
+    low = high / 2
+    for _ in range(12):  # to 0.02 % of k: `needs` is an estimate, not a promise
+        mid = (low + high) / 2
+        if passes(mid):
+            high = mid
+        else:
+            low = mid
+    return high
 
 
 def _fmt(kind: str, value: float) -> str:

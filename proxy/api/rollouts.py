@@ -31,6 +31,7 @@ from fastapi import APIRouter, Depends, Request
 from alerts.alertmanager_webhook import parse_payload
 from alerts.errors import PayloadError
 from alerts.rollback_request import decide_rollbacks
+from proxy.config import rollout_warnings
 from proxy.core import (
     OPERATOR_ACTIONS,
     Action,
@@ -118,15 +119,24 @@ def build_rollout_router(
             state = manager.state(route)
         except RouteUnknownError:
             raise NotFound(f"no route '{route[:200]}'") from None
+        warnings = [problem.message for problem in rollout_warnings(manager.config, route)]
         try:
-            events, verdicts = await asyncio.gather(
+            events, verdicts, memory = await asyncio.gather(
                 asyncio.to_thread(manager.store.events, route, 50),
                 asyncio.to_thread(manager.store.recent_verdicts, route, 50),
+                asyncio.to_thread(manager.store.load_memory, route),
             )
         except StoreUnavailableError as exc:  # the state above is still worth showing
             log.warning("rollout history unavailable: %s", exc)
-            events, verdicts = [], []
-        return {**state_json(state, routes), "transitions": events, "verdicts": verdicts}
+            events, verdicts, memory = [], [], None
+        if memory is not None and memory.rollout_id == state.rollout_id:
+            warnings += [w for w in memory.warnings if w not in warnings]
+        return {
+            **state_json(state, routes),
+            "transitions": events,
+            "verdicts": verdicts,
+            "warnings": warnings,
+        }
 
     @router.get("/admin/rollouts/{route}/verdicts")
     async def verdicts(route: str, limit: int = 100) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from proxy.api import (
     build_rollout_router,
     install_error_handling,
 )
-from proxy.config import MirrorgateConfig
+from proxy.config import MirrorgateConfig, rollout_warnings
 from proxy.core import ENDPOINTS, RecordSink, TaskSet
 from proxy.gateway import (
     ExchangeObserver,
@@ -180,6 +180,8 @@ class Gateway:
             Leadership(self.store),
             self.metrics,
         )
+        for warning in rollout_warnings(config):
+            log.warning("config: %s", warning)
         self.background = TaskSet("gateway")
         self.api = self._build_api()
         self.ready = False

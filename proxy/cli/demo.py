@@ -102,7 +102,6 @@ def _config(mock_url: str, db: Path, port: int, hook_url: str) -> str:
                     "sticky": "header:x-user-id",
                     "analysis": {
                         "interval_s": 2,
-                        "window_s": 20,
                         "min_samples": 30,
                         "failure_limit": 2,
                         "metrics": ["error_rate", "latency_p50", "latency_p95",

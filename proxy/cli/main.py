@@ -12,7 +12,7 @@ import re
 import sys
 from collections.abc import Sequence
 
-from proxy.config import ConfigError, MirrorgateConfig, load_config
+from proxy.config import ConfigError, MirrorgateConfig, load_config, rollout_warnings
 from proxy.core import OPERATOR_ACTIONS, Action
 
 ROLLOUT_ACTIONS = ("status", *(a.value for a in Action if a in OPERATOR_ACTIONS))
@@ -42,6 +42,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     print(
         f"{path}: ok ({len(cfg.models)} models, {len(cfg.routes)} routes, {len(cfg.rules)} rules)"
     )
+    for warning in rollout_warnings(cfg):
+        print(f"  warning: {warning}")
     return 0
 
 

@@ -34,6 +34,9 @@ def render_status(body: Mapping[str, Any]) -> str:
     lines = [f"route {body.get('route', '?')}: {_phase_line(body)}", *_state_lines(body)]
     lines += _transition_lines(_rows(body.get("transitions")))
     lines += _verdict_lines(_rows(body.get("verdicts")), body.get("rollout_id"))
+    warnings = [str(w) for w in body.get("warnings") or () if w]
+    if warnings:
+        lines += ["warnings:", *(f"  ! {w}" for w in warnings)]
     return "\n".join(lines)
 
 
@@ -153,6 +156,7 @@ def _verdict_lines(verdicts: Sequence[Mapping[str, Any]], rollout_id: Any) -> li
                 _estimate(metric, verdict),
                 _limit(metric, verdict.get("threshold")),
                 f"n {verdict.get('n_candidate')} canary / {verdict.get('n_primary')} primary",
+                _needs(outcome, verdict),
                 "" if outcome == "pass" else str(verdict.get("reason") or ""),
             )
         )
@@ -160,10 +164,32 @@ def _verdict_lines(verdicts: Sequence[Mapping[str, Any]], rollout_id: Any) -> li
     return [head, *(f"  {r}" for r in _columns(rows))]
 
 
+def _needs(outcome: str, verdict: Mapping[str, Any]) -> str:
+    """What an unsettled metric needs: `needs 240 more (~20 min)`."""
+    if outcome != "inconclusive":
+        return ""
+    needs, eta = verdict.get("needs"), verdict.get("eta_s")
+    if not isinstance(needs, int):
+        return "cannot pass at this estimate"
+    if isinstance(eta, int | float):
+        return f"needs {needs} more (~{_duration(eta)})"
+    return f"needs {needs} more"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def _estimate(metric: str, verdict: Mapping[str, Any]) -> str:
     value, low, high = verdict.get("estimate"), verdict.get("low"), verdict.get("high")
     if not isinstance(value, int | float):
         return "-"
+    if metric == "judge_score":
+        return f"{value:+.2f} points [{_num(low, '+.2f')}, {_num(high, '+.2f')}]"
     if metric.startswith(_RATIO_METRICS):
         interval = f" [{_num(low, '.3f')}, {_num(high, '.3f')}]"
         return f"x{value:.3f}{interval}"
@@ -176,7 +202,9 @@ def _limit(metric: str, threshold: Any) -> str:
         return "-"
     if metric.startswith(_RATIO_METRICS):
         return f"limit x{threshold:g}"
-    return f"limit +{threshold * 100:g} pp"
+    if metric == "judge_score":
+        return f"limit -{threshold:g} points"
+    return f"limit +{threshold * 100:.3g} pp"
 
 
 def _num(value: Any, spec: str, scale: float = 1.0) -> str:

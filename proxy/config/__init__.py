@@ -4,7 +4,8 @@ section, `errors` the one error. The bottom layer: imports nothing of the gatewa
 `analyzers`, for check and agreement specs).
 """
 
-from .errors import ConfigError
+from .checks import rollout_warnings
+from .errors import ConfigError, ConfigProblem
 from .loader import load_config, parse_config
 from .specs import (
     JudgeSpec,
@@ -21,6 +22,7 @@ from .specs import (
 
 __all__ = [
     "ConfigError",
+    "ConfigProblem",
     "JudgeSpec",
     "MirrorgateConfig",
     "ModelSpec",
@@ -33,4 +35,5 @@ __all__ = [
     "agreement_spec",
     "load_config",
     "parse_config",
+    "rollout_warnings",
 ]

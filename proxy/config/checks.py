@@ -263,3 +263,34 @@ SPEC_CHECKS: tuple[SpecCheck, ...] = (
     check_server,
 )
 """Run by the loader on the validated config, in this order."""
+
+
+def rollout_warnings(cfg: MirrorgateConfig, route: str | None = None) -> list[ConfigProblem]:
+    """Judged metrics this configuration can never evaluate, per route with a canary (all routes,
+    or one): they are left out of the judge's verdicts, so they cannot hold a rollout, but an SRE
+    who asked for them should know. Not errors: `check-config` prints them and exits 0, the
+    gateway logs them at start and `rollout status` shows them."""
+    found: list[ConfigProblem] = []
+    for rname, spec in cfg.routes.items():
+        if spec.canary is None or (route is not None and rname != route):
+            continue
+        base = f"routes.{rname}.canary.analysis.metrics"
+        wanted = set(spec.canary.analysis.metrics)
+        shadowed = any(s.model == spec.canary.model and s.sample > 0 for s in spec.shadows)
+        if "disagreement" in wanted and shadowed and spec.noise_sample <= 0:
+            found.append(
+                ConfigProblem(
+                    base,
+                    "disagreement is left out: the canary is shadowed but noise_sample is 0, so "
+                    "there is no noise floor to judge its disagreement against (set "
+                    f"routes.{rname}.noise_sample above 0, or drop the metric)",
+                )
+            )
+        if "check_pass_rate" in wanted and not any(rname in r.routes for r in cfg.rules.values()):
+            found.append(
+                ConfigProblem(
+                    base,
+                    "check_pass_rate is left out: no rule set applies to this route",
+                )
+            )
+    return found

@@ -142,13 +142,20 @@ class AnalysisSpec(Spec):
     """How often the judge looks at the rollout."""
     failure_limit: int = Field(2, ge=1)
     """Consecutive looks with a failing metric that roll the canary back."""
-    window_s: float = Field(60.0, gt=0)
-    """Latency, errors and cost are judged on the last `window_s` of both arms (rule checks on
-    their whole rule epoch)."""
     metrics: list[str] = Field(default_factory=lambda: list(JUDGED_METRICS))
     """Which metrics are judged (and gate each step); `check_pass_rate` covers every check."""
     thresholds: Thresholds = Field(default_factory=Thresholds)
     """How much worse than the primary the canary may be; the defaults rarely need changing."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_keys(cls, data: object) -> object:
+        if isinstance(data, dict) and "window_s" in data:
+            raise ValueError(
+                "window_s was removed: each step is judged on all of its evidence since the step "
+                "began (rule checks: since their rule epoch began); delete the key"
+            )
+        return data
 
     @field_validator("metrics")
     @classmethod
@@ -168,6 +175,11 @@ class CanarySpec(Spec):
         default_factory=lambda: [1, 5, 25, 50, 100]
     )
     step_interval_s: float = Field(60.0, gt=0)
+    """The shortest time at each step: a step advances once every metric passes *and* it has
+    lasted this long."""
+    max_hold_s: float | None = Field(3600.0, gt=0)
+    """A step held longer than this (some metric not yet passing) raises one warning alert
+    naming what holds it and what it needs; null: never."""
     sticky: str = "none"
     """`header:<name>`, `body:<field>` or `none`."""
     analysis: AnalysisSpec = Field(default_factory=AnalysisSpec)

@@ -120,6 +120,22 @@ class RolloutState:
 
 
 @dataclass(frozen=True, slots=True)
+class DeciderMemory:
+    """What the rollout decider carries from one look at a rollout to the next, persisted with the
+    verdicts so that a restart or another replica's takeover resumes the same decision."""
+
+    rollout_id: str
+    looks: int = 0
+    """Looks taken at this rollout (every replica's)."""
+    failures: int = 0
+    """Consecutive looks with a failing metric (`failure_limit` of them roll back)."""
+    held_step: int | None = None
+    """The step already warned about for holding past `max_hold_s` (one warning per step)."""
+    warnings: tuple[str, ...] = ()
+    """Metrics of the last look left out because this configuration cannot evaluate them."""
+
+
+@dataclass(frozen=True, slots=True)
 class Transition:
     before: RolloutState
     after: RolloutState

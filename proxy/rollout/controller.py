@@ -9,15 +9,24 @@ could never apply one decision twice.
 
 Each look at a route (docs/rollouts.md, "The judge"):
 
-1. traffic metrics (error rate, latency and TTFT p50/p95, cost per request, corrections) on the
-   last `analysis.window_s` of both arms, never before the rollout started; and, when the
-   candidate is also shadowed, its disagreement with the primary above the route's noise floor;
-2. each rule check on the current rule epoch (the current version, since its first request or the
-   rollout's start), with its own look count, so a rule change is judged on fresh evidence;
-3. every verdict stored and counted; a `fail` in `failure_limit` consecutive looks rolls the canary
-   back to the route's fallback, with an alert naming the metric (and rule, version, check, example
-   requests); when every verdict passes and the step has lasted `step_interval_s`, the canary
-   advances (promoted after the last step). Anything inconclusive holds.
+1. traffic metrics (error rate, latency and TTFT p50/p95, cost per request, corrections, severe
+   findings, the LLM judge's scores) on all of both arms' evidence since the current step began;
+   and, when the candidate is also shadowed and the route has a noise floor, its disagreement
+   with the primary above that floor;
+2. each rule check on its rule epoch (the version, since its first request or the rollout's
+   start), so a rule change is judged on fresh evidence;
+3. the bounds are anytime-valid (`analyzers.sequential`): the false-rollback budget is split over
+   the metrics and the rollout's steps, never spent per look, so looking every interval is free;
+4. every verdict stored and counted, with `needs` (more canary answers to pass) and `eta_s`; a
+   `fail` in `failure_limit` consecutive looks rolls the canary back, with an alert naming the
+   metric (and rule, version, check, example requests); when every verdict passes and the step
+   has lasted `step_interval_s`, the canary advances (promoted after the last step). Anything
+   inconclusive holds; a step held past `canary.max_hold_s` raises one warning alert per step
+   naming what holds it and what it needs.
+
+What the decider remembers between looks (the look count, consecutive failures, the warnings, the
+step already warned about) is persisted with the verdicts, so a restart or a takeover resumes the
+same decision.
 """
 
 from __future__ import annotations
@@ -26,14 +35,22 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from alerts.alert import Alert
 from analyzers.judge_stats import judge
 from analyzers.verdicts import ArmWindow, MetricVerdict, Outcome, Tally
 from proxy.config import MirrorgateConfig, RouteSpec
-from proxy.core import ACTIVE, Action, IllegalTransition, Phase, RolloutState, Transition
+from proxy.core import (
+    ACTIVE,
+    Action,
+    DeciderMemory,
+    IllegalTransition,
+    Phase,
+    RolloutState,
+    Transition,
+)
 from proxy.observability import GatewayMetrics
 from proxy.store import Arms, Epoch, JudgeWindows, Leadership, StoreUnavailableError
 
@@ -50,18 +67,6 @@ log = logging.getLogger("mirrorgate.controller")
 
 TICK_S = 0.5
 """How often the controller wakes: to take over leadership, and to see which route is due."""
-
-
-@dataclass(slots=True)
-class _Memory:
-    """What the decider remembers about one rollout between looks (lost on takeover: the next
-    decider starts counting again, which only makes it more careful)."""
-
-    rollout_id: str
-    looks: int = 0
-    epoch_looks: dict[tuple[str, str], int] = field(default_factory=dict)
-    failures: int = 0
-    last_look: float = float("-inf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +87,10 @@ class Look:
     verdicts: tuple[tuple[str, MetricVerdict], ...]
     epochs: Mapping[str, EpochLook]
     """scope (`rule:<rule>@<version>`) → that epoch's tallies."""
+    etas: tuple[float | None, ...] = ()
+    """Per verdict: seconds until it has what it `needs` at the rate its evidence came in."""
+    warnings: tuple[str, ...] = ()
+    """Metrics left out because this configuration cannot evaluate them."""
 
 
 class RolloutController:
@@ -106,7 +115,8 @@ class RolloutController:
         self.monotonic = monotonic
         self.leadership = leadership
         self.leading = False
-        self._memory: dict[str, _Memory] = {}
+        self._memory: dict[str, DeciderMemory] = {}
+        self._last_look: dict[str, float] = {}
 
     async def run(self) -> None:
         """Decide forever (a background task). While the store is unavailable a round is
@@ -129,7 +139,7 @@ class RolloutController:
         leading = await asyncio.to_thread(self.leadership.hold)
         if leading != self.leading:
             self.leading = leading
-            self._memory.clear()
+            self._memory.clear()  # a new leader reads what the last one persisted
         if not leading:
             return []
         done: list[Transition] = []
@@ -140,14 +150,13 @@ class RolloutController:
             if state.phase not in ACTIVE or state.rollout_id is None:
                 self._memory.pop(route, None)
                 continue
-            memory = self._memory.get(route)
-            if memory is None or memory.rollout_id != state.rollout_id:
-                memory = self._memory[route] = _Memory(state.rollout_id)
             now_mono = self.monotonic()
-            if not force and now_mono - memory.last_look < spec.canary.analysis.interval_s:
+            last = self._last_look.get(route, float("-inf"))
+            if not force and now_mono - last < spec.canary.analysis.interval_s:
                 continue
-            memory.last_look = now_mono
+            self._last_look[route] = now_mono
             try:
+                memory = await self._remembered(state)
                 change = await self._look(state, spec, memory)
             except StoreUnavailableError:
                 raise
@@ -158,19 +167,30 @@ class RolloutController:
                 done.append(change)
         return done
 
+    async def _remembered(self, state: RolloutState) -> DeciderMemory:
+        """This rollout's decision state: in memory, else as the last decider persisted it."""
+        assert state.rollout_id is not None
+        memory = self._memory.get(state.route)
+        if memory is None or memory.rollout_id != state.rollout_id:
+            memory = await asyncio.to_thread(self.manager.store.load_memory, state.route)
+            if memory is None or memory.rollout_id != state.rollout_id:
+                memory = DeciderMemory(state.rollout_id)
+        return memory
+
     def _internal_error(self, what: str) -> None:
         """Log the exception being handled with its traceback, and count it."""
         log.exception("%s", what)
         self.metrics.internal_errors.labels("decider").inc()
 
     async def _look(
-        self, state: RolloutState, spec: RouteSpec, memory: _Memory
+        self, state: RolloutState, spec: RouteSpec, memory: DeciderMemory
     ) -> Transition | None:
         canary = spec.canary
         assert canary is not None
         now = self.clock()
-        memory.looks += 1
-        look = await asyncio.to_thread(self._judge, state, spec, memory, now)
+        memory = replace(memory, looks=memory.looks + 1)
+        look = await asyncio.to_thread(self._judge, state, spec, memory.looks, now)
+        memory = replace(memory, warnings=look.warnings)
         for _scope, verdict in look.verdicts:
             self.metrics.verdicts.labels(
                 state.route, state.candidate or "", verdict.metric, verdict.outcome.value
@@ -179,8 +199,9 @@ class RolloutController:
         action: Action | None = None
         reason = ""
         alert = None
+        started = state.step_started_at or now
         if failed:
-            memory.failures += 1
+            memory = replace(memory, failures=memory.failures + 1)
             reason, alert = self._rollback_reason(state, spec, look, failed, now)
             left = canary.analysis.failure_limit - memory.failures
             if left <= 0:
@@ -199,8 +220,7 @@ class RolloutController:
                     )
                 )
         else:
-            memory.failures = 0
-            started = state.step_started_at or now
+            memory = replace(memory, failures=0)
             step_done = now - started >= timedelta(seconds=canary.step_interval_s)
             all_pass = bool(look.verdicts) and all(
                 v.outcome is Outcome.PASS for _, v in look.verdicts
@@ -213,6 +233,19 @@ class RolloutController:
                     if last
                     else f"every metric passed for {canary.step_interval_s:g}s at {state.weight:g}%"
                 )
+        held = canary.max_hold_s is not None and (
+            now - started >= timedelta(seconds=canary.max_hold_s)
+        )
+        if (
+            action is None
+            and held
+            and state.phase is Phase.PROGRESSING
+            and memory.held_step != state.step
+        ):
+            self._warn_held(state, canary.max_hold_s or 0.0, look, now)
+            memory = replace(memory, held_step=state.step)
+        self._memory[state.route] = memory
+        await asyncio.to_thread(self.manager.store.save_memory, state.route, memory)
         if action is None:
             return None
         evidence = {
@@ -228,6 +261,7 @@ class RolloutController:
                     "threshold": v.threshold,
                     "n_primary": v.n_primary,
                     "n_candidate": v.n_candidate,
+                    "needs": v.needs,
                     "reason": v.reason,
                 }
                 for scope, v in look.verdicts
@@ -248,8 +282,41 @@ class RolloutController:
             log.info("judge's %s on %s not applied: %s", action.value, state.route, exc)
             return None
 
-    def _judge(self, state: RolloutState, spec: RouteSpec, memory: _Memory, now: datetime) -> Look:
-        """Read both arms' windows and judge them (blocking)."""
+    def _warn_held(self, state: RolloutState, max_hold_s: float, look: Look, now: datetime) -> None:
+        """One warning alert for a step held past `max_hold_s`: which metrics hold it, and what
+        each needs."""
+        holding = [
+            (scope, v, eta)
+            for (scope, v), eta in zip(look.verdicts, look.etas, strict=True)
+            if v.outcome is not Outcome.PASS
+        ]
+        parts = [f"{v.metric} ({_needs_text(v.needs, eta)})" for _, v, eta in holding]
+        if not look.verdicts:
+            parts = ["no evidence at all: no canary traffic recorded in this step"]
+        parts.extend(look.warnings)
+        summary = (
+            f"canary {state.candidate} of route {state.route} has held at {state.weight:g}% for "
+            f"more than {max_hold_s:g}s: held by {'; '.join(parts)}"
+        )
+        log.warning("%s", summary)
+        if self.manager.alerts is None:
+            return
+        self.manager.alerts.notify(
+            Alert(
+                kind="step_held",
+                route=state.route,
+                target=state.candidate or "",
+                severity="warning",
+                summary=summary,
+                starts_at=now,
+                check=holding[0][1].metric if holding else None,
+                evidence={"step": state.step, "weight": state.weight},
+                generator_url=f"{self.manager.external_url}/admin/rollouts/{state.route}",
+            )
+        )
+
+    def _judge(self, state: RolloutState, spec: RouteSpec, looks: int, now: datetime) -> Look:
+        """Read both arms' evidence and judge it (blocking)."""
         canary = spec.canary
         assert canary is not None and state.baseline and state.candidate and state.started_at
         analysis = canary.analysis
@@ -257,37 +324,42 @@ class RolloutController:
         if "min_samples_rate" not in thresholds.model_fields_set:
             thresholds = thresholds.model_copy(update={"min_samples_rate": analysis.min_samples})
         wanted = set(analysis.metrics)
+        sequences = len(canary.steps)
         arms = Arms(state.route, state.baseline, state.candidate)
-        since = max(state.started_at, now - timedelta(seconds=analysis.window_s))
+        since = max(state.started_at, state.step_started_at or state.started_at)
+        warnings: list[str] = []
         primary, candidate = traffic_windows(self.windows, arms, since)
         if "disagreement" in wanted:
             agreement, noise = agreement_tallies(self.windows, arms, spec.agreement.mode, since)
             primary = replace(primary, noise=noise)
             candidate = replace(candidate, agreement=agreement)
+            if agreement[1] and not noise[1]:
+                warnings.append(
+                    "disagreement left out: the canary's shadow pairs have no noise floor to "
+                    "be judged against (set the route's noise_sample above 0)"
+                )
+        traffic = judge(primary, candidate, thresholds, sequences=sequences)
         scoped: list[tuple[str, MetricVerdict]] = [
-            ("traffic", v)
-            for v in judge(primary, candidate, thresholds, memory.looks)
-            if v.metric in wanted
+            ("traffic", v) for v in traffic if _family(v.metric) in wanted
         ]
+        spans: list[float] = [(now - since).total_seconds()] * len(scoped)
         epochs: dict[str, EpochLook] = {}
         rule = next((n for n, r in self.config.rules.items() if state.route in r.routes), None)
         if rule is not None and "check_pass_rate" in wanted:
-            recent = now - timedelta(seconds=analysis.window_s)
-            for epoch in active_epochs(self.windows, arms, rule, recent):
+            for epoch in active_epochs(self.windows, arms, rule, state.started_at):
                 epoch_since = max(epoch.started_at, state.started_at)
                 checks = check_windows(self.windows, arms, epoch, epoch_since)
                 if not (checks[0] or checks[1]):
                     continue
-                key = (epoch.rule, epoch.version)
-                memory.epoch_looks[key] = memory.epoch_looks.get(key, 0) + 1
                 scope = f"rule:{epoch.rule}@{epoch.version}"
                 verdicts = judge(
                     ArmWindow(0, 0, checks=checks[0]),
                     ArmWindow(0, 0, checks=checks[1]),
                     thresholds,
-                    memory.epoch_looks[key],
+                    sequences=sequences,
                 )
                 scoped.extend((scope, v) for v in verdicts)
+                spans.extend([(now - epoch_since).total_seconds()] * len(verdicts))
                 failing = [
                     v.metric.partition(":")[2] for v in verdicts if v.outcome is Outcome.FAIL
                 ]
@@ -297,8 +369,11 @@ class RolloutController:
                         failing_examples(self.windows, arms, epoch, failing[0], epoch_since)
                     )
                 epochs[scope] = EpochLook(epoch, checks, examples)
-        self.manager.store.add_verdicts(state, memory.looks, scoped, now)
-        return Look(state.route, state.revision, tuple(scoped), epochs)
+        etas = [_eta(v, span) for (_, v), span in zip(scoped, spans, strict=True)]
+        self.manager.store.add_verdicts(state, looks, scoped, now, etas)
+        return Look(
+            state.route, state.revision, tuple(scoped), epochs, tuple(etas), tuple(warnings)
+        )
 
     def _rollback_reason(
         self,
@@ -365,3 +440,28 @@ class RolloutController:
 
 def _share(tally: Tally) -> float:
     return tally[0] / tally[1] if tally[1] else 0.0
+
+
+def _family(metric: str) -> str:
+    """The configurable metric a verdict belongs to (`check_pass_rate:x` → `check_pass_rate`)."""
+    return metric.partition(":")[0]
+
+
+def _eta(verdict: MetricVerdict, span_s: float) -> float | None:
+    """Seconds until `verdict` has the candidate answers it needs, at the rate they came in over
+    the `span_s` its evidence covers; 0 when it needs none, None when unknown or never."""
+    if verdict.needs is None:
+        return None
+    if verdict.needs == 0:
+        return 0.0
+    if verdict.n_candidate == 0 or span_s <= 0:
+        return None
+    return round(verdict.needs * span_s / verdict.n_candidate, 1)
+
+
+def _needs_text(needs: int | None, eta: float | None) -> str:
+    if needs is None:
+        return "its estimate is beyond the margin"
+    if eta is None:
+        return f"needs {needs} more canary answers; none came in yet"
+    return f"needs {needs} more canary answers, about {eta:.0f}s at the current rate"

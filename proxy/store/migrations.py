@@ -318,6 +318,22 @@ def _v7_rollouts(conn: Connection) -> None:
     metadata.create_all(conn)
 
 
+def _v8_decider_memory(conn: Connection) -> None:
+    sa.Table(
+        "decider_memory",
+        sa.MetaData(),
+        sa.Column("route", sa.String(), primary_key=True),
+        sa.Column("rollout_id", sa.String(), nullable=False),
+        sa.Column("looks", sa.Integer(), nullable=False),
+        sa.Column("failures", sa.Integer(), nullable=False),
+        sa.Column("held_step", sa.Integer(), nullable=True),
+        sa.Column("warnings", sa.Text(), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    ).create(conn)
+    conn.execute(sa.text("ALTER TABLE verdicts ADD COLUMN needs INTEGER"))
+    conn.execute(sa.text("ALTER TABLE verdicts ADD COLUMN eta_s FLOAT"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "exchanges table and its indexes", _v1_exchanges),
     Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
@@ -326,6 +342,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "check_results table: rule check verdicts per answer", _v5_check_results),
     Migration(6, "findings table: analyzer plugins' observations", _v6_findings),
     Migration(7, "rollouts, rollout_events, verdicts and alert_claims tables", _v7_rollouts),
+    Migration(8, "decider_memory table; verdicts say what each metric needs", _v8_decider_memory),
 )
 """The schema's whole history, oldest first. Append only."""
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from analyzers.verdicts import MetricVerdict
-from proxy.core import Arm, Phase, RolloutState, Transition, as_utc
+from proxy.core import Arm, DeciderMemory, Phase, RolloutState, Transition, as_utc
 
 from .errors import DuplicateRecordError, translated
 
@@ -83,6 +83,19 @@ verdicts = sa.Table(
     sa.Column("alpha", sa.Float()),
     sa.Column("reason", sa.Text()),
     sa.Column("created_at", sa.DateTime(timezone=True)),
+    sa.Column("needs", sa.Integer()),
+    sa.Column("eta_s", sa.Float()),
+)
+decider_memory = sa.Table(
+    "decider_memory",
+    _meta,
+    sa.Column("route", sa.String(), primary_key=True),
+    sa.Column("rollout_id", sa.String()),
+    sa.Column("looks", sa.Integer()),
+    sa.Column("failures", sa.Integer()),
+    sa.Column("held_step", sa.Integer()),
+    sa.Column("warnings", sa.Text()),
+    sa.Column("updated_at", sa.DateTime(timezone=True)),
 )
 alert_claims = sa.Table(
     "alert_claims",
@@ -229,9 +242,13 @@ class RolloutStore:
         look: int,
         scoped: Sequence[tuple[str, MetricVerdict]],
         at: datetime,
+        etas: Sequence[float | None] = (),
     ) -> None:
+        """Append one look's verdicts; `etas` (one per verdict, or none) the seconds each needs
+        at the route's current rate."""
         if not scoped:
             return
+        etas = list(etas) or [None] * len(scoped)
         rows = [
             {
                 "route": state.route,
@@ -250,8 +267,10 @@ class RolloutStore:
                 "alpha": v.alpha,
                 "reason": v.reason,
                 "created_at": at,
+                "needs": v.needs,
+                "eta_s": eta,
             }
-            for scope, v in scoped
+            for (scope, v), eta in zip(scoped, etas, strict=True)
         ]
         with translated("writing verdicts", writing=True), self._engine.begin() as conn:
             conn.execute(sa.insert(verdicts), rows)
@@ -281,10 +300,45 @@ class RolloutStore:
                 "n_candidate": row["n_candidate"],
                 "alpha": row["alpha"],
                 "reason": row["reason"],
+                "needs": row["needs"],
+                "eta_s": row["eta_s"],
                 "at": _iso(row["created_at"]),
             }
             for row in rows
         ]
+
+    def load_memory(self, route: str) -> DeciderMemory | None:
+        """What the decider remembered of the route's rollout at its last look, if anything."""
+        query = sa.select(decider_memory).where(decider_memory.c.route == route)
+        with translated("reading the decider's memory"), self._engine.connect() as conn:
+            row = conn.execute(query).mappings().first()
+        if row is None:
+            return None
+        return DeciderMemory(
+            rollout_id=row["rollout_id"],
+            looks=int(row["looks"]),
+            failures=int(row["failures"]),
+            held_step=row["held_step"],
+            warnings=tuple(json.loads(row["warnings"] or "[]")),
+        )
+
+    def save_memory(self, route: str, memory: DeciderMemory) -> None:
+        """Replace the route's remembered decision state (one row per route)."""
+        row = {
+            "route": route,
+            "rollout_id": memory.rollout_id,
+            "looks": memory.looks,
+            "failures": memory.failures,
+            "held_step": memory.held_step,
+            "warnings": json.dumps(list(memory.warnings)),
+            "updated_at": datetime.now(UTC),
+        }
+        with translated("writing the decider's memory", writing=True), self._engine.begin() as conn:
+            done = conn.execute(
+                sa.update(decider_memory).where(decider_memory.c.route == route).values(row)
+            )
+            if done.rowcount == 0:
+                conn.execute(sa.insert(decider_memory), [row])
 
     def claim_alert(self, fingerprint: str, starts_at: datetime, route: str) -> bool:
         """Record one firing of one Alertmanager alert as acted on; False if it already was."""

@@ -253,10 +253,14 @@ def test_status_shows_the_latest_verdict_of_each_metric(gw: GatewayServer, run: 
     assert len(names) == len(set(names))  # one line per metric
     rows = {line.split()[1]: line.split() for line in block[1:]}
     error_rate = rows["error_rate"]
-    assert error_rate[0] in ("pass", "inconclusive")  # no errors on either arm
-    assert error_rate[2] == "+0.00" and "limit" in error_rate and "+1" in error_rate
+    # No errors on either arm, but ~45 canary answers cannot show the 2-point margin yet: the
+    # line says how many more it needs.
+    assert error_rate[0] == "inconclusive"
+    assert error_rate[2] == "+0.00" and "limit" in error_rate and "+2" in error_rate
+    assert "needs" in error_rate and error_rate[error_rate.index("needs") + 1].isdigit()
     latency = rows["latency_p50"]
-    assert latency[2].startswith("x") and "x1.2" in latency
+    # A ratio against a ratio limit (here the 50 ms floor of a ~1 ms fake model, far above x1.2).
+    assert latency[2].startswith("x") and latency[latency.index("limit") + 1].startswith("x")
     check = rows["check_pass_rate:max-weight"]
     assert check[2] == "(shipping@v1)"  # the rule epoch the check was judged on
 
