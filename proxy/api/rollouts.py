@@ -6,7 +6,10 @@ Alertmanager webhook `/hooks/alertmanager`. Both need the admin bearer token.
                                                id (host:pid) and `decider` (true on the one
                                                replica that judges now)
     GET  /admin/rollouts/{route}               one route: state, live routing, transitions, verdicts
+                                               (with needs and eta_s), warnings
     GET  /admin/rollouts/{route}/verdicts      the judge's recent verdicts (?limit=, at most 1000)
+    GET  /admin/rollouts/{route}/plan          can the canary's steps pass at the route's recent
+                                               traffic (?since=1h), how long each takes, advice
     POST /admin/rollouts/{route}/{action}      start | pause | resume | promote | abort | rollback
                                                | restore
                                                optional JSON body {"reason": "..."}
@@ -22,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -31,8 +34,9 @@ from fastapi import APIRouter, Depends, Request
 from alerts.alertmanager_webhook import parse_payload
 from alerts.errors import PayloadError
 from alerts.rollback_request import decide_rollbacks
-from proxy.config import rollout_warnings
+from proxy.config import ConfigProblem, rollout_warnings
 from proxy.core import (
+    ACTIVE,
     OPERATOR_ACTIONS,
     Action,
     IllegalTransition,
@@ -41,10 +45,19 @@ from proxy.core import (
     RolloutState,
     Unavailable,
     UnsupportedMediaType,
+    parse_since,
 )
 from proxy.gateway import RouteTable
-from proxy.rollout import RolloutManager, RouteUnknownError, TransitionConflictError
-from proxy.store import StoreUnavailableError
+from proxy.rollout import (
+    RolloutManager,
+    RolloutPlan,
+    RouteUnknownError,
+    TrafficProfile,
+    TransitionConflictError,
+    plan_rollout,
+    traffic_profile,
+)
+from proxy.store import JudgeWindows, StoreUnavailableError
 
 from .admin import AdminAuth, read_limited
 from .errors import PhaseConflict, store_unavailable
@@ -92,6 +105,36 @@ def state_json(state: RolloutState, routes: RouteTable) -> dict[str, Any]:
     }
 
 
+def plan_json(
+    plan: RolloutPlan, profile: TrafficProfile, since: str, warnings: list[ConfigProblem]
+) -> dict[str, Any]:
+    """The answer of `GET /admin/rollouts/{route}/plan`."""
+    return {
+        "route": plan.route,
+        "since": since,
+        "traffic": {
+            "rate_per_s": round(profile.rate_per_s, 4),
+            "requests": profile.requests,
+            "error_rate": round(profile.errors / profile.requests, 6) if profile.requests else None,
+            "checks": {k: {"passed": p, "total": t} for k, (p, t) in profile.checks.items()},
+        },
+        "steps": [
+            {
+                "weight_percent": step.weight,
+                "canary_per_s": round(step.canary_per_s, 4),
+                "needs": dict(step.needs),
+                "duration_s": None if step.duration_s is None else round(step.duration_s),
+                "holding": step.holding,
+            }
+            for step in plan.steps
+        ],
+        "total_s": None if plan.total_s is None else round(plan.total_s),
+        "can_pass": plan.total_s is not None,
+        "advice": list(plan.advice),
+        "warnings": [problem.message for problem in warnings],
+    }
+
+
 def build_rollout_router(
     auth: AdminAuth,
     manager: RolloutManager,
@@ -99,6 +142,7 @@ def build_rollout_router(
     *,
     replica: str = "",
     decider: Callable[[], bool] = lambda: False,
+    windows: JudgeWindows | None = None,
 ) -> APIRouter:
     """`replica` names this gateway process in `GET /admin/rollouts`; `decider` says whether it
     is the one replica running the judge right now (it holds the decider lock)."""
@@ -148,6 +192,32 @@ def build_rollout_router(
         except StoreUnavailableError as exc:
             raise store_unavailable(exc, "the store cannot be read") from exc
         return {"route": route, "verdicts": rows}
+
+    @router.get("/admin/rollouts/{route}/plan")
+    async def plan(route: str, since: str = "1h") -> dict[str, Any]:
+        spec = manager.config.routes.get(route)
+        if spec is None:
+            raise NotFound(f"no route '{route[:200]}'")
+        if spec.canary is None:
+            raise RequestError(f"route '{route[:200]}' has no canary to plan")
+        now = datetime.now(UTC)
+        try:
+            start = parse_since(since[:100], now)
+        except ValueError as exc:
+            raise RequestError(f"since: {exc}") from None
+        if windows is None:
+            raise RequestError("this gateway has no store to read recent traffic from")
+        rule = next((n for n, r in manager.config.rules.items() if route in r.routes), None)
+        state = manager.state(route)
+        baseline = state.baseline if state.phase in ACTIVE and state.baseline else spec.primary
+        try:
+            profile = await asyncio.to_thread(
+                traffic_profile, windows, route, baseline, rule, start, now
+            )
+        except StoreUnavailableError as exc:
+            raise store_unavailable(exc, "the store cannot be read") from exc
+        planned = await asyncio.to_thread(plan_rollout, route, profile, spec.canary)
+        return plan_json(planned, profile, since, rollout_warnings(manager.config, route))
 
     @router.post("/admin/rollouts/{route}/{action}")
     async def act(route: str, action: str, request: Request) -> dict[str, Any]:

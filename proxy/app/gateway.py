@@ -269,6 +269,7 @@ class Gateway:
                 self.routes,
                 replica=f"{socket.gethostname()}:{os.getpid()}",
                 decider=lambda: self.controller.leading,
+                windows=self.controller.windows,
             )
         )
         api.include_router(build_feedback_router(self.feedback))

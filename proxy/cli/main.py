@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from proxy.config import ConfigError, MirrorgateConfig, load_config, rollout_warnings
 from proxy.core import OPERATOR_ACTIONS, Action
 
-ROLLOUT_ACTIONS = ("status", *(a.value for a in Action if a in OPERATOR_ACTIONS))
+ROLLOUT_ACTIONS = ("status", "plan", *(a.value for a in Action if a in OPERATOR_ACTIONS))
 ROLLOUT_URL_ENV = "MIRRORGATE_URL"
 ROLLOUT_DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -102,8 +102,10 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     parser: argparse.ArgumentParser = args.parser
     if args.action != "status" and not args.route:
         parser.error(f"rollout {args.action} needs a ROUTE")
-    if args.action == "status" and args.reason is not None:
-        parser.error("--reason goes with an action, not with status")
+    if args.action in ("status", "plan") and args.reason is not None:
+        parser.error(f"--reason goes with an action, not with {args.action}")
+    if args.since is not None and args.action != "plan":
+        parser.error("--since goes with plan")
     if not args.timeout > 0:
         parser.error("--timeout must be a positive number of seconds")
     if args.url is None:
@@ -192,6 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rollout.add_argument("--reason", help="why; kept with the transition (actions only)")
     rollout.add_argument("--json", action="store_true", help="print the admin API's JSON")
+    rollout.add_argument(
+        "--since",
+        help="plan: size the rollout on the route's traffic of this last period (default 1h)",
+    )
     rollout.add_argument(
         "--timeout", type=float, default=10.0, help="seconds to wait for the gateway (10)"
     )

@@ -2,6 +2,7 @@
 (docs/rollouts.md).
 
     mirrorgate rollout status [ROUTE]                                   every route, or one
+    mirrorgate rollout plan ROUTE [--since 1h]          can the steps pass at recent traffic
     mirrorgate rollout start|pause|resume|promote|abort|rollback ROUTE  one operator action
 
 `--url` (default `$MIRRORGATE_URL`, else `http://127.0.0.1:8080`) is the gateway's base URL; the
@@ -24,7 +25,7 @@ from urllib.parse import quote
 
 import httpx
 
-from .rollout_text import render_action, render_routes, render_status
+from .rollout_text import render_action, render_plan, render_routes, render_status
 
 TOKEN_ENV = "MIRRORGATE_ADMIN_TOKEN"
 URL_ENV = "MIRRORGATE_URL"
@@ -48,6 +49,8 @@ def run_rollout(args: argparse.Namespace) -> int:
         return 1
     if args.json:
         print(json.dumps(body, indent=2))
+    elif args.action == "plan":
+        print(render_plan(body))
     elif args.action != "status":
         print(render_action(args.action, body))
     elif args.route is None:
@@ -67,6 +70,9 @@ def _exchange(client: httpx.Client, args: argparse.Namespace, *, has_token: bool
     if args.action == "status":
         path = "/admin/rollouts" if args.route is None else _route_path(args.route)
         response = _send(client, "GET", path, None)
+    elif args.action == "plan":
+        since = quote(args.since or "1h", safe="")
+        response = _send(client, "GET", f"{_route_path(args.route)}/plan?since={since}", None)
     else:
         payload = {"reason": args.reason} if args.reason else None
         response = _send(client, "POST", f"{_route_path(args.route)}/{args.action}", payload)

@@ -40,6 +40,42 @@ def render_status(body: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def render_plan(body: Mapping[str, Any]) -> str:
+    """`rollout plan`: the route's recent traffic, each step's time and what holds it, advice."""
+    traffic = _mapping(body.get("traffic"))
+    rate = traffic.get("rate_per_s")
+    lines = [
+        f"route {body.get('route', '?')}: plan on the last {body.get('since', '?')} of traffic "
+        f"({_num(rate, '.3g')} req/s on the primary, {traffic.get('requests', 0)} requests)"
+    ]
+    rows = [("STEP", "CANARY/S", "TAKES", "HELD LONGEST BY", "NEEDS")]
+    for step in _rows(body.get("steps")):
+        needs = _mapping(step.get("needs"))
+        holding = str(step.get("holding") or "-")
+        duration = step.get("duration_s")
+        took = _duration(duration) if isinstance(duration, int | float) else "does not pass"
+        count = needs.get(holding)
+        rows.append(
+            (
+                _pct(step.get("weight_percent")),
+                _num(step.get("canary_per_s"), ".3g"),
+                took,
+                holding,
+                f"{count} canary answers" if isinstance(count, int) else "-",
+            )
+        )
+    lines += [f"  {r}" for r in _columns(rows)]
+    total = body.get("total_s")
+    lines.append(
+        f"promoted after about {_duration(total)}"
+        if isinstance(total, int | float)
+        else "cannot be promoted at this traffic with these settings"
+    )
+    lines += [f"  advice: {a}" for a in body.get("advice") or ()]
+    lines += [f"  warning: {w}" for w in body.get("warnings") or ()]
+    return "\n".join(lines)
+
+
 def render_routes(body: Mapping[str, Any]) -> str:
     """Every route, one line each."""
     header = ("ROUTE", "PHASE", "STEP", "CANARY", "CANDIDATE", "SERVING", "LAST CHANGE")

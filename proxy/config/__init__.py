@@ -8,6 +8,7 @@ from .checks import rollout_warnings
 from .errors import ConfigError, ConfigProblem
 from .loader import load_config, parse_config
 from .specs import (
+    CanarySpec,
     JudgeSpec,
     MirrorgateConfig,
     ModelSpec,
@@ -21,6 +22,7 @@ from .specs import (
 )
 
 __all__ = [
+    "CanarySpec",
     "ConfigError",
     "ConfigProblem",
     "JudgeSpec",

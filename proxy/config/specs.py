@@ -172,7 +172,7 @@ _STICKY = re.compile(r"^(none|header:[A-Za-z0-9-]+|body:[A-Za-z0-9_.]+)$")
 class CanarySpec(Spec):
     model: str
     steps: list[Annotated[int, Field(ge=1, le=100)]] = Field(
-        default_factory=lambda: [1, 5, 25, 50, 100]
+        default_factory=lambda: [10, 25, 50, 100]
     )
     step_interval_s: float = Field(60.0, gt=0)
     """The shortest time at each step: a step advances once every metric passes *and* it has

@@ -18,6 +18,8 @@ from analyzers.verdicts import ArmWindow, Tally
 from proxy.core import Arm, Status
 from proxy.store import Arms, Epoch, JudgeWindows
 
+from .plan import TrafficProfile
+
 _NOT_ERRORS = (Status.OK.value, Status.CLIENT_DISCONNECTED.value)
 
 
@@ -114,3 +116,32 @@ def agreement_tallies(
         if not row.agreed:
             tally[0] += row.count
     return (shadow[0], shadow[1]), (noise[0], noise[1])
+
+
+def traffic_profile(
+    windows: JudgeWindows,
+    route: str,
+    primary: str,
+    rule: str | None,
+    since: datetime,
+    now: datetime,
+) -> TrafficProfile:
+    """What `primary` served on `route` since `since` (and its checks on the newest version of
+    `rule`), for sizing a rollout (`proxy.rollout.plan`)."""
+    arms = Arms(route, primary, "")  # no candidate: only the baseline's own exchanges
+    window, _ = traffic_windows(windows, arms, since)
+    checks: dict[str, Tally] = {}
+    if rule is not None:
+        newest = windows.newest_version(rule)
+        if newest is not None:
+            checks = check_windows(windows, arms, newest, max(since, newest.started_at))[0]
+    span = max((now - since).total_seconds(), 1.0)
+    return TrafficProfile(
+        rate_per_s=window.requests / span,
+        requests=window.requests,
+        errors=window.errors,
+        latencies_s=window.latencies_s,
+        ttfts_s=window.ttfts_s,
+        costs_usd=window.costs_usd,
+        checks=checks,
+    )

@@ -265,6 +265,31 @@ def test_status_shows_the_latest_verdict_of_each_metric(gw: GatewayServer, run: 
     assert check[2] == "(shipping@v1)"  # the rule epoch the check was judged on
 
 
+def test_plan_sizes_the_steps_on_the_routes_recent_traffic(gw: GatewayServer, run: Run) -> None:
+    with httpx.Client(base_url=gw.url) as client:
+        for i in range(60):
+            ask(client, f"user-{i}")
+        wait_until(
+            lambda: client.get("/admin/rollouts/bot/plan", headers=AUTH).json()["traffic"][
+                "requests"
+            ]
+            == 60,
+            what="the 60 requests recorded",
+        )
+        body = client.get("/admin/rollouts/bot/plan?since=2h", headers=AUTH).json()
+    assert [s["weight_percent"] for s in body["steps"]] == [30, 60]
+    assert body["since"] == "2h" and body["traffic"]["error_rate"] == 0.0
+    code, out, _ = run("plan", "bot", "--url", gw.url, "--since", "2h")
+    assert code == 0
+    assert out.startswith("route bot: plan on the last 2h of traffic")
+    rows = [line.split() for line in out.splitlines()[2:4]]
+    assert [r[0] for r in rows] == ["30%", "60%"]
+    code, _, err = run("plan", "bot", "--url", gw.url, "--since", "last tuesday")
+    assert code == 1 and "since" in err
+    code, _, err = run("plan", "nope", "--url", gw.url)
+    assert code == 1 and "nope" in err
+
+
 class StubGateway:
     """An HTTP server on 127.0.0.1 answering every request with one canned response."""
 

@@ -1,21 +1,24 @@
-"""The decider's failures: an outage is waited out; a bug is logged with its traceback, counted
-under component="decider", and judging goes on."""
+"""The decider: an outage is waited out; a bug is logged with its traceback, counted under
+component="decider", and judging goes on; each step is judged on all its evidence, an unsettled
+metric says what it needs, the decision survives a restart, a held step warns once."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.config import MirrorgateConfig, parse_config
-from proxy.core.records import Arm
-from proxy.core.rollout_state import Action
+from alerts.alert import Alert
+from alerts.dispatcher import AlertDispatcher
+from proxy.config import MirrorgateConfig, parse_config, rollout_warnings
+from proxy.core.records import Arm, Status
+from proxy.core.rollout_state import Action, Phase
 from proxy.gateway.routing import RouteTable
 from proxy.observability.metrics import GatewayMetrics
 from proxy.rollout.controller import RolloutController
@@ -157,3 +160,165 @@ def test_an_unavailable_store_is_waited_for_not_counted_as_a_bug(
 
     assert asyncio.run(scenario()) == 0
     assert not [r for r in caplog.records if r.exc_info]
+
+
+# --- the judge over a step's whole evidence, the memory that survives a restart, held steps ---
+
+LOW_TRAFFIC = """
+models:
+  prod: {provider: openai, base_url: "http://127.0.0.1:9/v1", model: prod}
+  cand: {provider: openai, base_url: "http://127.0.0.1:9/v1", model: cand}
+routes:
+  bot:
+    primary: prod
+    canary:
+      model: cand
+      steps: [50]
+      step_interval_s: 60
+      max_hold_s: 600
+      analysis: {interval_s: 10, failure_limit: 2, metrics: [error_rate, latency_p50]}
+"""
+
+
+class CapturedAlerts(AlertDispatcher):
+    """The alert fan-out, keeping what it was asked to send instead of sending it."""
+
+    def __init__(self) -> None:  # no sinks, no client: nothing leaves the test
+        self.sent: list[Alert] = []
+
+    def notify(self, alert: Alert) -> None:
+        self.sent.append(alert)
+
+
+class Clock:
+    """A virtual wall clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+async def low_traffic_rollout(
+    store: Store, clock: Clock, alerts: CapturedAlerts | None = None
+) -> tuple[RolloutController, RolloutManager]:
+    config = parse_config(LOW_TRAFFIC, {})
+    metrics = GatewayMetrics(CollectorRegistry())
+    manager = RolloutManager(
+        config, RolloutStore(store), RouteTable(config), metrics, alerts=alerts, clock=clock
+    )
+    await manager.act("bot", Action.START, reason="test", actor="operator")
+    controller = RolloutController(
+        config, manager, JudgeWindows(store), Leadership(store), metrics, clock=clock
+    )
+    return controller, manager
+
+
+def arrivals(store: Store, start: datetime, seconds: int, per_s: float, **canary: Any) -> None:
+    """`per_s` requests per second on each arm for `seconds` from `start`."""
+    every = 1 / per_s
+    records = []
+    for i in range(int(seconds * per_s)):
+        at = start + timedelta(seconds=i * every)
+        records.append(make_record(route="bot", target="prod", arm=Arm.PRIMARY, started_at=at))
+        records.append(
+            make_record(route="bot", target="cand", arm=Arm.CANARY, started_at=at, **canary)
+        )
+    store.write_batch(records)
+
+
+def test_a_low_traffic_step_is_judged_on_all_its_evidence_and_promoted(store: Store) -> None:
+    # 1 request/s per arm for 20 minutes: no 60 s window ever holds enough to show the 2-point
+    # error margin, but the step's 1,200 answers per arm do.
+    async def scenario() -> tuple[Any, Any]:
+        clock = Clock()
+        controller, manager = await low_traffic_rollout(store, clock)
+        arrivals(store, clock.now, 1200, 1.0)
+        clock.now += timedelta(seconds=1200)
+        (change,) = await controller.tick(force=True)
+        return change.after.phase, manager.store.recent_verdicts("bot")
+
+    phase, rows = asyncio.run(scenario())
+    assert phase is Phase.PROMOTED
+    error_rate = next(r for r in rows if r["metric"] == "error_rate")
+    assert error_rate["n_candidate"] == 1200 and error_rate["verdict"] == "pass"
+    assert error_rate["needs"] == 0 and error_rate["eta_s"] == 0.0
+
+
+def test_an_unsettled_metric_says_what_it_needs_and_when(store: Store) -> None:
+    async def scenario() -> list[dict[str, Any]]:
+        clock = Clock()
+        controller, manager = await low_traffic_rollout(store, clock)
+        arrivals(store, clock.now, 100, 1.0)  # 100 answers per arm in 100 s
+        clock.now += timedelta(seconds=100)
+        assert await controller.tick(force=True) == []
+        return manager.store.recent_verdicts("bot")
+
+    error_rate = next(r for r in asyncio.run(scenario()) if r["metric"] == "error_rate")
+    assert error_rate["verdict"] == "inconclusive" and error_rate["needs"] > 0
+    # One canary answer a second came in: the time is the needed answers at that rate.
+    assert error_rate["eta_s"] == pytest.approx(error_rate["needs"], rel=0.02)
+
+
+def test_a_restarted_decider_resumes_the_failure_count(store: Store) -> None:
+    # failure_limit 2: one failing look warns; the next failing look -- by a new decider process
+    # after a restart -- rolls back, instead of counting from zero again.
+    async def scenario() -> tuple[list[Any], list[Any], list[str]]:
+        clock = Clock()
+        alerts = CapturedAlerts()
+        first, manager = await low_traffic_rollout(store, clock, alerts)
+        arrivals(store, clock.now, 400, 1.0, status=Status.UPSTREAM_ERROR, http_status=502)
+        clock.now += timedelta(seconds=400)
+        before = await first.tick(force=True)
+        second = RolloutController(
+            manager.config,
+            manager,
+            JudgeWindows(store),
+            Leadership(store),
+            manager.metrics,
+            clock=clock,
+        )
+        after = await second.tick(force=True)
+        return before, after, [a.kind for a in alerts.sent]
+
+    before, after, kinds = asyncio.run(scenario())
+    assert before == [] and kinds[0] == "verdict_fail"
+    (change,) = after
+    assert change.after.phase is Phase.ROLLED_BACK
+
+
+def test_a_step_held_past_max_hold_warns_once_naming_what_holds_it(store: Store) -> None:
+    async def scenario() -> list[Alert]:
+        clock = Clock()
+        alerts = CapturedAlerts()
+        controller, _ = await low_traffic_rollout(store, clock, alerts)
+        arrivals(store, clock.now, 100, 0.2)  # 20 answers per arm: far too few
+        clock.now += timedelta(seconds=700)  # past max_hold_s (600)
+        await controller.tick(force=True)
+        clock.now += timedelta(seconds=10)
+        await controller.tick(force=True)  # still held: no second warning for this step
+        return alerts.sent
+
+    (alert,) = asyncio.run(scenario())
+    assert alert.kind == "step_held" and alert.severity == "warning"
+    assert "error_rate" in alert.summary and "needs" in alert.summary
+
+
+def test_disagreement_without_a_noise_floor_is_a_warning_not_a_hold(store: Store) -> None:
+    config = parse_config(
+        """
+models:
+  prod: {provider: openai, base_url: "http://127.0.0.1:9/v1", model: prod}
+  cand: {provider: openai, base_url: "http://127.0.0.1:9/v1", model: cand}
+routes:
+  bot:
+    primary: prod
+    shadows: [{model: cand}]
+    canary: {model: cand, analysis: {metrics: [error_rate, disagreement]}}
+""",
+        {},
+    )
+    (warning,) = rollout_warnings(config)
+    assert warning.path == "routes.bot.canary.analysis.metrics"
+    assert "noise_sample" in warning.message

@@ -1,0 +1,66 @@
+"""The rollout planner: at a route's recent traffic, how long each step takes, which metric holds
+it, and what to change when the steps cannot pass; its answers agree with the judge."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from analyzers.judge_stats import judge
+from analyzers.verdicts import ArmWindow, Outcome
+from proxy.config import CanarySpec
+from proxy.rollout.plan import TrafficProfile, plan_rollout
+
+
+def profile(rate: float, n: int = 4000, errors: float = 0.01) -> TrafficProfile:
+    rng = random.Random(1)
+    latencies = tuple(0.8 * math.exp(0.5 * rng.gauss(0, 1)) for _ in range(n))
+    return TrafficProfile(rate, n, round(n * errors), latencies, checks={"c": (n * 49 // 50, n)})
+
+
+def test_each_step_needs_its_own_answers_so_the_smallest_step_takes_longest() -> None:
+    canary = CanarySpec(model="cand", steps=[10, 25, 50, 100], step_interval_s=60)
+    plan = plan_rollout("bot", profile(2.0), canary)
+    assert [s.weight for s in plan.steps] == [10, 25, 50]  # 100 is promotion, never judged
+    durations = [s.duration_s for s in plan.steps]
+    assert all(d is not None for d in durations)
+    assert durations[0] > durations[1] > durations[2] >= 60  # type: ignore[operator]
+    assert plan.total_s == sum(durations)  # type: ignore[arg-type]
+    first = plan.steps[0]
+    assert first.holding in first.needs
+    # Time = the answers the slowest metric needs at the step's canary rate.
+    assert first.duration_s == first.needs[first.holding] / first.canary_per_s  # type: ignore[index,operator]
+
+
+def test_the_needed_answers_are_where_the_judge_starts_to_pass() -> None:
+    canary = CanarySpec(model="cand", steps=[50], analysis={"metrics": ["error_rate"]})
+    (step,) = plan_rollout("bot", profile(10.0), canary).steps
+    n = step.needs["error_rate"]
+    assert n is not None
+
+    def outcome(k: int) -> Outcome:
+        (verdict,) = judge(
+            ArmWindow(k, round(k * 0.01)),
+            ArmWindow(k, round(k * 0.01)),
+            canary.analysis.thresholds.model_copy(update={"min_samples_rate": 50}),
+            sequences=1,
+        )
+        return verdict.outcome
+
+    assert outcome(n) is Outcome.PASS
+    assert outcome(int(n * 0.9)) is not Outcome.PASS
+
+
+def test_a_tiny_first_step_at_low_traffic_is_called_out_with_advice() -> None:
+    canary = CanarySpec(model="cand", steps=[1, 50, 100], max_hold_s=3600)
+    plan = plan_rollout("bot", profile(1.0), canary)
+    assert plan.steps[0].duration_s is None or plan.steps[0].duration_s > 3600
+    assert any("1% step" in a and "larger share" in a for a in plan.advice)
+
+
+def test_no_traffic_gives_no_plan_but_says_why() -> None:
+    plan = plan_rollout("bot", TrafficProfile(0.0, 0, 0), CanarySpec(model="cand"))
+    assert plan.total_s is None
+    assert plan.advice == (
+        "no recent traffic on the route's primary: nothing to size the rollout on",
+    )
