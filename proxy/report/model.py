@@ -190,6 +190,9 @@ class RouteReport:
     rule_versions: tuple[RuleVersionReport, ...] = ()
     """In order of first appearance."""
     feedback: FeedbackReport | None = None
+    agreement_mode: str = "normalized"
+    """The route's agreement mode (its fields and tolerance were applied when pairs were
+    recorded)."""
 
     @property
     def has_streams(self) -> bool:
