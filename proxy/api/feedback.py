@@ -155,8 +155,8 @@ class FeedbackService:
                 correction=body.correction,
             )  # fmt: skip
             corrected = is_correction(said)
-            kind = "correction" if corrected else None
-            records.append((replace(said, corrected=corrected), kind))
+            counted_as = "correction" if corrected else None
+            records.append((replace(said, corrected=corrected), counted_as))
         if body.score is not None:
             sentiment = "positive" if body.score >= 4 else "negative" if body.score <= 2 else None
             records.append((FeedbackRecord(**base, kind="score", score=body.score), sentiment))

@@ -94,7 +94,7 @@ def agreement_section(route: RouteReport, colours: dict[str, str]) -> str:
             f"<thead><tr>{_head(_PAIR_HEADINGS, 1)}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table></div>"
             f'<p class="note">Agreement is the route&rsquo;s <code>{_e(route.agreement_mode)}'
-            "</code> comparison (with its fields and tolerance), over the pairs it applies to; "
+            f"</code> comparison{_e(route.agreement_note)}, over the pairs it applies to; "
             "disagreement and &ldquo;beyond noise&rdquo; read it.</p>"
         )
     elif not route.unpaired:

@@ -155,8 +155,8 @@ def _agreement(route: RouteReport) -> list[str]:
 
 def _mode_sentence(route: RouteReport) -> str:
     return (
-        f"Agreement is the route's `{route.agreement_mode}` comparison (with its fields and "
-        "tolerance), over the pairs it applies to; disagreement and 'beyond noise' read it."
+        f"Agreement is the route's `{route.agreement_mode}` comparison{route.agreement_note}, "
+        "over the pairs it applies to; disagreement and 'beyond noise' read it."
     )
 
 

@@ -195,6 +195,12 @@ class RouteReport:
     recorded)."""
 
     @property
+    def agreement_note(self) -> str:
+        """What the route's agreement compares beyond its mode (empty for text modes)."""
+        fielded = self.agreement_mode in ("json_fields", "numeric")
+        return " (with its fields and tolerance)" if fielded else ""
+
+    @property
     def has_streams(self) -> bool:
         return any(arm.ttfts_s for arm in self.arms)
 

@@ -205,7 +205,7 @@ def test_agreement_is_the_routes_verdict_and_beyond_noise_reads_it(
     assert shadow["agreement (n)"] == "100.0% [67.6, 100.0] (8)"
     assert shadow["normalized"].startswith("10.0%")  # 1 of 10 texts equal: not the verdict
     assert shadow["beyond noise"].startswith("+0.0 pp [")
-    assert "the route's `json_fields` comparison" in out
+    assert "the route's `json_fields` comparison (with its fields and tolerance)" in out
     _, page, _ = report(config, capsys, "--format", "html")
     assert "<code>json_fields</code> comparison" in page
 
