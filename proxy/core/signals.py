@@ -10,9 +10,10 @@ and a test holds the two to the same answer on every shape of feedback).
   with the pair as `agree`, `disagree` or `not_applicable` (an answer was not `ok`, or the
   comparison does not apply: not JSON in a JSON mode, a field in neither answer, no numbers).
   `pair_agreed` reads that verdict back; for a pair stored without one (recorded before the
-  verdict was, or an evaluation set's, whose route is no route of the config) it falls back to the stored equality the route's mode reads when
-  that equality decides it (`exact`, `normalized`), and says "does not apply" in the JSON and
-  numeric modes, whose fields and tolerance no stored equality reflects.
+  verdict was, or an evaluation set's, whose route is no route of the config) it falls back to
+  the stored equality the route's mode reads when that equality decides it (`exact`,
+  `normalized`), and says "does not apply" in the JSON and numeric modes, whose fields and
+  tolerance no stored equality reflects.
 """
 
 from __future__ import annotations
