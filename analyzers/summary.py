@@ -208,9 +208,12 @@ class AgreementSummary:
     exact: Rate
     """Byte-for-byte equal answers."""
     normalized: Rate
-    """Equal after normalisation (case, whitespace, edge punctuation): the headline agreement."""
+    """Equal after normalisation (case, whitespace, edge punctuation)."""
     json: Rate
     """Equal as JSON, over the pairs where both answers are JSON (its own n)."""
+    agreed: Rate
+    """Agreed under the route's agreement settings (mode, fields, tolerance), over the pairs that
+    comparison applies to (its own n): the headline agreement, and what `disagreement` reads."""
 
     @classmethod
     def from_pairs(
@@ -218,22 +221,28 @@ class AgreementSummary:
         exact: Sequence[bool],
         normalized: Sequence[bool],
         json_equal: Sequence[bool | None],
+        agreed: Sequence[bool | None] | None = None,
     ) -> AgreementSummary:
         """One entry per pair in each sequence; a `json_equal` of None (not JSON) is left out of
-        the JSON rate."""
-        if not len(exact) == len(normalized) == len(json_equal):
-            raise ValueError("exact, normalized and json_equal must have one entry per pair")
+        the JSON rate, an `agreed` of None (the route's comparison does not apply) out of the
+        agreement rate. Without `agreed` the route's mode is taken to be `normalized`."""
+        verdicts: Sequence[bool | None] = normalized if agreed is None else agreed
+        if not len(exact) == len(normalized) == len(json_equal) == len(verdicts):
+            raise ValueError(
+                "exact, normalized, json_equal and agreed must have one entry per pair"
+            )
         return cls(
             n=len(exact),
             exact=Rate.count(exact),
             normalized=Rate.count(normalized),
             json=Rate.count([flag for flag in json_equal if flag is not None]),
+            agreed=Rate.count([flag for flag in verdicts if flag is not None]),
         )
 
     @property
     def disagreement(self) -> Rate:
-        """Share of pairs that differ after normalisation."""
-        return self.normalized.complement()
+        """Share of the pairs the route's comparison applies to that disagree."""
+        return self.agreed.complement()
 
 
 def attributable_disagreement(candidate: AgreementSummary, noise: AgreementSummary) -> Difference:

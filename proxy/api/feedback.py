@@ -3,6 +3,9 @@
     {"request_id": "…", "corrected": true, "correction": "150 kg", "score": 2, "label": "policy"}
 
 `request_id` is the `x-mirrorgate-request-id` of the answer; at least one other field is required.
+A correction is what `proxy.core.is_correction` says (`corrected: true` or a non-empty
+`correction` text); the stored `corrected` flag and `mirrorgate_feedback_total{kind="correction"}`
+follow it.
 Each of correction (`corrected`/`correction`), `score` and `label` is stored once per request: a
 repeated post of the same kind is acknowledged and changes nothing. Feedback is written to the
 store before the answer (201), so an acknowledged correction is never lost; while the store is
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +33,7 @@ from proxy.core import (
     NotFound,
     RequestError,
     UnsupportedMediaType,
+    is_correction,
 )
 from proxy.observability import GatewayMetrics
 from proxy.store import FeedbackStore, Store, StoreUnavailableError
@@ -146,12 +150,13 @@ class FeedbackService:
         }  # fmt: skip
         records: list[tuple[FeedbackRecord, str | None]] = []
         if body.corrected is not None or body.correction is not None:
-            corrected = bool(body.corrected) or (body.corrected is None and bool(body.correction))
-            records.append((
-                FeedbackRecord(**base, kind="correction", corrected=corrected,
-                               correction=body.correction),
-                "correction" if corrected else None,
-            ))  # fmt: skip
+            said = FeedbackRecord(
+                **base, kind="correction", corrected=bool(body.corrected),
+                correction=body.correction,
+            )  # fmt: skip
+            corrected = is_correction(said)
+            counted_as = "correction" if corrected else None
+            records.append((replace(said, corrected=corrected), counted_as))
         if body.score is not None:
             sentiment = "positive" if body.score >= 4 else "negative" if body.score <= 2 else None
             records.append((FeedbackRecord(**base, kind="score", score=body.score), sentiment))

@@ -200,7 +200,8 @@ class CanarySpec(Spec):
 
 
 class AgreementConfig(Spec):
-    """How a candidate's answer is compared with the primary's for `mirrorgate_agreement_total`."""
+    """How a candidate's answer is compared with the primary's: the one verdict per pair that
+    `mirrorgate_agreement_total`, the rollout judge's `disagreement` and the report count."""
 
     mode: Literal["exact", "normalized", "json_fields", "numeric"] = "normalized"
     fields: list[str] = Field(default_factory=list)

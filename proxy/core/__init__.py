@@ -1,6 +1,7 @@
 """The gateway's vocabulary, with no I/O: records, the gateway's error tree and `error_body`,
 the endpoints, the pure rollout state machine, sampling and the one sticky key, pricing, budgets,
-time windows, the one conversion to aware UTC (`as_utc`) and the one door for background tasks.
+the one definition of a correction and of a pair's agreement (`signals.py`), time windows, the
+one conversion to aware UTC (`as_utc`) and the one door for background tasks.
 Imports only `proxy.config` and `analyzers`; every other package may import it.
 """
 
@@ -50,6 +51,7 @@ from .rollout_state import (
     transition,
 )
 from .sampling import sampled
+from .signals import Agreement, is_correction, judge_pair, pair_agreed
 from .sticky import sticky_key
 from .tasks import TaskSet
 from .timewindow import parse_since
@@ -60,6 +62,7 @@ __all__ = [
     "ENDPOINTS",
     "OPERATOR_ACTIONS",
     "Action",
+    "Agreement",
     "Arm",
     "AuthError",
     "CheckRecord",
@@ -96,6 +99,9 @@ __all__ = [
     "cost_usd",
     "error_body",
     "initial_state",
+    "is_correction",
+    "judge_pair",
+    "pair_agreed",
     "parse_since",
     "sampled",
     "serving",

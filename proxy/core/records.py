@@ -142,6 +142,10 @@ class PairRecord:
     """Candidate time to first token minus the primary's (streams only)."""
     cost_delta_usd: float | None = None
     """Candidate cost minus primary cost."""
+    agreement: str | None = None
+    """The verdict under the route's agreement settings when the pair was recorded (an
+    `Agreement` value: `agree`, `disagree`, `not_applicable`); None when none was made
+    (pairs stored before schema version 8; evaluation sets). Read it with `pair_agreed`."""
 
 
 @dataclass(frozen=True, slots=True)

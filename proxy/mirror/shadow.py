@@ -13,7 +13,9 @@ is decided there without waiting on anything:
   shadow slot of the gateway is taken (`queue_full`), or the gateway is stopping (`shutdown`);
 - otherwise started as a background task that calls the candidate (streaming when the primary
   streams, so its time to first token is real), waits for the primary's answer, and records the
-  candidate's exchange (`arm="shadow"`) and a `PairRecord` comparing the two.
+  candidate's exchange (`arm="shadow"`) and a `PairRecord` comparing the two, with its verdict
+  under the route's agreement settings (`proxy.core.judge_pair`) — the one verdict that
+  `mirrorgate_agreement_total`, the judge and the report all read.
 
 The client never waits for any of it: `offer` is synchronous and O(shadows), and the tasks only
 ever read what the client path already finished. Shadows are strictly best-effort: while the
@@ -33,11 +35,12 @@ from datetime import UTC, datetime
 from opentelemetry.trace import SpanContext
 from prometheus_client import Counter
 
-from analyzers.agreement import AgreementSpec, agree
+from analyzers.agreement import AgreementSpec
 from analyzers.answer import Answer
 from analyzers.comparison import TextComparison, compare_text
 from proxy.config import ShadowSpec, agreement_spec
 from proxy.core import (
+    Agreement,
     Arm,
     ExchangeRecord,
     HourlySpend,
@@ -46,6 +49,7 @@ from proxy.core import (
     Status,
     TaskSet,
     UpstreamTimeout,
+    judge_pair,
     sampled,
     sticky_key,
 )
@@ -263,16 +267,13 @@ class ShadowDispatcher(ExchangeObserver):
             self.analysis.submit(record, candidate_answer)
         if primary is not None:
             comparison = compare_text(primary_text, text)
-            self._emit(_pair(pair_id, job.kind, primary, record, comparison))
-            if primary.status is Status.OK and record.status is Status.OK:
-                spec = self._agreement(route)
-                if spec.mode == "normalized" and not comparison.truncated:
-                    verdict: bool | None = comparison.normalized  # the same test, already done
-                else:
-                    verdict = agree(primary_text, text, spec)
-                if verdict is not None:
-                    result = "agree" if verdict else "disagree"
-                    self._count(self.metrics.agreement, route.name, job.target, result)
+            both_ok = primary.status is Status.OK and record.status is Status.OK
+            verdict = judge_pair(
+                primary_text, text, self._agreement(route), both_ok=both_ok, comparison=comparison
+            )
+            self._emit(_pair(pair_id, job.kind, primary, record, comparison, verdict))
+            if verdict is not Agreement.NOT_APPLICABLE:
+                self._count(self.metrics.agreement, route.name, job.target, verdict.value)
             if self.analysis is not None and candidate_answer is not None:
                 self.analysis.submit_pair(
                     primary, Answer(text=primary_text), record, candidate_answer, job.kind
@@ -376,6 +377,7 @@ def _pair(
     primary: ExchangeRecord,
     candidate: ExchangeRecord,
     comparison: TextComparison,
+    verdict: Agreement,
 ) -> PairRecord:
     ttft = (
         candidate.ttft_s - primary.ttft_s
@@ -400,4 +402,5 @@ def _pair(
         latency_delta_s=candidate.duration_s - primary.duration_s,
         ttft_delta_s=ttft,
         cost_delta_usd=candidate.cost_usd - primary.cost_usd,
+        agreement=verdict.value,
     )

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from proxy.config import ConfigError, MirrorgateConfig, ModelSpec, load_config
+from proxy.config import ConfigError, MirrorgateConfig, ModelSpec, agreement_spec, load_config
 from proxy.core import parse_since
 from proxy.store import Store, StoreError
 from proxy.upstream import ModelCaller, UpstreamClient, shared_ssl_context
@@ -290,6 +290,7 @@ async def _execute(
         concurrency=args.concurrency,
         progress=progress,
         on_result=on_result,
+        agreements={name: agreement_spec(r.agreement) for name, r in config.routes.items()},
     )
 
     def interrupted(name: str) -> None:

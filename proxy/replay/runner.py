@@ -4,7 +4,9 @@
 at a time the way a shadow is sent — the body as recorded, `model` rewritten to the candidate's
 upstream model, a stream read to its end so the time to first token is real — then builds the
 candidate's record (`arm=shadow`, the job's tags) and, when there is something to compare with, a
-`PairRecord` linked to it by `pair_id`. Both are written together by the `ResultWriter`.
+`PairRecord` linked to it by `pair_id`, with its verdict under the job's route's agreement settings
+(`proxy.core.judge_pair`, as for live shadows; none for a route not in the config). Both are
+written together by the `ResultWriter`.
 
 Budget: before a job is sent, its candidate's spend so far is checked against its limit; once
 reached, the candidate's remaining jobs are counted as `over_budget` and not sent. Calls already in
@@ -27,8 +29,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from analyzers.agreement import AgreementSpec
 from analyzers.comparison import compare_text
-from proxy.core import Arm, ExchangeRecord, PairRecord, RequestError, Status
+from proxy.core import Arm, ExchangeRecord, PairRecord, RequestError, Status, judge_pair
 from proxy.store import StoreError, redact
 from proxy.upstream import CallContext, ModelCaller
 
@@ -101,7 +104,9 @@ class ReplayRunner:
         concurrency: int,
         progress: ProgressBar | None = None,
         on_result: Callable[[JobOutcome], None] | None = None,
+        agreements: Mapping[str, AgreementSpec] | None = None,
     ) -> None:
+        """`agreements`: each route's agreement settings, by route name."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self._caller = caller
@@ -110,6 +115,7 @@ class ReplayRunner:
         self._concurrency = concurrency
         self._progress = progress
         self._on_result = on_result  # after each job's results are queued (tests stop runs so)
+        self._agreements = dict(agreements or {})
         self._jobs: Iterator[ReplayJob] = iter(())
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -209,7 +215,7 @@ class ReplayRunner:
         http_status = attempt.response.status_code if attempt.response is not None else 0
         record = self._caller.record(ctx, attempt, http_status, time.perf_counter(), own_clock=True)
         record = dataclasses.replace(record, rule=job.rule, rule_version=job.rule_version)
-        return JobOutcome(job, record, pair_for(job, record))
+        return JobOutcome(job, record, pair_for(job, record, self._agreements.get(job.route)))
 
 
 def request_payload(job: ReplayJob) -> dict[str, Any]:
@@ -224,8 +230,11 @@ def request_payload(job: ReplayJob) -> dict[str, Any]:
     return payload
 
 
-def pair_for(job: ReplayJob, record: ExchangeRecord) -> PairRecord | None:
-    """The candidate's answer compared with the job's reference (None without one)."""
+def pair_for(
+    job: ReplayJob, record: ExchangeRecord, agreement: AgreementSpec | None = None
+) -> PairRecord | None:
+    """The candidate's answer compared with the job's reference (None without one), with its
+    verdict under `agreement` (the route's settings; None: no verdict)."""
     reference = job.reference
     if reference is None or record.pair_id is None:
         return None
@@ -233,6 +242,10 @@ def pair_for(job: ReplayJob, record: ExchangeRecord) -> PairRecord | None:
     if reference.masked:
         expected, answer = redact(expected), redact(answer)
     comparison = compare_text(expected, answer)
+    verdict = None
+    if agreement is not None:
+        both_ok = reference.status == Status.OK.value and record.status is Status.OK
+        verdict = judge_pair(expected, answer, agreement, both_ok=both_ok, comparison=comparison)
     ttft_delta = None
     if record.ttft_s is not None and reference.ttft_s is not None:
         ttft_delta = record.ttft_s - reference.ttft_s
@@ -256,4 +269,5 @@ def pair_for(job: ReplayJob, record: ExchangeRecord) -> PairRecord | None:
         ),
         ttft_delta_s=ttft_delta,
         cost_delta_usd=None if reference.cost_usd is None else record.cost_usd - reference.cost_usd,
+        agreement=None if verdict is None else verdict.value,
     )

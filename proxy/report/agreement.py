@@ -3,7 +3,10 @@
 Pairs (`proxy.core.PairRecord`) are grouped by kind and candidate target — `shadow · cand-a`,
 `replay · cand-c` — and each group is summarised over the pairs where both answers ended `ok`.
 `noise` pairs (the primary asked twice) are the route's noise floor; each candidate's disagreement
-is compared with it.
+is compared with it. Agreement and disagreement are the route's verdicts
+(`proxy.core.pair_agreed`: made when the pair was recorded, under the route's agreement mode,
+fields and tolerance — what the judge and `mirrorgate_agreement_total` read); exact, normalised
+and JSON equality are shown beside them.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from analyzers.summary import AgreementSummary, attributable_disagreement, median
-from proxy.core import Arm, PairRecord, Status
+from proxy.core import Arm, PairRecord, Status, pair_agreed
 
 from .model import ArmReport, CandidateReport, arm_key
 
@@ -31,10 +34,14 @@ class AgreementReport:
     unpaired: tuple[str, ...]
 
 
-def build_agreement(arms: Sequence[ArmReport], pairs: Sequence[PairRecord]) -> AgreementReport:
+def build_agreement(
+    arms: Sequence[ArmReport], pairs: Sequence[PairRecord], mode: str = "normalized"
+) -> AgreementReport:
+    """A route's agreement; `mode` is its agreement mode (read for pairs stored without a
+    verdict)."""
     noise_pairs = [p for p in pairs if p.kind == "noise"]
     noise_ok = [p for p in noise_pairs if _both_ok(p)]
-    noise = _agreement(noise_ok) if noise_ok else None
+    noise = _agreement(noise_ok, mode) if noise_ok else None
     grouped: dict[tuple[str, str], list[PairRecord]] = defaultdict(list)
     for pair in pairs:
         if pair.kind != "noise":
@@ -42,7 +49,7 @@ def build_agreement(arms: Sequence[ArmReport], pairs: Sequence[PairRecord]) -> A
     candidates = []
     for (kind, candidate), group in sorted(grouped.items(), key=lambda item: arm_key(*item[0])):
         ok = [p for p in group if _both_ok(p)]
-        agreement = _agreement(ok)
+        agreement = _agreement(ok, mode)
         candidates.append(
             CandidateReport(
                 kind=kind,
@@ -72,11 +79,12 @@ def _both_ok(pair: PairRecord) -> bool:
     return pair.primary_status == Status.OK.value and pair.candidate_status == Status.OK.value
 
 
-def _agreement(pairs: Sequence[PairRecord]) -> AgreementSummary:
+def _agreement(pairs: Sequence[PairRecord], mode: str) -> AgreementSummary:
     return AgreementSummary.from_pairs(
         [p.exact_equal for p in pairs],
         [p.normalized_equal for p in pairs],
         [p.json_equal for p in pairs],
+        [pair_agreed(p.agreement, mode, p.exact_equal, p.normalized_equal) for p in pairs],
     )
 
 

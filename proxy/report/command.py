@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -64,12 +64,15 @@ def build_report(
     checks: Sequence[CheckRecord] = (),
     feedback: Sequence[FeedbackRecord] = (),
     changes: Sequence[RuleChange] = (),
+    agreement_modes: Mapping[str, str] | None = None,
 ) -> Report:
     """Group the window's records by route and arm · target, and summarise each group.
 
     `changes` are every rule-change event in the store (old ones say when a version began);
+    `agreement_modes` each route's agreement mode (a route not in it: `normalized`);
     everything else is the window's.
     """
+    modes = agreement_modes or {}
     by_route: dict[str, list[ExchangeRecord]] = defaultdict(list)
     for record in exchanges:
         by_route[record.route].append(record)
@@ -93,12 +96,14 @@ def build_report(
             _arm_report(arm, target, groups[(arm, target)])
             for arm, target in sorted(groups, key=lambda k: arm_key(*k))
         )
-        agreement = build_agreement(arms, pairs_by_route.get(route, []))
+        mode = modes.get(route, "normalized")
+        agreement = build_agreement(arms, pairs_by_route.get(route, []), mode)
         routes.append(
             RouteReport(
                 route=route,
                 arms=arms,
                 candidates=agreement.candidates,
+                agreement_mode=mode,
                 noise=agreement.noise,
                 noise_pairs=agreement.noise_pairs,
                 unpaired=agreement.unpaired,
@@ -214,6 +219,7 @@ def _read(args: argparse.Namespace, cfg: MirrorgateConfig, now: datetime) -> Rep
         checks=checks,
         feedback=feedback,
         changes=changes,
+        agreement_modes={name: spec.agreement.mode for name, spec in cfg.routes.items()},
     )
 
 

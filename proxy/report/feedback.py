@@ -4,7 +4,8 @@ Feedback (`proxy.core.FeedbackRecord`) is joined to the answer it is about by re
 and target, and counted against the answers each arm · target served in the window: its exchanges
 that sent the client an HTTP status. Shadows are left out — no user ever sees a shadow's answer —
 and so is feedback on answers outside the window, so that every correction counted is one of the
-answers in the denominator. On a route governed by a rule set the rows are split by rule version.
+answers in the denominator. A correction is what `proxy.core.is_correction` says, as for the
+judge and the metrics. On a route governed by a rule set the rows are split by rule version.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from analyzers.summary import Rate, mean
-from proxy.core import Arm, ExchangeRecord, FeedbackRecord
+from proxy.core import Arm, ExchangeRecord, FeedbackRecord, is_correction
 
 from .model import FeedbackArmReport, FeedbackReport, arm_key
 
@@ -48,7 +49,7 @@ def build_feedback(
         if found is None:
             continue
         counted += 1
-        if item.kind == "correction" and item.corrected:
+        if is_correction(item):
             corrected[found] += 1
         elif item.kind == "score" and item.score is not None:
             scores[found].append(item.score)

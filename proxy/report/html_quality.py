@@ -28,7 +28,7 @@ from .format import (
 from .model import FeedbackReport, RouteReport, RuleVersionReport
 
 _PAIR_HEADINGS = (
-    "candidate", "pairs (both ok / all)", "exact", "normalized", "JSON",
+    "candidate", "pairs (both ok / all)", "agreement", "exact", "normalized", "JSON",
     "Δ latency p50", "Δ ttft p50", "Δ cost p50", "length ratio p50", "beyond noise",
 )  # fmt: skip
 _CHECK_HEADINGS = (
@@ -78,6 +78,7 @@ def agreement_section(route: RouteReport, colours: dict[str, str]) -> str:
             rows.append(
                 f'<tr><th scope="row" class="label">{_label(c.label, colours)}</th>'
                 f"<td>{a.n:,} / {c.pairs:,}</td>"
+                + rate_cell(a.agreed, show_n=True)
                 + rate_cell(a.exact)
                 + rate_cell(a.normalized)
                 + rate_cell(a.json, show_n=True)
@@ -92,6 +93,9 @@ def agreement_section(route: RouteReport, colours: dict[str, str]) -> str:
             f'<div class="table-wrap"><table class="pairs" data-route="{_e(route.route)}">'
             f"<thead><tr>{_head(_PAIR_HEADINGS, 1)}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table></div>"
+            f'<p class="note">Agreement is the route&rsquo;s <code>{_e(route.agreement_mode)}'
+            f"</code> comparison{_e(route.agreement_note)}, over the pairs it applies to; "
+            "disagreement and &ldquo;beyond noise&rdquo; read it.</p>"
         )
     elif not route.unpaired:
         parts.append('<p class="note">No pairs in this window.</p>')

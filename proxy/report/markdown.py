@@ -120,10 +120,10 @@ def _agreement(route: RouteReport) -> list[str]:
     lines = [f"### Agreement with the primary: {_md(route.route)}", ""]
     if route.candidates:
         lines.append(
-            "| candidate | pairs (both ok / all) | exact | normalized | JSON (n) "
+            "| candidate | pairs (both ok / all) | agreement (n) | exact | normalized | JSON (n) "
             "| Δ latency p50 | Δ ttft p50 | Δ cost p50 | length ratio p50 | beyond noise |"
         )
-        lines.append("|---|" + "---:|" * 9)
+        lines.append("|---|" + "---:|" * 10)
         for c in route.candidates:
             a = c.agreement
             lines.append(
@@ -131,6 +131,7 @@ def _agreement(route: RouteReport) -> list[str]:
                     [
                         _md(c.label),
                         f"{a.n:,} / {c.pairs:,}",
+                        f"{format_rate(a.agreed)} ({a.agreed.n:,})",
                         format_rate(a.exact),
                         format_rate(a.normalized),
                         f"{format_rate(a.json)} ({a.json.n:,})",
@@ -142,7 +143,7 @@ def _agreement(route: RouteReport) -> list[str]:
                     ]
                 )
             )
-        lines.append("")
+        lines.extend(["", _mode_sentence(route), ""])
     elif not route.unpaired:
         lines.extend(["No pairs in this window.", ""])
     if route.unpaired:
@@ -150,6 +151,13 @@ def _agreement(route: RouteReport) -> list[str]:
         lines.extend([f"No pairs in this window for {names}.", ""])
     lines.extend([_noiseas_sentence(route), ""])
     return lines
+
+
+def _mode_sentence(route: RouteReport) -> str:
+    return (
+        f"Agreement is the route's `{route.agreement_mode}` comparison{route.agreement_note}, "
+        "over the pairs it applies to; disagreement and 'beyond noise' read it."
+    )
 
 
 def _noiseas_sentence(route: RouteReport) -> str:

@@ -190,6 +190,15 @@ class RouteReport:
     rule_versions: tuple[RuleVersionReport, ...] = ()
     """In order of first appearance."""
     feedback: FeedbackReport | None = None
+    agreement_mode: str = "normalized"
+    """The route's agreement mode (its fields and tolerance were applied when pairs were
+    recorded)."""
+
+    @property
+    def agreement_note(self) -> str:
+        """What the route's agreement compares beyond its mode (empty for text modes)."""
+        fielded = self.agreement_mode in ("json_fields", "numeric")
+        return " (with its fields and tolerance)" if fielded else ""
 
     @property
     def has_streams(self) -> bool:

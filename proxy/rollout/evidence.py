@@ -5,9 +5,13 @@ cost and corrections, its rule check tallies per epoch, and its disagreement wit
 The rows come from `proxy.store.JudgeWindows`: the primary arm is the baseline model serving as
 `primary`, the candidate arm the canary model serving as `canary`, both of the same route over the
 same window — a concurrent baseline, never a comparison with the past. Client disconnects are
-neither errors nor latencies (the client chose to leave). Rule checks are read per rule epoch: only
-verdicts on one version, since that version's first request (or since the rollout started, if
-later).
+neither errors nor latencies (the client chose to leave). Corrections are counted against the
+exchanges they are about: an arm's correction rate is its exchanges in the window that some user
+corrected (`proxy.core.is_correction`, whenever the feedback arrived) out of its exchanges in the
+window. Disagreement reads each pair's verdict under the route's agreement mode, fields and
+tolerance (`proxy.core.pair_agreed`), the same verdict the report and
+`mirrorgate_agreement_total` count. Rule checks are read per rule epoch: only verdicts on one
+version, since that version's first request (or since the rollout started, if later).
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ _NOT_ERRORS = (Status.OK.value, Status.CLIENT_DISCONNECTED.value)
 def traffic_windows(
     windows: JudgeWindows, arms: Arms, since: datetime
 ) -> tuple[ArmWindow, ArmWindow]:
-    """(primary, candidate) windows of errors, latency, TTFT, cost and corrections since `since`
-    (no rule checks: those are judged per epoch by `check_windows`)."""
+    """(primary, candidate) windows of errors, latency, TTFT, cost and corrections of the
+    exchanges that started since `since` (no rule checks: those are judged per epoch by
+    `check_windows`). Corrections are `(corrected, requests)` of the same exchanges; (0, 0) when
+    neither arm has any (the route gathers no feedback, or none yet)."""
     exchanges = windows.exchanges(arms, since)
     corrected = windows.corrections(arms, since)
 
@@ -102,7 +108,9 @@ def agreement_tallies(
     noise pairs (the primary asked twice), since `since`; only pairs where both answered well.
 
     The candidate is judged on its shadow pairs: a canary's own answers have no primary answer to
-    the same request. `mode` is the route's agreement mode (`PairCount.agreed` follows it).
+    the same request. A pair counts when the route's comparison applies to it; `mode` is the
+    route's agreement mode, read only for pairs stored without a verdict
+    (`JudgeWindows.pair_counts`).
     """
     shadow, noise = [0, 0], [0, 0]
     for row in windows.pair_counts(arms, mode, since):

@@ -1,4 +1,5 @@
-"""Feedback rows: corrections and ratings, one per (request id, kind), in the gateway's store."""
+"""Feedback rows: corrections and ratings, one per (request id, kind), in the gateway's store,
+and `is_correction_clause`, `proxy.core.is_correction` said in SQL."""
 
 from __future__ import annotations
 
@@ -35,6 +36,16 @@ class FeedbackRow(SQLModel, table=True):
 
 _table: sa.Table = FeedbackRow.__table__  # type: ignore[attr-defined]
 feedback_table = _table
+
+
+def is_correction_clause(table: sa.Table = _table) -> sa.ColumnElement[bool]:
+    """True for the rows of `table` (`feedback`) that `proxy.core.is_correction` calls a
+    correction: kind `correction` with `corrected` set or a non-empty correction text."""
+    c = table.c
+    return sa.and_(
+        c.kind == "correction",
+        sa.or_(c.corrected == sa.true(), sa.func.coalesce(sa.func.length(c.correction), 0) > 0),
+    )
 
 
 class FeedbackStore:

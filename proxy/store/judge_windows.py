@@ -14,12 +14,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from proxy.core import Arm, Status, as_utc
+from proxy.core import Arm, Status, as_utc, pair_agreed
 
 from .checks import checks_table
 from .errors import translated
 from .exchanges import Store, exchanges_table
-from .feedback import feedback_table
+from .feedback import feedback_table, is_correction_clause
 from .pairs import pairs_table
 from .rule_events import rule_events_table
 
@@ -117,12 +117,19 @@ class JudgeWindows:
         ]
 
     def corrections(self, arms: Arms, since: datetime) -> dict[Arm, int]:
-        """Corrections per compared arm, made at or after `since` (arms without any: absent)."""
-        c = _feedback.c
+        """Corrected exchanges per compared arm: of the exchanges that started at or after
+        `since` (client disconnects left out, as in the judge's denominator), how many have a
+        correction (`proxy.core.is_correction`), whenever it arrived. Feedback is joined to its
+        exchange by request id, arm and target, so a correction counts for the arm and the time
+        of the answer it is about. Arms without any: absent."""
+        e, f = _exchanges.c, _feedback.c
+        about = sa.and_(f.request_id == e.request_id, f.arm == e.arm, f.target == e.target)
         statement = (
-            sa.select(c.arm, sa.func.count())
-            .where(_compared(_feedback, arms), c.created_at >= since, c.kind == "correction")
-            .group_by(c.arm)
+            sa.select(e.arm, sa.func.count(sa.distinct(e.request_id)))
+            .select_from(_exchanges.join(_feedback, about))
+            .where(_compared(_exchanges, arms), e.started_at >= since)
+            .where(e.status != Status.CLIENT_DISCONNECTED.value, is_correction_clause(_feedback))
+            .group_by(e.arm)
         )
         rows = self._rows("reading the judge's corrections", statement)
         return {Arm(arm): int(count) for arm, count in rows}
@@ -193,21 +200,16 @@ class JudgeWindows:
 
     def pair_counts(self, arms: Arms, mode: str, since: datetime) -> list[PairCount]:
         """Pairs of the route's baseline since `since` where both answered well, counted by kind,
-        candidate and agreement.
+        candidate and agreement (`proxy.core.pair_agreed`: the verdict stored with each pair,
+        made under the route's agreement mode, fields and tolerance). Pairs the comparison does
+        not apply to are left out.
 
-        `mode` is the route's agreement mode: `exact` and `normalized` read those equalities;
-        JSON modes read JSON equality where both answers parsed, else the normalised one.
+        `mode` is the route's agreement mode, read only for pairs stored without a verdict.
         """
         c = _pairs.c
-        equal: Any
-        if mode == "exact":
-            equal = c.exact_equal
-        elif mode == "normalized":
-            equal = c.normalized_equal
-        else:
-            equal = sa.func.coalesce(c.json_equal, c.normalized_equal)
+        columns = (c.kind, c.candidate_target, c.agreement, c.exact_equal, c.normalized_equal)
         statement = (
-            sa.select(c.kind, c.candidate_target, equal, sa.func.count())
+            sa.select(*columns, sa.func.count())
             .where(
                 c.route == arms.route,
                 c.primary_target == arms.baseline,
@@ -215,10 +217,14 @@ class JudgeWindows:
                 c.primary_status == Status.OK.value,
                 c.candidate_status == Status.OK.value,
             )
-            .group_by(c.kind, c.candidate_target, equal)
+            .group_by(*columns)
         )
-        rows = self._rows("reading the judge's pairs", statement)
-        return [
-            PairCount(str(kind), str(target), bool(same), int(count))
-            for kind, target, same, count in rows
-        ]
+        counts: dict[tuple[str, str, bool], int] = {}
+        for kind, target, agreement, exact, normalized, count in self._rows(
+            "reading the judge's pairs", statement
+        ):
+            agreed = pair_agreed(agreement, mode, bool(exact), bool(normalized))
+            if agreed is not None:
+                key = (str(kind), str(target), agreed)
+                counts[key] = counts.get(key, 0) + int(count)
+        return [PairCount(kind, target, agreed, n) for (kind, target, agreed), n in counts.items()]

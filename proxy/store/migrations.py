@@ -334,6 +334,12 @@ def _v8_decider_memory(conn: Connection) -> None:
     conn.execute(sa.text("ALTER TABLE verdicts ADD COLUMN eta_s FLOAT"))
 
 
+def _v9_pair_agreement(conn: Connection) -> None:
+    # Rows of before stay NULL: no verdict was made for them (readers fall back, see
+    # `proxy.core.pair_agreed`).
+    conn.execute(sa.text("ALTER TABLE pairs ADD COLUMN agreement VARCHAR"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "exchanges table and its indexes", _v1_exchanges),
     Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
@@ -343,6 +349,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "findings table: analyzer plugins' observations", _v6_findings),
     Migration(7, "rollouts, rollout_events, verdicts and alert_claims tables", _v7_rollouts),
     Migration(8, "decider_memory table; verdicts say what each metric needs", _v8_decider_memory),
+    Migration(9, "pairs.agreement: the verdict under the route's settings", _v9_pair_agreement),
 )
 """The schema's whole history, oldest first. Append only."""
 

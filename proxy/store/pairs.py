@@ -13,7 +13,7 @@ from proxy.core import PairRecord, as_utc
 
 
 class PairRow(SQLModel, table=True):
-    """One row of `pairs` (schema: migration 2)."""
+    """One row of `pairs` (schema: migrations 2 and 8)."""
 
     __tablename__ = "pairs"
 
@@ -35,6 +35,7 @@ class PairRow(SQLModel, table=True):
     latency_delta_s: float | None = None
     ttft_delta_s: float | None = None
     cost_delta_usd: float | None = None
+    agreement: str | None = None
 
 
 pairs_table: sa.Table = PairRow.__table__  # type: ignore[attr-defined]
@@ -59,6 +60,7 @@ def pair_to_row(pair: PairRecord) -> dict[str, Any]:
         "latency_delta_s": pair.latency_delta_s,
         "ttft_delta_s": pair.ttft_delta_s,
         "cost_delta_usd": pair.cost_delta_usd,
+        "agreement": pair.agreement,
     }
 
 
@@ -81,4 +83,5 @@ def row_to_pair(row: sa.RowMapping) -> PairRecord:
         latency_delta_s=row["latency_delta_s"],
         ttft_delta_s=row["ttft_delta_s"],
         cost_delta_usd=row["cost_delta_usd"],
+        agreement=row["agreement"],
     )

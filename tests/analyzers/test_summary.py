@@ -179,6 +179,21 @@ def test_agreement_counts_json_only_where_both_answers_are_json() -> None:
     assert agreement.exact.low == pytest.approx(wilson_interval(1, 4)[0])
 
 
+def test_disagreement_reads_the_routes_verdicts_over_the_pairs_they_apply_to() -> None:
+    # Worded differently but equal in the compared fields: the route's verdict says agree.
+    agreement = AgreementSummary.from_pairs(
+        exact=[False, False, False],
+        normalized=[False, False, True],
+        json_equal=[False, None, True],
+        agreed=[True, None, False],
+    )
+    assert (agreement.agreed.successes, agreement.agreed.n) == (1, 2)
+    assert agreement.disagreement.value == 0.5
+    assert agreement.normalized.value == pytest.approx(1 / 3)
+    with pytest.raises(ValueError):
+        AgreementSummary.from_pairs([True], [True], [None], agreed=[])
+
+
 def test_agreement_of_no_pairs() -> None:
     agreement = AgreementSummary.from_pairs([], [], [])
     assert agreement.n == 0

@@ -61,6 +61,29 @@ def test_feedback_for_a_written_exchange_after_a_restart_of_the_cache(
 
 
 @pytest.mark.parametrize(
+    ("said", "is_correction"),
+    [
+        ({"corrected": True}, True),
+        ({"correction": "150 kg"}, True),
+        ({"corrected": False, "correction": "150 kg"}, True),
+        ({"corrected": False}, False),
+        ({"correction": ""}, False),
+        ({"corrected": False, "correction": ""}, False),
+    ],
+)
+def test_a_correction_is_corrected_true_or_a_correction_text(
+    start_gateway: Callable[..., InProcessGateway], said: dict[str, object], is_correction: bool
+) -> None:
+    gw = start_gateway()
+    request_id = answer(gw)
+    response = gw.http.post("/v1/feedback", json={"request_id": request_id, **said})
+    assert response.status_code == 201 and response.json()["recorded"] == ["correction"]
+    (stored,) = FeedbackStore(gw.gateway.store).query(request_id=request_id)
+    assert stored.corrected is is_correction
+    assert feedback_total(gw, "correction") == (1 if is_correction else 0)
+
+
+@pytest.mark.parametrize(
     ("content", "status", "message"),
     [
         (b'{"request_id": "nope", "score": 3}', 404, "no exchange with request id"),

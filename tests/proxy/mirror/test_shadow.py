@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -19,6 +20,9 @@ from proxy.config import ConfigError, parse_config
 from proxy.core.records import Arm, ExchangeRecord, PairRecord, Status
 from proxy.core.sampling import sampled
 from proxy.mock_upstream.server import MockUpstreamServer
+from proxy.report.command import build_report
+from proxy.rollout.evidence import agreement_tallies
+from proxy.store.judge_windows import Arms, JudgeWindows
 from tests.conftest import STALL_TIMEOUT_S, InProcessGateway, sdk_client, wait_until
 
 
@@ -320,3 +324,58 @@ routes:
         "routes.r.shadows[0].model: 'claude' speaks anthropic but the primary speaks openai; "
         "requests are not translated between wire formats"
     ]
+
+
+@pytest.mark.parametrize(
+    ("agreement", "verdict"),
+    [
+        ({"mode": "json_fields", "fields": ["max_weight"], "tolerance": 60}, "agree"),
+        ({"mode": "numeric", "fields": ["$.max_weight"], "tolerance": 60}, "agree"),
+        ({"mode": "json_fields", "fields": ["max_weight"], "tolerance": 10}, "disagree"),
+        ({"mode": "numeric", "fields": ["$.missing"]}, "not_applicable"),
+    ],
+)
+def test_the_routes_agreement_settings_decide_for_the_metric_the_judge_and_the_report(
+    start_gateway: Callable[..., InProcessGateway],
+    upstream: MockUpstreamServer,
+    agreement: dict[str, Any],
+    verdict: str,
+) -> None:
+    # The primary answers {"max_weight": 150}, the stale candidate {"max_weight": 100}: unequal
+    # as texts and as JSON, equal in the compared field within a tolerance of 60.
+    route = {"primary": "rule-follower", "shadows": [{"model": "stale"}], "agreement": agreement}
+    gw = start_gateway(extra={"routes": {"shadowed": route}})
+    for _ in range(3):
+        ask(gw, uuid.uuid4().hex)
+    pairs = pairs_for(gw, 3, route="shadowed")
+    assert {(p.exact_equal, p.json_equal, p.agreement) for p in pairs} == {(False, False, verdict)}
+
+    registry = gw.gateway.registry
+    counted = {
+        result: registry.get_sample_value(
+            "mirrorgate_agreement_total",
+            {"route": "shadowed", "target": "stale", "result": result},
+        )
+        or 0.0
+        for result in ("agree", "disagree")
+    }
+    judged = agreement_tallies(
+        JudgeWindows(gw.gateway.store),
+        Arms("shadowed", "rule-follower", "stale"),
+        agreement["mode"],
+        datetime.now(UTC) - timedelta(hours=1),
+    )
+    modes = {"shadowed": agreement["mode"]}
+    (route_report,) = build_report(
+        [], pairs, generated_at=datetime.now(UTC), agreement_modes=modes
+    ).routes
+    shown = route_report.candidates[0].agreement.agreed
+    if verdict == "not_applicable":
+        assert counted == {"agree": 0, "disagree": 0}
+        assert judged[0] == (0, 0)
+        assert shown.n == 0
+    else:
+        agreed = verdict == "agree"
+        assert counted == {"agree": 3 if agreed else 0, "disagree": 0 if agreed else 3}
+        assert judged[0] == (0 if agreed else 3, 3)
+        assert (shown.successes, shown.n) == (3 if agreed else 0, 3)

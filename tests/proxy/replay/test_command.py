@@ -211,6 +211,27 @@ def test_replay_sends_each_request_once_per_candidate_and_stores_linked_pairs(
     assert follower["cost USD"] == f"{follower_cost:.6f}"
 
 
+def test_replay_pairs_carry_the_routes_agreement_verdict(
+    tmp_path: Path, store: Store, upstream: MockUpstreamServer
+) -> None:
+    agreement = {"mode": "json_fields", "fields": ["max_weight"], "tolerance": 25}
+    config = write_config(tmp_path, upstream, agreement=agreement)
+    marker = uuid.uuid4().hex
+    # stale answers {"max_weight": 100}: within 25 of 120, not of 150; "none" is not JSON.
+    answers = ['{"max_weight": 120}', '{"max_weight": 150}', "none"]
+    seed(store, [(body(f"{marker}-{i}", 150), a) for i, a in enumerate(answers)])
+    assert replay(config, "--candidate", "stale") == 0
+    verdicts = {
+        (store.query(request_id=p.request_id, arm=Arm.PRIMARY)[0].response_text, p.agreement)
+        for p in store.query_pairs(kind="replay")
+    }
+    assert verdicts == {
+        ('{"max_weight": 120}', "agree"),
+        ('{"max_weight": 150}', "disagree"),
+        ("none", "not_applicable"),
+    }
+
+
 def test_a_rerun_sends_nothing_already_replayed(
     config: Path, store: Store, upstream: MockUpstreamServer, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -180,6 +180,36 @@ def test_pairs_section_shows_agreement_and_the_noise_floor(
     assert "Noise floor (the primary asked twice): 10 pairs, disagreement 10.0%" in out
 
 
+def test_agreement_is_the_routes_verdict_and_beyond_noise_reads_it(
+    setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, store = setup
+    text = config.read_text().replace(
+        "bot: {primary: prod}",
+        "bot: {primary: prod, agreement: {mode: json_fields, fields: [max_weight], tolerance: 5}}",
+    )
+    config.write_text(text)
+    store.write_batch(
+        [
+            exchange(),
+            # Unequal texts that agree in the compared field: 8 of 8 agree under the route.
+            *(pair("shadow", "cand-a", False, agreement="agree") for _ in range(8)),
+            pair("shadow", "cand-a", False, agreement="not_applicable"),  # left out
+            # Stored without a verdict: no equality knows the route's fields, left out too.
+            pair("shadow", "cand-a", True),
+            *(pair("noise", "prod", False, agreement="agree") for _ in range(8)),
+        ]
+    )
+    _, out, _ = report(config, capsys)
+    shadow = table_row(out, "shadow · cand-a")
+    assert shadow["agreement (n)"] == "100.0% [67.6, 100.0] (8)"
+    assert shadow["normalized"].startswith("10.0%")  # 1 of 10 texts equal: not the verdict
+    assert shadow["beyond noise"].startswith("+0.0 pp [")
+    assert "the route's `json_fields` comparison (with its fields and tolerance)" in out
+    _, page, _ = report(config, capsys, "--format", "html")
+    assert "<code>json_fields</code> comparison" in page
+
+
 def test_without_noise_pairs_the_report_says_so(
     setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str]
 ) -> None:

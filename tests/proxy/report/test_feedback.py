@@ -124,6 +124,21 @@ def test_without_rule_versions_there_is_one_row_per_arm(
     assert rows[0]["correction rate (95% CI)"] == "25.0% [4.6, 69.9]"  # 1 of 4
 
 
+def test_a_correction_is_what_the_judge_and_the_metrics_call_one(
+    setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, store = setup
+    answers = served(5)
+    store.write_batch(answers)
+    # Stored as an older gateway stored it: a correction text, the flag left unset.
+    give(store, answers[0], "correction", corrected=False, correction="150 kg")
+    give(store, answers[1], "correction", corrected=False)  # "this answer was right"
+    give(store, answers[2], "correction", corrected=False, correction="")
+    _, out, _ = report(config, capsys)
+    (row,) = rows_under(out, "### Corrections and ratings: bot")
+    assert (row["answers"], row["corrected"]) == ("5", "1")
+
+
 def test_since_drops_older_feedback_and_an_empty_section_says_so(
     setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str]
 ) -> None:

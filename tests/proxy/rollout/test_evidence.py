@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from proxy.core.records import Arm, CheckRecord, Status
+from proxy.core.records import Arm, CheckRecord, FeedbackRecord, Status
 from proxy.rollout.evidence import (
     Arms,
     Epoch,
@@ -21,6 +21,7 @@ from proxy.rollout.evidence import (
     traffic_windows,
 )
 from proxy.store.exchanges import Store
+from proxy.store.feedback import FeedbackStore
 from proxy.store.judge_windows import JudgeWindows, PairCount
 from tests.proxy.store.test_exchanges import T0, make_record
 
@@ -68,6 +69,35 @@ def test_traffic_windows_compare_the_baseline_and_the_canary_in_the_same_window(
     # A client that left is neither an error nor a latency of the candidate.
     assert (candidate.requests, candidate.errors, candidate.latencies_s) == (1, 0, (0.4,))
     assert candidate.costs_usd == (0.01,)
+
+
+def test_the_correction_rate_is_of_the_windows_answers_whenever_the_feedback_came(
+    store: Store,
+) -> None:
+    at, late = T0 + timedelta(seconds=30), T0 + timedelta(hours=1)
+    before = make_record(target="prod", arm=Arm.PRIMARY, started_at=T0 - timedelta(minutes=5))
+    primary = [make_record(target="prod", arm=Arm.PRIMARY, started_at=at) for _ in range(4)]
+    canary = [make_record(target="cand", arm=Arm.CANARY, started_at=at) for _ in range(2)]
+    store.write_batch([before, *primary, *canary])
+    feedback = FeedbackStore(store)
+    said = [
+        # A primary answer of before the rollout, corrected during it: not the window's.
+        (before, {"corrected": True}),
+        # The user said the answer was right: no correction.
+        (primary[0], {"corrected": False}),
+        (primary[1], {"corrected": True}),
+        (canary[0], {"correction": "150 kg"}),
+    ]
+    for record, fields in said:
+        assert feedback.add(
+            FeedbackRecord(
+                request_id=record.request_id, kind="correction", route=record.route,
+                target=record.target, arm=record.arm, created_at=late, **fields,
+            )
+        )  # fmt: skip
+    primary_window, candidate_window = traffic_windows(JudgeWindows(store), ARMS, T0)
+    assert primary_window.corrections == (1, 4)
+    assert candidate_window.corrections == (1, 2)
 
 
 def _check(arm: Arm, target: str, version: str, result: str, n: int, **kw: Any) -> list[Any]:

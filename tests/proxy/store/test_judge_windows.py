@@ -1,5 +1,6 @@
 """The rows the rollout judge reads, on SQLite and PostgreSQL: only the compared arms, only the
-window, corrections, rule versions and pair agreement per mode."""
+window, corrections by the time and arm of the answer they are about, rule versions and the
+pairs' stored agreement verdicts."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from proxy.core.records import Arm, CheckRecord, FeedbackRecord, PairRecord
+import sqlalchemy as sa
+
+from proxy.core.records import Arm, CheckRecord, FeedbackRecord, PairRecord, Status
+from proxy.core.signals import is_correction
 from proxy.store.exchanges import Store
-from proxy.store.feedback import FeedbackStore
+from proxy.store.feedback import FeedbackStore, feedback_table, is_correction_clause
 from proxy.store.judge_windows import ArmExchange, Arms, Epoch, JudgeWindows, PairCount
 from proxy.store.rule_events import RuleEvent, RuleEventStore
 from tests.proxy.store import test_exchanges as test_store
@@ -23,7 +27,7 @@ ARMS = Arms("support-bot", "prod", "cand")
 AT = T0 + timedelta(seconds=30)
 
 
-def correction(arm: Arm, target: str, **fields: Any) -> FeedbackRecord:
+def correction(arm: Arm = Arm.CANARY, target: str = "cand", **fields: Any) -> FeedbackRecord:
     values: dict[str, Any] = {
         "request_id": f"req-{uuid.uuid4().hex[:8]}", "kind": "correction",
         "route": "support-bot", "target": target, "arm": arm, "created_at": AT, "corrected": True,
@@ -63,19 +67,83 @@ def test_exchanges_are_the_compared_arms_in_the_window(open_store: Callable[...,
     ]
 
 
-def test_corrections_are_counted_per_compared_arm(open_store: Callable[..., Store]) -> None:
+def test_corrections_count_each_arms_corrected_exchanges_that_started_in_the_window(
+    open_store: Callable[..., Store],
+) -> None:
+    store = open_store()
+    late = AT + timedelta(minutes=10)  # feedback arrives long after the answer
+
+    def served(arm: Arm, target: str, started_at: Any = AT, **fields: Any) -> str:
+        record = make_record(target=target, arm=arm, started_at=started_at, **fields)
+        store.write_batch([record])
+        return record.request_id
+
+    corrected = {
+        # Two canary answers of the window, corrected (one only by a correction text).
+        served(Arm.CANARY, "cand"): {},
+        served(Arm.CANARY, "cand"): {"corrected": False, "correction": "150 kg"},
+        # A primary answer of the window, corrected after the window's start and end alike.
+        served(Arm.PRIMARY, "prod"): {},
+        # Not corrections: the user said the answer was right; a score.
+        served(Arm.PRIMARY, "prod"): {"corrected": False},
+        served(Arm.CANARY, "cand"): {"kind": "score", "score": 1, "corrected": False},
+        # A primary answer from before the window, whose correction arrives during it.
+        served(Arm.PRIMARY, "prod", T0 - timedelta(seconds=1)): {},
+        # A client that left is in no denominator, so in no numerator either.
+        served(Arm.CANARY, "cand", status=Status.CLIENT_DISCONNECTED): {},
+        # A shadow's answer (never served) and another route's.
+        served(Arm.SHADOW, "cand"): {},
+        served(Arm.CANARY, "cand", route="other"): {"route": "other"},
+    }
+    served(Arm.CANARY, "cand")  # an answer nobody corrected
+    feedback = FeedbackStore(store)
+    for request_id, fields in corrected.items():
+        (exchange,) = store.query(request_id=request_id)
+        values = {"request_id": request_id, "arm": exchange.arm, "target": exchange.target,
+                  "created_at": late, **fields}  # fmt: skip
+        assert feedback.add(correction(**values))
+    assert JudgeWindows(store).corrections(ARMS, T0) == {Arm.CANARY: 2, Arm.PRIMARY: 1}
+
+
+def test_a_correction_counts_for_the_arm_that_served_the_answer(
+    open_store: Callable[..., Store],
+) -> None:
+    # The primary failed over to the fallback: the user saw the fallback's answer, not the
+    # primary's, although both exchanges carry the request id.
+    store = open_store()
+    primary = make_record(target="prod", arm=Arm.PRIMARY, status=Status.UPSTREAM_ERROR)
+    fallback = make_record(request_id=primary.request_id, target="backup", arm=Arm.FALLBACK)
+    store.write_batch([primary, fallback])
+    assert FeedbackStore(store).add(
+        correction(request_id=primary.request_id, arm=Arm.FALLBACK, target="backup")
+    )
+    assert JudgeWindows(store).corrections(ARMS, T0) == {}
+
+
+FEEDBACK_SHAPES = [
+    {"kind": kind, "corrected": corrected, "correction": text}
+    for kind in ("correction", "score", "label")
+    for corrected in (True, False)
+    for text in (None, "", " ", "150 kg")
+]
+
+
+def test_the_sql_and_python_definitions_of_a_correction_agree(
+    open_store: Callable[..., Store],
+) -> None:
     store = open_store()
     feedback = FeedbackStore(store)
-    for record in (
-        correction(Arm.CANARY, "cand"),
-        correction(Arm.CANARY, "cand"),
-        correction(Arm.PRIMARY, "prod"),
-        correction(Arm.PRIMARY, "prod", kind="score", score=1, corrected=False),
-        correction(Arm.CANARY, "cand", created_at=T0 - timedelta(seconds=1)),
-        correction(Arm.SHADOW, "cand"),
-    ):
+    expected = set()
+    for shape in FEEDBACK_SHAPES:
+        record = correction(Arm.CANARY, "cand", **shape)
         assert feedback.add(record)
-    assert JudgeWindows(store).corrections(ARMS, T0) == {Arm.CANARY: 2, Arm.PRIMARY: 1}
+        if is_correction(record):
+            expected.add(record.request_id)
+    statement = sa.select(feedback_table.c.request_id).where(is_correction_clause())
+    with store.engine.connect() as conn:
+        found = {row[0] for row in conn.execute(statement)}
+    assert found == expected
+    assert len(expected) == 6  # kind correction: corrected, or a text of one character or more
 
 
 def test_rule_versions_first_seen_newest_and_checked(open_store: Callable[..., Store]) -> None:
@@ -113,19 +181,61 @@ def test_rule_versions_first_seen_newest_and_checked(open_store: Callable[..., S
     }
 
 
-def test_pair_agreement_follows_the_routes_mode(open_store: Callable[..., Store]) -> None:
+def test_pairs_count_the_verdict_stored_with_them(open_store: Callable[..., Store]) -> None:
     store = open_store()
     store.write_batch(
         [
-            # Same JSON, worded differently: only the JSON and normalised modes call it agreement.
+            # Worded differently, equal in the route's fields: the stored verdict says agree.
+            pair("shadow", "cand", exact=False, normalized=False, json=False, agreement="agree"),
+            pair("shadow", "cand", exact=True, normalized=True, json=True, agreement="disagree"),
+            # The route's comparison does not apply (say, not JSON in a JSON mode): left out.
+            pair(
+                "shadow",
+                "cand",
+                exact=False,
+                normalized=True,
+                json=None,
+                agreement="not_applicable",
+            ),
+            pair("noise", "prod", exact=False, normalized=False, json=None, agreement="agree"),
+            pair(
+                "shadow",
+                "cand",
+                exact=True,
+                normalized=True,
+                json=True,
+                agreement="agree",
+                candidate_status="error",
+            ),
+            pair(
+                "shadow",
+                "cand",
+                exact=True,
+                normalized=True,
+                json=True,
+                agreement="agree",
+                primary_target="old",
+            ),
+        ]
+    )
+    windows = JudgeWindows(store)
+    for mode in ("exact", "normalized", "json_fields", "numeric"):  # the verdict decides
+        assert set(windows.pair_counts(ARMS, mode, T0)) == {
+            PairCount("shadow", "cand", True, 1),
+            PairCount("shadow", "cand", False, 1),
+            PairCount("noise", "prod", True, 1),
+        }
+
+
+def test_pairs_stored_without_a_verdict_are_read_by_the_routes_mode(
+    open_store: Callable[..., Store],
+) -> None:
+    store = open_store()
+    store.write_batch(
+        [
             pair("shadow", "cand", exact=False, normalized=False, json=True),
-            # Not JSON: the JSON mode falls back to the normalised comparison.
             pair("shadow", "cand", exact=False, normalized=True, json=None),
             pair("noise", "prod", exact=True, normalized=True, json=None),
-            pair(
-                "shadow", "cand", exact=True, normalized=True, json=True, candidate_status="error"
-            ),
-            pair("shadow", "cand", exact=True, normalized=True, json=True, primary_target="old"),
         ]
     )
     windows = JudgeWindows(store)
@@ -142,7 +252,6 @@ def test_pair_agreement_follows_the_routes_mode(open_store: Callable[..., Store]
         PairCount("shadow", "cand", True, 1),
         PairCount("noise", "prod", True, 1),
     }
-    assert counts("json") == {
-        PairCount("shadow", "cand", True, 2),
-        PairCount("noise", "prod", True, 1),
-    }
+    # No stored equality knows the route's fields and tolerance: such pairs are not judged.
+    assert counts("json_fields") == set()
+    assert counts("numeric") == set()

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import sqlalchemy as sa
+
 from proxy.core.records import PairRecord
 from proxy.store.exchanges import Store
+from proxy.store.migrations import MIGRATIONS, migrate
+from proxy.store.pairs import pair_to_row
 from tests.proxy.store import test_exchanges as test_store
 
 db_url = test_store.db_url
@@ -28,7 +32,7 @@ def test_pairs_round_trip_and_filter(db_url: str) -> None:
     written = [
         pair("a", now),
         pair("b", now, kind="noise", candidate_target="prod", json_equal=None, json_fields=()),
-        pair("c", now, kind="replay", route="other"),
+        pair("c", now, kind="replay", route="other", agreement="disagree"),
     ]
     with Store(db_url) as store:
         store.migrate()
@@ -38,6 +42,20 @@ def test_pairs_round_trip_and_filter(db_url: str) -> None:
         assert store.query_pairs(route="other") == [written[2]]
         assert store.query_pairs(candidate="cand", route="bot") == [written[0]]
         assert store.count() == 1
+
+
+def test_pairs_stored_before_the_verdict_column_read_as_without_one(db_url: str) -> None:
+    with Store(db_url) as store:
+        migrate(store.engine, migrations=MIGRATIONS[:8])  # the schema before `agreement`
+        old = {**pair_to_row(pair("old", datetime.now(UTC)))}
+        del old["agreement"]
+        with store.engine.begin() as conn:
+            conn.execute(sa.insert(sa.table("pairs", *(sa.column(name) for name in old))), [old])
+        store.migrate()
+        (read,) = store.query_pairs()
+        assert read.pair_id == "old" and read.agreement is None
+        store.write_batch([pair("new", datetime.now(UTC), agreement="agree")])
+        assert [p.agreement for p in store.query_pairs()] == [None, "agree"]
 
 
 def test_retention_deletes_old_pairs_too(db_url: str) -> None:
