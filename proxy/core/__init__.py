@@ -25,6 +25,8 @@ from .errors import (
 )
 from .pricing import cost_usd
 from .records import (
+    JUDGE_ANALYZER,
+    JUDGE_SCORE_DELTA,
     Arm,
     CheckRecord,
     ExchangeRecord,
@@ -57,6 +59,8 @@ from .utc import as_utc
 __all__ = [
     "ACTIVE",
     "ENDPOINTS",
+    "JUDGE_ANALYZER",
+    "JUDGE_SCORE_DELTA",
     "OPERATOR_ACTIONS",
     "Action",
     "Arm",

@@ -318,6 +318,10 @@ def _v7_rollouts(conn: Connection) -> None:
     metadata.create_all(conn)
 
 
+def _v8_finding_severity(conn: Connection) -> None:
+    conn.execute(sa.text("ALTER TABLE findings ADD COLUMN severity VARCHAR"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "exchanges table and its indexes", _v1_exchanges),
     Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
@@ -326,6 +330,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "check_results table: rule check verdicts per answer", _v5_check_results),
     Migration(6, "findings table: analyzer plugins' observations", _v6_findings),
     Migration(7, "rollouts, rollout_events, verdicts and alert_claims tables", _v7_rollouts),
+    Migration(8, "findings.severity: how bad an analyzer's finding is", _v8_finding_severity),
 )
 """The schema's whole history, oldest first. Append only."""
 
