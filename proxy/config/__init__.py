@@ -17,6 +17,7 @@ from .specs import (
     StoreSpec,
     TelemetrySpec,
     agreement_spec,
+    unavailable_evidence,
 )
 
 __all__ = [
@@ -33,4 +34,5 @@ __all__ = [
     "agreement_spec",
     "load_config",
     "parse_config",
+    "unavailable_evidence",
 ]
