@@ -320,6 +320,8 @@ def _v7_rollouts(conn: Connection) -> None:
 
 def _v8_finding_severity(conn: Connection) -> None:
     conn.execute(sa.text("ALTER TABLE findings ADD COLUMN severity VARCHAR"))
+    # The rollout judge joins the LLM judge's findings to their pairs at every look.
+    conn.execute(sa.text("CREATE INDEX ix_findings_pair_id ON findings (pair_id)"))
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -330,7 +332,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "check_results table: rule check verdicts per answer", _v5_check_results),
     Migration(6, "findings table: analyzer plugins' observations", _v6_findings),
     Migration(7, "rollouts, rollout_events, verdicts and alert_claims tables", _v7_rollouts),
-    Migration(8, "findings.severity: how bad an analyzer's finding is", _v8_finding_severity),
+    Migration(
+        8,
+        "findings.severity (how bad a finding is) and an index on findings.pair_id",
+        _v8_finding_severity,
+    ),
 )
 """The schema's whole history, oldest first. Append only."""
 

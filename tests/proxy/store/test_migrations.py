@@ -161,6 +161,8 @@ def test_findings_stored_before_severity_existed_read_back_without_one(
             {"at": test_store.T0},
         )
     assert store.migrate() == head_version()
+    indexes = {index["name"] for index in sa.inspect(store.engine).get_indexes("findings")}
+    assert "ix_findings_pair_id" in indexes  # the rollout judge joins findings to pairs
     store.write_batch(
         [
             FindingRecord(
