@@ -214,7 +214,8 @@ class Judge:
 
 
 def _http_status(attempt: Attempt) -> int:
-    """The judge model's HTTP status (0 when it never answered)."""
+    """The status a judge call records, as a shadow's does: the model's HTTP status, the gateway's
+    error status (502, 504) when the call failed, 0 when nothing answered."""
     if attempt.error is not None:
         return attempt.error.status
     return attempt.response.status_code if attempt.response is not None else 0
