@@ -26,10 +26,11 @@ from __future__ import annotations
 from .answer import Answer, ToolCall
 from .checkbase import BaseCheck, Check, CheckResult, Outcome
 from .plugins import ENTRY_POINT_GROUP, Analyzer, AnalyzerFailure, run_safely
-from .views import ExchangeView, Finding, PairView
+from .views import SEVERITIES, ExchangeView, Finding, PairView, Severity
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "SEVERITIES",
     "Analyzer",
     "AnalyzerFailure",
     "Answer",
@@ -40,6 +41,7 @@ __all__ = [
     "Finding",
     "Outcome",
     "PairView",
+    "Severity",
     "ToolCall",
     "run_safely",
 ]

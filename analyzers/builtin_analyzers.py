@@ -2,8 +2,9 @@
 
 - `length`    — exchange: the answer's length in characters; pair: candidate length / primary
   length (a candidate that rambles or truncates shows here first);
-- `refusal`   — exchange: 1 when the answer is a refusal (`analyzers.refusal`), else 0; pair:
-  whether the two answers differ in refusing;
+- `refusal`   — exchange: 1 when the answer is a refusal (`analyzers.refusal`), else 0 (a refusal
+  has severity `warning`: it counts toward a canary's `findings` metric); pair: whether the two
+  answers differ in refusing;
 - `agreement` — pair: 1 when the answers agree under an `AgreementSpec` (normalised text by
   default), 0 when not; nothing when the comparison does not apply.
 
@@ -55,7 +56,8 @@ class RefusalAnalyzer:
         phrase = find_refusal(exchange.answer.text)
         if phrase is None:
             return (Finding(self.name, "refused", 0.0, "answer"),)
-        return (Finding(self.name, "refused", 1.0, "refusal", detail=f"phrase {phrase!r}"),)
+        detail = f"phrase {phrase!r}"
+        return (Finding(self.name, "refused", 1.0, "refusal", detail, severity="warning"),)
 
     def analyze_pair(self, pair: PairView) -> Sequence[Finding]:
         if not _judgeable(pair):

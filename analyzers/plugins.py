@@ -32,7 +32,7 @@ from typing import Any, Literal, Protocol, overload, runtime_checkable
 
 from analyzers.builtin_analyzers import AgreementAnalyzer, LengthAnalyzer, RefusalAnalyzer
 from analyzers.errors import PluginError
-from analyzers.views import ExchangeView, Finding, PairView
+from analyzers.views import SEVERITIES, ExchangeView, Finding, PairView
 
 ENTRY_POINT_GROUP = "mirrorgate.analyzers"
 """The entry-point group third-party analyzers register under."""
@@ -230,6 +230,11 @@ def _findings(raw: Any) -> tuple[Finding, ...]:
         ):
             raise PluginOutputError(
                 f"finding {item.name!r} has value {value!r}, not a finite number"
+            )
+        if item.severity is not None and item.severity not in SEVERITIES:
+            raise PluginOutputError(
+                f"finding {item.name!r} has severity {item.severity!r}, not one of "
+                f"{', '.join(SEVERITIES)}"
             )
         findings.append(item)
         if len(findings) > MAX_FINDINGS:

@@ -12,6 +12,20 @@ from typing import Literal
 
 from analyzers.answer import Answer
 
+Severity = Literal["info", "warning", "critical"]
+"""How bad a finding is, for the rollout judge's `findings` metric: `info` (a measurement, worth
+knowing), `warning` (a problem in this answer, e.g. a refusal) or `critical` (an answer that must
+not reach users). A finding without a severity is a measurement only and never counts."""
+
+SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")
+"""Every severity, least severe first."""
+
+
+def at_or_above(severity: Severity) -> tuple[Severity, ...]:
+    """The severities that count when findings at `severity` or worse are counted."""
+    return SEVERITIES[SEVERITIES.index(severity) :]
+
+
 PairKind = Literal["shadow", "noise", "replay"]
 """`shadow`: a candidate mirrored live; `noise`: the primary asked twice (the noise floor);
 `replay`: a candidate asked offline with a recorded request."""
@@ -86,3 +100,6 @@ class Finding:
     """A short category, when the finding is one (`refusal`, `agree`)."""
     detail: str = ""
     """One line for humans; must not quote the answer when bodies are not stored."""
+    severity: Severity | None = None
+    """How bad the observation is (`SEVERITIES`); None for a plain measurement. An answer with a
+    finding at or above a canary's `analysis.findings_severity` counts against it."""

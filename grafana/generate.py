@@ -23,7 +23,9 @@ SEL = 'route=~"$route", target=~"$target"'
 """The label filter of every per-route, per-model series."""
 ROUTE_SEL = 'route=~"$route"'
 LIVE = 'arm=~"primary|canary|fallback"'
-"""The arms that answer users (shadows never do)."""
+"""The arms that answer users (shadows and judge calls never do)."""
+JUDGE_SEL = 'route=~"$route", candidate=~"$target"'
+"""`mirrorgate_judge_score`'s filter: its model label is the judged candidate."""
 LIVE_SEL = f"{SEL}, {LIVE}"
 RI = "$__rate_interval"
 
@@ -49,6 +51,16 @@ def ratio(metric: str, part: str, whole: str, by: str = "") -> str:
 def quantile(q: float, histogram: str, selector: str, by: str = "") -> str:
     le = f"le, {by}" if by else "le"
     return f"histogram_quantile({q}, sum by ({le}) (rate({histogram}_bucket{{{selector}}}[{RI}])))"
+
+
+def judge_mean(answer: str) -> str:
+    """Mean LLM-judge score of one side (`candidate` or `primary`) of the judged pairs."""
+    sel = f'{JUDGE_SEL}, answer="{answer}"'
+    by = "route, candidate"
+    return (
+        f"{rate('mirrorgate_judge_score_sum', sel, by)}\n  /\n"
+        f"{rate('mirrorgate_judge_score_count', sel, by)}"
+    )
 
 
 def cost_per_request(selector: str, by: str) -> str:
@@ -550,6 +562,31 @@ QUALITY = Dashboard(
                     "short",
                 ),
                 Panel(
+                    "LLM-judge score by candidate",
+                    "Mean score the LLM judge gives each candidate's shadow answers and the "
+                    "primary's answers to the same requests (1-10, both answer orders averaged). "
+                    "Empty without a `judge` section.",
+                    (
+                        q(judge_mean("candidate"), "{{route}} · {{candidate}}"),
+                        q(judge_mean("primary"), "{{route}} · primary (vs {{candidate}})"),
+                    ),
+                    "short",
+                    decimals=2,
+                ),
+                Panel(
+                    "LLM-judge score difference (candidate minus primary)",
+                    "Below 0 the judge prefers the primary's answers; a canary's `judge_score` "
+                    "metric judges this difference.",
+                    (
+                        q(
+                            f"{judge_mean('candidate')}\n  -\n{judge_mean('primary')}",
+                            "{{route}} · {{candidate}}",
+                        ),
+                    ),
+                    "short",
+                    decimals=2,
+                ),
+                Panel(
                     "Feedback by kind",
                     "Corrections, positive (score 4-5) and negative (score 1-2) ratings per "
                     "second.",
@@ -581,14 +618,13 @@ COST = Dashboard(
                     "USD spent on the arms that answer users over the selected range.",
                     (
                         q(
-                            f'sum(increase(mirrorgate_cost_usd_total{{{SEL}, arm!="shadow"}}'
-                            "[$__range]))",
+                            f"sum(increase(mirrorgate_cost_usd_total{{{LIVE_SEL}}}[$__range]))",
                             instant=True,
                         ),
                     ),
                     "currencyUSD",
                     kind="stat",
-                    width=8,
+                    width=6,
                     height=5,
                     decimals=4,
                 ),
@@ -604,7 +640,24 @@ COST = Dashboard(
                     ),
                     "currencyUSD",
                     kind="stat",
-                    width=8,
+                    width=6,
+                    height=5,
+                    decimals=4,
+                ),
+                Panel(
+                    "Judge spend",
+                    "USD spent on LLM-judge calls scoring shadow pairs over the range (bounded "
+                    "by judge.max_usd_per_hour).",
+                    (
+                        q(
+                            f'sum(increase(mirrorgate_cost_usd_total{{{ROUTE_SEL}, arm="judge"}}'
+                            "[$__range]))",
+                            instant=True,
+                        ),
+                    ),
+                    "currencyUSD",
+                    kind="stat",
+                    width=6,
                     height=5,
                     decimals=4,
                 ),
@@ -614,7 +667,7 @@ COST = Dashboard(
                     (q(rate("mirrorgate_cost_usd_total", SEL) + " * 3600"),),
                     "currencyUSD",
                     kind="stat",
-                    width=8,
+                    width=6,
                     height=5,
                     decimals=4,
                 ),
@@ -628,8 +681,7 @@ COST = Dashboard(
                     "USD per hour spent answering users.",
                     (
                         q(
-                            rate("mirrorgate_cost_usd_total", f'{SEL}, arm!="shadow"', "route")
-                            + " * 3600",
+                            rate("mirrorgate_cost_usd_total", LIVE_SEL, "route") + " * 3600",
                             "{{route}}",
                         ),
                     ),
@@ -638,7 +690,7 @@ COST = Dashboard(
                 ),
                 Panel(
                     "By arm",
-                    "USD per hour per arm: primary, canary, fallback and shadow.",
+                    "USD per hour per arm: primary, canary, fallback, shadow and judge.",
                     (
                         q(
                             rate("mirrorgate_cost_usd_total", SEL, "route, arm") + " * 3600",

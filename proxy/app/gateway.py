@@ -120,7 +120,7 @@ class Gateway:
         self.shadows: ShadowDispatcher | None = None
         if any(r.shadows or r.noise_sample for r in config.routes.values()):
             judge = (
-                Judge(config.judge, self.caller, self.recorder.submit)
+                Judge(config.judge, self.caller, self.recorder.submit, self.metrics)
                 if config.judge is not None
                 else None
             )

@@ -19,6 +19,7 @@ from .specs import (
     StoreSpec,
     TelemetrySpec,
     agreement_spec,
+    unavailable_evidence,
 )
 
 __all__ = [
@@ -38,4 +39,5 @@ __all__ = [
     "load_config",
     "parse_config",
     "rollout_warnings",
+    "unavailable_evidence",
 ]

@@ -32,7 +32,7 @@ from analyzers.errors import SpecError
 from analyzers.plugins import ENTRY_POINT_GROUP, available_analyzers
 
 from .errors import ConfigProblem
-from .specs import CheckSpec, MirrorgateConfig, agreement_spec
+from .specs import CheckSpec, MirrorgateConfig, agreement_spec, unavailable_evidence
 
 DocumentCheck = Callable[[Mapping[str, Any], Mapping[str, str]], list[ConfigProblem]]
 """A check of the raw document (a YAML mapping, before validation) and the environment."""
@@ -158,6 +158,7 @@ def check_routes(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigPr
                     "requests are not translated between wire formats",
                 )
             )
+        problems.extend(_unavailable_metrics(cfg, rname))
         fallback = cfg.models.get(route.fallback or "")
         if primary is not None and fallback is not None and fallback.provider != primary.provider:
             problems.append(
@@ -167,6 +168,22 @@ def check_routes(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigPr
                 )
             )
     return problems
+
+
+def _unavailable_metrics(cfg: MirrorgateConfig, rname: str) -> list[ConfigProblem]:
+    """An evidence-backed metric listed explicitly where its evidence is never produced."""
+    canary = cfg.routes[rname].canary
+    if canary is None or "metrics" not in canary.analysis.model_fields_set:
+        return []  # the default list leaves such metrics out by itself
+    missing = unavailable_evidence(cfg, rname)
+    return [
+        ConfigProblem(
+            f"routes.{rname}.canary.analysis.metrics[{i}]",
+            f"'{metric}' cannot be judged: {missing[metric]}",
+        )
+        for i, metric in enumerate(canary.analysis.metrics)
+        if metric in missing
+    ]
 
 
 def check_judge(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigProblem]:

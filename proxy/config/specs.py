@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from analyzers.agreement import AgreementSpec
 from analyzers.verdicts import Thresholds
+from analyzers.views import Severity
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 
@@ -130,8 +131,12 @@ class ShadowSpec(Spec):
 
 JUDGED_METRICS = (
     "error_rate", "latency_p50", "latency_p95", "ttft_p50", "ttft_p95", "cost_per_request",
-    "check_pass_rate", "correction_rate", "disagreement",
+    "check_pass_rate", "correction_rate", "disagreement", "judge_score", "findings",
 )  # fmt: skip
+"""Every metric a canary can be judged on. `judge_score` and `findings` need evidence that only
+some configurations produce (an LLM judge scoring the canary as a shadow; analyzers): by default
+they are judged only where it exists (`unavailable_evidence`); listed explicitly without it, they
+are a config error."""
 
 
 class AnalysisSpec(Spec):
@@ -143,7 +148,11 @@ class AnalysisSpec(Spec):
     failure_limit: int = Field(2, ge=1)
     """Consecutive looks with a failing metric that roll the canary back."""
     metrics: list[str] = Field(default_factory=lambda: list(JUDGED_METRICS))
-    """Which metrics are judged (and gate each step); `check_pass_rate` covers every check."""
+    """Which metrics are judged (and gate each step); `check_pass_rate` covers every check.
+    `judge_score` and `findings` are judged only when their evidence is configured."""
+    findings_severity: Severity = "warning"
+    """The `findings` metric counts answers with an analyzer finding of this severity or worse
+    (`info` < `warning` < `critical`)."""
     thresholds: Thresholds = Field(default_factory=Thresholds)
     """How much worse than the primary the canary may be; the defaults rarely need changing."""
 
@@ -354,3 +363,21 @@ class MirrorgateConfig(Spec):
 def agreement_spec(config: AgreementConfig) -> AgreementSpec:
     """The pure comparison spec for a route's `agreement` section (raises SpecError)."""
     return AgreementSpec(config.mode, tuple(config.fields), config.tolerance)
+
+
+def unavailable_evidence(config: MirrorgateConfig, route: str) -> dict[str, str]:
+    """The evidence-backed metrics (`judge_score`, `findings`) that `route`'s canary cannot be
+    judged on in `config`, each with the reason: the judge leaves them out (they would hold the
+    rollout forever), and listing one explicitly in `analysis.metrics` is a config error."""
+    spec = config.routes[route]
+    missing: dict[str, str] = {}
+    if config.judge is None:
+        missing["judge_score"] = "no LLM judge is configured (the `judge` section)"
+    elif spec.canary is not None and all(s.model != spec.canary.model for s in spec.shadows):
+        missing["judge_score"] = (
+            f"the LLM judge scores shadow pairs only, and the canary '{spec.canary.model}' is "
+            "not among the route's shadows"
+        )
+    if not config.analyzers:
+        missing["findings"] = "no analyzers are configured (the `analyzers` list)"
+    return missing

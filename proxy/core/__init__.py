@@ -26,6 +26,8 @@ from .errors import (
 )
 from .pricing import cost_usd
 from .records import (
+    JUDGE_ANALYZER,
+    JUDGE_SCORE_DELTA,
     Arm,
     CheckRecord,
     ExchangeRecord,
@@ -60,6 +62,8 @@ from .utc import as_utc
 __all__ = [
     "ACTIVE",
     "ENDPOINTS",
+    "JUDGE_ANALYZER",
+    "JUDGE_SCORE_DELTA",
     "OPERATOR_ACTIONS",
     "Action",
     "Agreement",

@@ -1,6 +1,7 @@
 """The exchange record: one upstream call, as mirrorgate saw it.
 
-Every arm (primary, canary, fallback, shadow) produces one `ExchangeRecord` per upstream call.
+Every arm (primary, canary, fallback, shadow, judge) produces one `ExchangeRecord` per upstream
+call.
 Records are built once, when the exchange ends, and never change afterwards: the recorder, the
 metrics, the analyzers and the store all read the same frozen object.
 """
@@ -20,6 +21,8 @@ class Arm(enum.StrEnum):
     CANARY = "canary"
     FALLBACK = "fallback"
     SHADOW = "shadow"
+    JUDGE = "judge"
+    """A call of the LLM judge scoring a shadow pair: never client traffic, only its cost counts."""
 
 
 class Status(enum.StrEnum):
@@ -70,7 +73,7 @@ class ExchangeRecord:
     upstream_model: str
     """The model name sent upstream (`models.<target>.model`)."""
     arm: Arm
-    """primary, canary, fallback or shadow."""
+    """primary, canary, fallback, shadow or judge."""
     endpoint: str
     """The wire endpoint: chat.completions, completions, embeddings, responses or messages."""
     provider: str
@@ -100,7 +103,7 @@ class ExchangeRecord:
     rule_version: str | None = None
     """The version of that rule set this request carried."""
     pair_id: str | None = None
-    """Links a shadow record to its primary (shadow issue)."""
+    """Links a shadow record to its primary, and a judge call to the pair it scored."""
     tags: tuple[str, ...] = ()
     """Free labels such as `replay`."""
     request_body: str | None = None
@@ -208,6 +211,16 @@ class FindingRecord:
     detail: str = ""
     pair_id: str | None = None
     """Set when the finding is about a pair (the candidate compared with the primary)."""
+    severity: str | None = None
+    """`info`, `warning` or `critical` (`analyzers.SEVERITIES`); None for a plain measurement."""
+
+
+JUDGE_ANALYZER = "judge"
+"""The `analyzer` of the LLM judge's findings on a shadow pair (`candidate_score`,
+`primary_score`, `score_delta`, `position_bias`)."""
+JUDGE_SCORE_DELTA = "score_delta"
+"""The judge's finding read by the rollout judge: candidate minus primary score, both orders
+averaged, on the 1-10 scale."""
 
 
 StoredRecord = ExchangeRecord | PairRecord | CheckRecord | FindingRecord

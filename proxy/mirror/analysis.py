@@ -243,7 +243,7 @@ class AnalysisWorker(ExchangeObserver):
                     request_id=record.request_id, route=record.route, target=record.target,
                     arm=record.arm, analyzer=finding.analyzer, name=finding.name, created_at=now,
                     value=finding.value, label=finding.label, detail=finding.detail,
-                    pair_id=pair_id,
+                    pair_id=pair_id, severity=finding.severity,
                 )
             )  # fmt: skip
 

@@ -5,7 +5,15 @@ Two known biases of judge models are countered. **Position**: each pair is judge
 with the primary's answer first and once with the candidate's first, and the two scores of each
 answer are averaged. **Length**: the rubric tells the judge not to reward length, and to mark
 answers down for padding. Calls are sampled deterministically (a hash of the pair id), budgeted per
-hour, and never block anything: the scores become findings (`analyzer="judge"`) of the pair.
+hour, and never block anything: the scores become findings (`analyzer="judge"`) of the pair and
+observations of `mirrorgate_judge_score{route, candidate, answer}`.
+
+Each call of the judge model is recorded as an exchange of arm `judge` (the judged request's id
+and route, the judge model as target, the pair's id) and counted like any exchange
+(`mirrorgate_requests_total`, `mirrorgate_tokens_total`, `mirrorgate_cost_usd_total` with
+`arm="judge"`): what the judge costs shows next to what the candidates cost. Readers of client
+traffic (the rollout judge's windows, replay, feedback, the report's corrections) read only the
+serving arms, so a judge call is never mistaken for one.
 """
 
 from __future__ import annotations
@@ -21,15 +29,19 @@ from typing import Any
 from proxy.config import JudgeSpec
 from proxy.core import (
     ENDPOINTS,
+    JUDGE_ANALYZER,
+    JUDGE_SCORE_DELTA,
     Arm,
     ExchangeRecord,
     FindingRecord,
     HourlySpend,
+    RecordSink,
     Status,
     TaskSet,
     sampled,
 )
-from proxy.upstream import CallContext, ModelCaller
+from proxy.observability import GatewayMetrics
+from proxy.upstream import Attempt, CallContext, ModelCaller
 
 log = logging.getLogger("mirrorgate.judge")
 
@@ -75,12 +87,15 @@ class Judge:
         self,
         spec: JudgeSpec,
         caller: ModelCaller,
-        sink: Callable[[FindingRecord], object],
+        sink: RecordSink,
+        metrics: GatewayMetrics,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.spec = spec
         self.caller = caller
         self.sink = sink
+        """Where the judge's findings and the exchanges of its calls go (the recorder)."""
+        self.metrics = metrics
         self.clock = clock
         self.rubric = spec.rubric or DEFAULT_RUBRIC
         self.spend = HourlySpend()
@@ -117,17 +132,20 @@ class Judge:
         candidate: ExchangeRecord,
         candidate_text: str,
     ) -> None:
-        first = await self._ask(request, primary_text, candidate_text)  # primary shown first
-        second = await self._ask(request, candidate_text, primary_text)  # candidate first
+        first = await self._ask(request, primary_text, candidate_text, candidate)  # primary first
+        second = await self._ask(request, candidate_text, primary_text, candidate)  # candidate
         if first is None or second is None:
             return
         primary_score = (first[0] + second[1]) / 2
         candidate_score = (first[1] + second[0]) / 2
+        scores = self.metrics.judge_score
+        scores.labels(candidate.route, candidate.target, "candidate").observe(candidate_score)
+        scores.labels(candidate.route, candidate.target, "primary").observe(primary_score)
         now = datetime.now(UTC)
         for name, value in (
             ("candidate_score", candidate_score),
             ("primary_score", primary_score),
-            ("score_delta", candidate_score - primary_score),
+            (JUDGE_SCORE_DELTA, candidate_score - primary_score),
             ("position_bias", ((first[0] - second[1]) + (second[0] - first[1])) / 2),
         ):
             self.sink(
@@ -136,7 +154,7 @@ class Judge:
                     route=candidate.route,
                     target=candidate.target,
                     arm=Arm.SHADOW,
-                    analyzer="judge",
+                    analyzer=JUDGE_ANALYZER,
                     name=name,
                     created_at=now,
                     value=value,
@@ -145,7 +163,11 @@ class Judge:
                 )
             )
 
-    async def _ask(self, request: str, answer_a: str, answer_b: str) -> tuple[float, float] | None:
+    async def _ask(
+        self, request: str, answer_a: str, answer_b: str, judged: ExchangeRecord
+    ) -> tuple[float, float] | None:
+        """One call of the judge model (recorded and counted as an exchange of arm `judge` of the
+        judged request); its (score_a, score_b), or None when it gave no usable scores."""
         content = (
             f"Request:\n{request}\n\nAnswer A:\n{answer_a[:20_000]}\n\n"
             f"Answer B:\n{answer_b[:20_000]}"
@@ -167,10 +189,16 @@ class Judge:
                 "max_tokens": 200,
                 "temperature": 0,
             }
-        ctx = CallContext("judge", "judge", endpoint, payload, False, False, [])
-        attempt = await self.caller.open(ctx, self.spec.model, Arm.SHADOW)
-        record = self.caller.record(ctx, attempt, 0, time.perf_counter(), own_clock=True)
+        ctx = CallContext(
+            judged.request_id, judged.route, endpoint, payload, False, False, [], tags=("judge",)
+        )
+        attempt = await self.caller.open(ctx, self.spec.model, Arm.JUDGE)
+        attempt.pair_id = judged.pair_id
+        record = self.caller.record(ctx, attempt, _http_status(attempt), time.perf_counter(),
+                                    own_clock=True)  # fmt: skip
         self.spend.add(self.clock(), record.cost_usd)
+        self.metrics.observe(record)
+        self.sink(record)
         if attempt.error is not None or attempt.parsed is None:
             log.warning("judge %s failed: %s", self.spec.model, attempt.error_class)
             return None
@@ -180,5 +208,14 @@ class Judge:
         return scores
 
     async def stop(self, timeout_s: float) -> None:
+        """Give running judgements `timeout_s`, then cancel the rest."""
         await self.tasks.wait(timeout_s)
         await self.tasks.cancel_all()
+
+
+def _http_status(attempt: Attempt) -> int:
+    """The status a judge call records, as a shadow's does: the model's HTTP status, the gateway's
+    error status (502, 504) when the call failed, 0 when nothing answered."""
+    if attempt.error is not None:
+        return attempt.error.status
+    return attempt.response.status_code if attempt.response is not None else 0

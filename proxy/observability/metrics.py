@@ -15,6 +15,8 @@ LATENCY_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0,
     30.0, 60.0, 120.0,
 )  # fmt: skip
+JUDGE_SCORE_BUCKETS = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0)
+"""The LLM judge's 1-10 scale (a score is the mean of two, so halves fall between buckets)."""
 OVERHEAD_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1,
 )  # fmt: skip
@@ -134,6 +136,12 @@ class GatewayMetrics:
         self.analyzer_findings = Counter(
             "mirrorgate_analyzer_findings", "Findings produced by analyzer plugins.",
             ("analyzer", "finding"), registry=registry,
+        )  # fmt: skip
+        self.judge_score = Histogram(
+            "mirrorgate_judge_score",
+            "LLM-judge scores of shadow pairs (1-10, both answer orders averaged), of the "
+            "candidate's answer and of the primary's (answer).",
+            ("route", "candidate", "answer"), buckets=JUDGE_SCORE_BUCKETS, registry=registry,
         )  # fmt: skip
         self.inflight = Gauge(
             "mirrorgate_inflight_requests", "Client requests being served now.", registry=registry

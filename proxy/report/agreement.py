@@ -6,19 +6,31 @@ Pairs (`proxy.core.PairRecord`) are grouped by kind and candidate target — `sh
 is compared with it. Agreement and disagreement are the route's verdicts
 (`proxy.core.pair_agreed`: made when the pair was recorded, under the route's agreement mode,
 fields and tolerance — what the judge and `mirrorgate_agreement_total` read); exact, normalised
-and JSON equality are shown beside them.
+and JSON equality are shown beside them. The LLM judge's findings on shadow pairs
+(`analyzer="judge"`) are summarised per candidate: mean scores of both answers and the mean
+difference with its 95% interval.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from analyzers.summary import AgreementSummary, attributable_disagreement, median
-from proxy.core import Arm, PairRecord, Status, pair_agreed
+from analyzers.summary import Z95, AgreementSummary, attributable_disagreement, mean, median
+from proxy.core import (
+    JUDGE_ANALYZER,
+    JUDGE_SCORE_DELTA,
+    Arm,
+    FindingRecord,
+    PairRecord,
+    Status,
+    pair_agreed,
+)
 
-from .model import ArmReport, CandidateReport, arm_key
+from .model import ArmReport, CandidateReport, JudgeScoreReport, arm_key
 
 CANDIDATE_ARMS = (Arm.CANARY.value, Arm.SHADOW.value)
 """Arms whose answers can be compared with the primary's; one without pairs is named as such."""
@@ -90,3 +102,34 @@ def _agreement(pairs: Sequence[PairRecord], mode: str) -> AgreementSummary:
 
 def _median_of(values: Sequence[float | None]) -> float | None:
     return median([v for v in values if v is not None])
+
+
+def build_judge_scores(findings: Sequence[FindingRecord]) -> tuple[JudgeScoreReport, ...]:
+    """Per candidate (by name) the LLM judge's scores among `findings` (one route's); other
+    analyzers' findings are ignored."""
+    values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for f in findings:
+        if f.analyzer == JUDGE_ANALYZER and f.value is not None:
+            values[f.target][f.name].append(f.value)
+    reports = []
+    for candidate in sorted(values):
+        scores = values[candidate]
+        deltas = scores[JUDGE_SCORE_DELTA]
+        low = high = None
+        if len(deltas) >= 2:
+            centre = statistics.fmean(deltas)
+            half = Z95 * statistics.stdev(deltas) / math.sqrt(len(deltas))
+            low, high = centre - half, centre + half
+        reports.append(
+            JudgeScoreReport(
+                candidate=candidate,
+                pairs=len(deltas),
+                candidate_score=mean(scores["candidate_score"]),
+                primary_score=mean(scores["primary_score"]),
+                delta=mean(deltas),
+                delta_low=low,
+                delta_high=high,
+                position_bias=mean(scores["position_bias"]),
+            )
+        )
+    return tuple(reports)

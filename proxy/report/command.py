@@ -2,8 +2,8 @@
 
 `run_report` reads the window from the store — exchanges, pairs, rule check verdicts, feedback and
 the rule-change events — and `build_report` groups them by route into the records of
-`proxy.report.model`: arms (`analyzers.summary`), agreement per candidate arm
-(`proxy.report.agreement`), checks by rule version (`proxy.report.checks`) and corrections and
+`proxy.report.model`: arms (`analyzers.summary`), agreement and LLM-judge scores per candidate
+arm (`proxy.report.agreement`), checks by rule version (`proxy.report.checks`) and corrections and
 ratings (`proxy.report.feedback`). `proxy.report.markdown` or `proxy.report.html` turns the
 `Report` into text. How each number is computed is written down in docs/report.md.
 
@@ -24,11 +24,19 @@ from pathlib import Path
 
 from analyzers.summary import ArmSummary
 from proxy.config import ConfigError, MirrorgateConfig, load_config
-from proxy.core import CheckRecord, ExchangeRecord, FeedbackRecord, PairRecord, Status
+from proxy.core import (
+    JUDGE_ANALYZER,
+    CheckRecord,
+    ExchangeRecord,
+    FeedbackRecord,
+    FindingRecord,
+    PairRecord,
+    Status,
+)
 from proxy.core import parse_since as _parse_since
 from proxy.store import FeedbackStore, RuleEventStore, Store, StoreError
 
-from .agreement import build_agreement
+from .agreement import build_agreement, build_judge_scores
 from .checks import build_rule_versions
 from .feedback import build_feedback
 from .html import render_html
@@ -65,12 +73,13 @@ def build_report(
     feedback: Sequence[FeedbackRecord] = (),
     changes: Sequence[RuleChange] = (),
     agreement_modes: Mapping[str, str] | None = None,
+    findings: Sequence[FindingRecord] = (),
 ) -> Report:
     """Group the window's records by route and arm · target, and summarise each group.
 
     `changes` are every rule-change event in the store (old ones say when a version began);
     `agreement_modes` each route's agreement mode (a route not in it: `normalized`);
-    everything else is the window's.
+    everything else is the window's (`findings`: the LLM judge's).
     """
     modes = agreement_modes or {}
     by_route: dict[str, list[ExchangeRecord]] = defaultdict(list)
@@ -85,6 +94,10 @@ def build_report(
     feedback_by_route: dict[str, list[FeedbackRecord]] = defaultdict(list)
     for item in feedback:
         feedback_by_route[item.route].append(item)
+
+    findings_by_route: dict[str, list[FindingRecord]] = defaultdict(list)
+    for finding in findings:
+        findings_by_route[finding.route].append(finding)
 
     routes = []
     for route in sorted(set(by_route) | set(pairs_by_route) | set(checks_by_route)):
@@ -115,6 +128,7 @@ def build_report(
                     since=since,
                 ),
                 feedback=build_feedback(records, feedback_by_route.get(route, [])),
+                judge_scores=build_judge_scores(findings_by_route.get(route, [])),
             )
         )
     started = [record.started_at for record in exchanges]
@@ -208,6 +222,9 @@ def _read(args: argparse.Namespace, cfg: MirrorgateConfig, now: datetime) -> Rep
             if since is None or item.created_at >= since
         ]
         changes = _rule_changes(store)
+        judged = store.query_findings(
+            route=args.route, analyzer=JUDGE_ANALYZER, since=since, limit=MAX_ROWS
+        )
     return build_report(
         exchanges,
         pairs,
@@ -220,6 +237,7 @@ def _read(args: argparse.Namespace, cfg: MirrorgateConfig, now: datetime) -> Rep
         feedback=feedback,
         changes=changes,
         agreement_modes={name: spec.agreement.mode for name, spec in cfg.routes.items()},
+        findings=judged,
     )
 
 

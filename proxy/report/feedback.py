@@ -2,7 +2,8 @@
 
 Feedback (`proxy.core.FeedbackRecord`) is joined to the answer it is about by request id, arm
 and target, and counted against the answers each arm · target served in the window: its exchanges
-that sent the client an HTTP status. Shadows are left out — no user ever sees a shadow's answer —
+that sent the client an HTTP status. Shadows and judge calls are left out — no user ever sees
+their answers —
 and so is feedback on answers outside the window, so that every correction counted is one of the
 answers in the denominator. A correction is what `proxy.core.is_correction` says, as for the
 judge and the metrics. On a route governed by a rule set the rows are split by rule version.
@@ -19,6 +20,9 @@ from proxy.core import Arm, ExchangeRecord, FeedbackRecord, is_correction
 
 from .model import FeedbackArmReport, FeedbackReport, arm_key
 
+_SERVED_ARMS = (Arm.PRIMARY, Arm.CANARY, Arm.FALLBACK)
+"""Arms whose answers reach users (shadows and judge calls never do)."""
+
 _Group = tuple[str, str, str | None]
 """(arm, target, rule version)."""
 
@@ -27,7 +31,7 @@ def build_feedback(
     exchanges: Sequence[ExchangeRecord], feedback: Sequence[FeedbackRecord]
 ) -> FeedbackReport:
     """`exchanges`: the route's exchanges in the window; `feedback`: its feedback in the window."""
-    served = [r for r in exchanges if r.arm is not Arm.SHADOW and r.http_status != 0]
+    served = [r for r in exchanges if r.arm in _SERVED_ARMS and r.http_status != 0]
     by_version = any(r.rule_version is not None for r in served)
     answers: dict[tuple[str, str, str], _Group] = {}
     counts: Counter[_Group] = Counter()

@@ -88,6 +88,15 @@ def format_score(score: float | None) -> str:
     return DASH if score is None else f"{score:.2f}"
 
 
+def format_judge_delta(low: float | None, delta: float | None, high: float | None) -> str:
+    """`-1.25 [-2.00, -0.50]`: a mean score difference with its 95% interval (points of 1-10)."""
+    if delta is None:
+        return DASH
+    if low is None or high is None:
+        return f"{delta:+.2f}"
+    return f"{delta:+.2f} [{low:+.2f}, {high:+.2f}]"
+
+
 def as_sentence(text: str) -> str:
     """`rule change at …` → `Rule change at ….`"""
     return text[:1].upper() + text[1:] + "."

@@ -1,8 +1,8 @@
 """The HTML report's answer-quality sections of a route: agreement with the primary per candidate
-arm, rule checks by rule version (with the `checks` chart of the newest version), and corrections
-and ratings per arm.
+arm (and the LLM judge's scores), rule checks by rule version (with the `checks` chart of the
+newest version), and corrections and ratings per arm.
 
-Tables are `table.pairs`, `table.checks` (with `data-rule` and `data-version`) and
+Tables are `table.pairs`, `table.judge`, `table.checks` (with `data-rule` and `data-version`) and
 `table.corrections`, each with `data-route`; a candidate significantly below the primary is a
 `tr.below` with its difference in `td.worse`.
 """
@@ -20,6 +20,7 @@ from .format import (
     describe_labels,
     format_difference,
     format_duration,
+    format_judge_delta,
     format_percent,
     format_ratio,
     format_score,
@@ -30,6 +31,10 @@ from .model import FeedbackReport, RouteReport, RuleVersionReport
 _PAIR_HEADINGS = (
     "candidate", "pairs (both ok / all)", "agreement", "exact", "normalized", "JSON",
     "Δ latency p50", "Δ ttft p50", "Δ cost p50", "length ratio p50", "beyond noise",
+)  # fmt: skip
+_JUDGE_HEADINGS = (
+    "candidate", "pairs judged", "candidate score", "primary score", "Δ score (95% CI)",
+    "position bias",
 )  # fmt: skip
 _CHECK_HEADINGS = (
     "check", "arm · target", "checks", "pass rate (95% CI)", "fail", "error", "vs primary",
@@ -117,7 +122,32 @@ def agreement_section(route: RouteReport, colours: dict[str, str]) -> str:
             "answers ok in this window, so disagreement cannot be separated from the primary's "
             "own variability.</p>"
         )
+    parts.append(_judge_table(route, colours))
     return "".join(parts)
+
+
+def _judge_table(route: RouteReport, colours: dict[str, str]) -> str:
+    if not route.judge_scores:
+        return ""
+    rows = [
+        f'<tr class="{"below" if j.worse else ""}">'
+        f'<th scope="row" class="label">{_label(j.label, colours)}</th>'
+        f"<td>{j.pairs:,}</td><td>{_e(format_score(j.candidate_score))}</td>"
+        f"<td>{_e(format_score(j.primary_score))}</td>"
+        f'<td class="{"worse" if j.worse else ""}">'
+        f"{_e(format_judge_delta(j.delta_low, j.delta, j.delta_high))}</td>"
+        f"<td>{_e(format_score(j.position_bias))}</td></tr>"
+        for j in route.judge_scores
+    ]
+    return (
+        "<h3>LLM judge</h3>"
+        f'<div class="table-wrap"><table class="judge" data-route="{_e(route.route)}">'
+        f"<thead><tr>{_head(_JUDGE_HEADINGS, 1)}</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+        '<p class="note">Scores are 1&ndash;10, each the mean of both answer orders; '
+        "&Delta; is candidate minus primary, highlighted when its interval is below zero "
+        "(the judge prefers the primary).</p>"
+    )
 
 
 def checks_section(index: int, route: RouteReport, colours: dict[str, str]) -> str:

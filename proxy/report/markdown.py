@@ -16,6 +16,7 @@ from .format import (
     describe_window,
     format_difference,
     format_duration,
+    format_judge_delta,
     format_rate,
     format_ratio,
     format_score,
@@ -150,6 +151,41 @@ def _agreement(route: RouteReport) -> list[str]:
         names = ", ".join(_md(label) for label in route.unpaired)
         lines.extend([f"No pairs in this window for {names}.", ""])
     lines.extend([_noiseas_sentence(route), ""])
+    lines.extend(_judge_scores(route))
+    return lines
+
+
+def _judge_scores(route: RouteReport) -> list[str]:
+    if not route.judge_scores:
+        return []
+    lines = [
+        f"### LLM judge: {_md(route.route)}",
+        "",
+        "| candidate | pairs judged | candidate score | primary score | Δ score (95% CI) "
+        "| position bias |",
+        "|---|" + "---:|" * 5,
+    ]
+    for j in route.judge_scores:
+        lines.append(
+            _row(
+                [
+                    _md(j.label),
+                    f"{j.pairs:,}",
+                    format_score(j.candidate_score),
+                    format_score(j.primary_score),
+                    format_judge_delta(j.delta_low, j.delta, j.delta_high),
+                    format_score(j.position_bias),
+                ]
+            )
+        )
+    lines.extend(
+        [
+            "",
+            "Scores are 1-10, each the mean of both answer orders; Δ is candidate minus primary "
+            "(below 0: the judge prefers the primary).",
+            "",
+        ]
+    )
     return lines
 
 

@@ -2,8 +2,9 @@
 
 `proxy.report.command.build_report` fills these frozen records from the store's records;
 `proxy.report.markdown` and `proxy.report.html` only read them. A route's report has four parts:
-its arms (latency, errors, cost), its candidates' agreement with the primary, its rule checks by
-rule version, and the corrections and ratings users gave to the answers it served.
+its arms (latency, errors, cost), its candidates' agreement with the primary (and the LLM judge's
+scores, when a judge is configured), its rule checks by rule version, and the corrections and
+ratings users gave to the answers it served.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from analyzers.summary import (
 )
 from proxy.core import Arm
 
-ARM_ORDER = {Arm.PRIMARY.value: 0, Arm.CANARY.value: 1, Arm.FALLBACK.value: 2, Arm.SHADOW.value: 3}
+ARM_ORDER = {
+    Arm.PRIMARY.value: 0, Arm.CANARY.value: 1, Arm.FALLBACK.value: 2, Arm.SHADOW.value: 3,
+    Arm.JUDGE.value: 4,
+}  # fmt: skip
 """Arms are listed in this order, then by target name; anything else (a pair kind) comes last."""
 
 
@@ -76,6 +80,37 @@ class CandidateReport:
     def label(self) -> str:
         """`shadow · cand-a`: the pair kind names the arm the candidate answered in."""
         return arm_label(self.kind, self.candidate)
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeScoreReport:
+    """The LLM judge's scores of one candidate's shadow pairs, each averaged over both answer
+    orders (1-10)."""
+
+    candidate: str
+    pairs: int
+    """Pairs the judge scored in the window."""
+    candidate_score: float | None
+    """Mean score of the candidate's answers."""
+    primary_score: float | None
+    """Mean score of the primary's answers to the same requests."""
+    delta: float | None
+    """Mean of candidate minus primary score: below 0, the judge prefers the primary."""
+    delta_low: float | None
+    """Lower bound of the 95% interval of `delta` (normal approximation); None under 2 pairs."""
+    delta_high: float | None
+    position_bias: float | None
+    """Mean preference of the judge for the answer shown first (cancelled by the averaging)."""
+
+    @property
+    def label(self) -> str:
+        """`shadow · cand-a`: the judge scores shadow pairs."""
+        return arm_label(Arm.SHADOW.value, self.candidate)
+
+    @property
+    def worse(self) -> bool:
+        """The interval of `delta` is below 0: the judge prefers the primary's answers."""
+        return self.delta_high is not None and self.delta_high < 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +225,8 @@ class RouteReport:
     rule_versions: tuple[RuleVersionReport, ...] = ()
     """In order of first appearance."""
     feedback: FeedbackReport | None = None
+    judge_scores: tuple[JudgeScoreReport, ...] = ()
+    """Per candidate the LLM judge scored, by name; empty without a judge."""
     agreement_mode: str = "normalized"
     """The route's agreement mode (its fields and tolerance were applied when pairs were
     recorded)."""

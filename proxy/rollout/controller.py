@@ -59,6 +59,8 @@ from .evidence import (
     agreement_tallies,
     check_windows,
     failing_examples,
+    finding_tallies,
+    judge_deltas,
     traffic_windows,
 )
 from .manager import RolloutManager, TransitionConflictError
@@ -338,6 +340,12 @@ class RolloutController:
                     "disagreement left out: the canary's shadow pairs have no noise floor to "
                     "be judged against (set the route's noise_sample above 0)"
                 )
+        if "judge_score" in wanted:
+            candidate = replace(candidate, judge_deltas=judge_deltas(self.windows, arms, since))
+        if "findings" in wanted:
+            flagged = finding_tallies(self.windows, arms, analysis.findings_severity, since)
+            primary = replace(primary, findings=flagged[0])
+            candidate = replace(candidate, findings=flagged[1])
         traffic = judge(primary, candidate, thresholds, sequences=sequences)
         scoped: list[tuple[str, MetricVerdict]] = [
             ("traffic", v) for v in traffic if _family(v.metric) in wanted

@@ -1,6 +1,7 @@
 """What the rollout judge makes of the store's rows: each arm's window of errors, latencies, TTFT,
-cost and corrections, its rule check tallies per epoch, and its disagreement with the primary
-(blocking; called on a worker thread by the controller).
+cost and corrections, its rule check tallies per epoch, its disagreement with the primary, the LLM
+judge's score deltas and the share of answers with a severe analyzer finding (blocking; called on
+a worker thread by the controller).
 
 The rows come from `proxy.store.JudgeWindows`: the primary arm is the baseline model serving as
 `primary`, the candidate arm the canary model serving as `canary`, both of the same route over the
@@ -19,6 +20,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from analyzers.verdicts import ArmWindow, Tally
+from analyzers.views import Severity, at_or_above
 from proxy.core import Arm, Status
 from proxy.store import Arms, Epoch, JudgeWindows
 
@@ -153,3 +155,21 @@ def traffic_profile(
         costs_usd=window.costs_usd,
         checks=checks,
     )
+
+
+def judge_deltas(windows: JudgeWindows, arms: Arms, since: datetime) -> tuple[float, ...]:
+    """`ArmWindow.judge_deltas` of the candidate: per LLM-judged shadow pair of the candidate
+    against the route's baseline since `since`, candidate score minus primary score (each
+    averaged over both answer orders, 1-10 scale), oldest pair first; () when none was judged."""
+    return tuple(windows.judge_deltas(arms, since))
+
+
+def finding_tallies(
+    windows: JudgeWindows, arms: Arms, severity: Severity, since: datetime
+) -> tuple[Tally, Tally]:
+    """`ArmWindow.findings` of the (primary, candidate): (answers with a finding at or above
+    `severity`, answers analysed) over each arm's `ok` answers since `since`."""
+    counts = {row.arm: (row.flagged, row.answers) for row in windows.finding_counts(
+        arms, at_or_above(severity), since
+    )}  # fmt: skip
+    return counts.get(Arm.PRIMARY, (0, 0)), counts.get(Arm.CANARY, (0, 0))

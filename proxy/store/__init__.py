@@ -31,7 +31,15 @@ from .errors import (
 )
 from .exchanges import Store
 from .feedback import FeedbackStore
-from .judge_windows import ArmExchange, Arms, CheckCount, Epoch, JudgeWindows, PairCount
+from .judge_windows import (
+    ArmExchange,
+    Arms,
+    CheckCount,
+    Epoch,
+    FindingCount,
+    JudgeWindows,
+    PairCount,
+)
 from .leadership import Leadership
 from .recorder import Recorder
 from .redaction import apply_bodies_policy, redact
@@ -46,6 +54,7 @@ __all__ = [
     "DuplicateRecordError",
     "Epoch",
     "FeedbackStore",
+    "FindingCount",
     "JudgeWindows",
     "Leadership",
     "PairCount",

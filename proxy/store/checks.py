@@ -80,9 +80,10 @@ _findings = sa.Table(
     sa.Column("label", sa.String()),
     sa.Column("detail", sa.Text()),
     sa.Column("pair_id", sa.String()),
+    sa.Column("severity", sa.String()),
 )
 findings_table: sa.Table = _findings
-"""The `findings` table (schema: migration 6), written with core inserts."""
+"""The `findings` table (schema: migrations 6 and 8), written with core inserts."""
 
 
 def finding_to_row(record: FindingRecord) -> dict[str, Any]:
@@ -98,4 +99,23 @@ def finding_to_row(record: FindingRecord) -> dict[str, Any]:
         "label": record.label,
         "detail": record.detail.replace("\x00", "\ufffd"),
         "pair_id": record.pair_id,
+        "severity": record.severity,
     }
+
+
+def row_to_finding(row: sa.RowMapping) -> FindingRecord:
+    """The stored finding as a record (a row written before migration 8 has no severity)."""
+    return FindingRecord(
+        request_id=row["request_id"],
+        route=row["route"],
+        target=row["target"],
+        arm=Arm(row["arm"]),
+        analyzer=row["analyzer"],
+        name=row["name"],
+        created_at=as_utc(row["created_at"]),
+        value=row["value"],
+        label=row["label"],
+        detail=row["detail"],
+        pair_id=row["pair_id"],
+        severity=row["severity"],
+    )

@@ -47,6 +47,7 @@ from .checks import (
     finding_to_row,
     findings_table,
     row_to_check,
+    row_to_finding,
 )
 from .errors import (
     RecordRejectedError,
@@ -326,6 +327,21 @@ class Store:
         c = checks_table.c
         filters = ((c.route, route), (c.rule, rule), (c.request_id, request_id))
         return self._select(checks_table, row_to_check, filters, since, limit, "reading checks")
+
+    def query_findings(
+        self,
+        *,
+        route: str | None = None,
+        analyzer: str | None = None,
+        request_id: str | None = None,
+        since: datetime | None = None,
+        limit: int = 1_000_000,
+    ) -> list[FindingRecord]:
+        """Stored findings matching every filter given, oldest first, at most `limit`."""
+        c = findings_table.c
+        filters = ((c.route, route), (c.analyzer, analyzer), (c.request_id, request_id))
+        action = "reading findings"
+        return self._select(findings_table, row_to_finding, filters, since, limit, action)
 
     def _select(
         self,

@@ -1,5 +1,6 @@
-"""The rows the rollout judge reads: each compared arm's exchanges, corrections, rule check verdicts
-and shadow pairs in one window, and the rule versions' first sightings.
+"""The rows the rollout judge reads: each compared arm's exchanges, corrections, rule check
+verdicts, analyzer findings, and shadow pairs (with the LLM judge's scores) in one window, and the
+rule versions' first sightings.
 
 The primary arm is the baseline model serving as `primary`; the candidate arm is the canary model
 serving as `canary`, both of the same route (`Arms`). Every query returns plain frozen rows or
@@ -8,15 +9,16 @@ counts; what the judge makes of them (`proxy.rollout.evidence`) is not the store
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from proxy.core import Arm, Status, as_utc, pair_agreed
+from proxy.core import JUDGE_ANALYZER, JUDGE_SCORE_DELTA, Arm, Status, as_utc, pair_agreed
 
-from .checks import checks_table
+from .checks import checks_table, findings_table
 from .errors import translated
 from .exchanges import Store, exchanges_table
 from .feedback import feedback_table, is_correction_clause
@@ -26,6 +28,7 @@ from .rule_events import rule_events_table
 _exchanges = exchanges_table
 _checks = checks_table
 _feedback = feedback_table
+_findings = findings_table
 _pairs = pairs_table
 _rule_events = rule_events_table
 
@@ -82,6 +85,17 @@ class PairCount:
     candidate_target: str
     agreed: bool
     count: int
+
+
+@dataclass(frozen=True, slots=True)
+class FindingCount:
+    """One compared arm's answers analysed in a window, and those with a severe finding."""
+
+    arm: Arm
+    answers: int
+    """The arm's answers that ended well (`ok`): the ones analyzers judge."""
+    flagged: int
+    """Those with at least one finding of the asked severities on the answer itself."""
 
 
 def _compared(table: sa.Table, arms: Arms) -> sa.ColumnElement[bool]:
@@ -228,3 +242,39 @@ class JudgeWindows:
                 key = (str(kind), str(target), agreed)
                 counts[key] = counts.get(key, 0) + int(count)
         return [PairCount(kind, target, agreed, n) for (kind, target, agreed), n in counts.items()]
+
+    def judge_deltas(self, arms: Arms, since: datetime) -> list[float]:
+        """The LLM judge's score deltas (candidate minus primary) of the candidate's shadow pairs
+        against the route's baseline, for pairs made at or after `since`, oldest pair first."""
+        f, p = _findings.c, _pairs.c
+        statement = (
+            sa.select(f.value)
+            .select_from(_findings.join(_pairs, p.pair_id == f.pair_id))
+            .where(f.analyzer == JUDGE_ANALYZER, f.name == JUDGE_SCORE_DELTA, f.value.is_not(None))
+            .where(p.route == arms.route, p.kind == "shadow", p.created_at >= since)
+            .where(p.primary_target == arms.baseline, p.candidate_target == arms.candidate)
+            .order_by(p.created_at, p.id, f.id)
+        )
+        return [float(row[0]) for row in self._rows("reading the judge's scores", statement)]
+
+    def finding_counts(
+        self, arms: Arms, severities: Sequence[str], since: datetime
+    ) -> list[FindingCount]:
+        """Per compared arm with answers: its `ok` exchanges that started at or after `since`,
+        and how many of them have a finding (on the answer, not on a pair) whose severity is one
+        of `severities`. Attributed to the exchange's arm and start, not the finding's time."""
+        e, f = _exchanges.c, _findings.c
+        flagged = (
+            sa.exists()
+            .where(f.request_id == e.request_id, f.route == e.route)
+            .where(f.target == e.target, f.arm == e.arm, f.pair_id.is_(None))
+            .where(f.severity.in_(list(severities)))
+        )
+        statement = (
+            sa.select(e.arm, sa.func.count(), sa.func.sum(sa.case((flagged, 1), else_=0)))
+            .where(_compared(_exchanges, arms), e.started_at >= since)
+            .where(e.status == Status.OK.value)
+            .group_by(e.arm)
+        )
+        rows = self._rows("reading the judge's findings", statement)
+        return [FindingCount(Arm(arm), int(n), int(hits or 0)) for arm, n, hits in rows]

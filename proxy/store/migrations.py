@@ -340,6 +340,12 @@ def _v9_pair_agreement(conn: Connection) -> None:
     conn.execute(sa.text("ALTER TABLE pairs ADD COLUMN agreement VARCHAR"))
 
 
+def _v10_finding_severity(conn: Connection) -> None:
+    conn.execute(sa.text("ALTER TABLE findings ADD COLUMN severity VARCHAR"))
+    # The rollout judge joins the LLM judge's findings to their pairs at every look.
+    conn.execute(sa.text("CREATE INDEX ix_findings_pair_id ON findings (pair_id)"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "exchanges table and its indexes", _v1_exchanges),
     Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
@@ -350,6 +356,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "rollouts, rollout_events, verdicts and alert_claims tables", _v7_rollouts),
     Migration(8, "decider_memory table; verdicts say what each metric needs", _v8_decider_memory),
     Migration(9, "pairs.agreement: the verdict under the route's settings", _v9_pair_agreement),
+    Migration(
+        10,
+        "findings.severity (how bad a finding is) and an index on findings.pair_id",
+        _v10_finding_severity,
+    ),
 )
 """The schema's whole history, oldest first. Append only."""
 

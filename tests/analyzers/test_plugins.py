@@ -53,8 +53,11 @@ def test_builtin_findings() -> None:
         Finding("length", "chars", 6.0, detail="6 characters"),
     )
     assert length.analyze_pair(pair("abcd", "ab"))[0].value == 0.5
-    assert refusal.analyze_exchange(exchange("I can't help with that."))[0].label == "refusal"
-    assert refusal.analyze_exchange(exchange("Sure."))[0].value == 0.0
+    refused = refusal.analyze_exchange(exchange("I can't help with that."))[0]
+    assert (refused.label, refused.severity) == ("refusal", "warning")  # counts against a canary
+    answered = refusal.analyze_exchange(exchange("Sure."))[0]
+    assert (answered.value, answered.severity) == (0.0, None)
+    assert length.analyze_exchange(exchange("x"))[0].severity is None  # a measurement
     differs = refusal.analyze_pair(pair("Sure.", "I cannot help with that."))[0]
     assert (differs.value, differs.label) == (1.0, "candidate_only")
     assert agreement.analyze_pair(pair("Max 150 kg.", "max 150 KG"))[0].label == "agree"
@@ -219,8 +222,12 @@ class Returns:
         ([Finding("returns", "x", float("nan"))], "finding 'x' has value nan, not a finite number"),
         ([Finding("returns", "x", True)], "finding 'x' has value True, not a finite number"),
         ([Finding("returns", "x", 1.0)] * 1_001, "returned more than 1000 findings"),
+        (
+            [Finding("returns", "x", severity="fatal")],  # type: ignore[arg-type]
+            "finding 'x' has severity 'fatal', not one of info, warning, critical",
+        ),
     ],
-    ids=["none", "str", "dicts", "nan", "bool", "too-many"],
+    ids=["none", "str", "dicts", "nan", "bool", "too-many", "severity"],
 )
 def test_output_that_is_not_findings_is_a_failure(value: object, message: str) -> None:
     findings, failure = run_safely(Returns(value), "exchange", exchange("x"))

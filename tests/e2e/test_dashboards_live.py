@@ -1,10 +1,11 @@
 """Every dashboard query against Debian's Prometheus scraping a real gateway under traffic.
 
 The scene: `mirrorgate mock-upstream` (a primary that follows the system prompt's rule and fails
-every fifth call, a fallback, a stale shadow candidate), `mirrorgate serve` with a shadow, a rule
-with two versions and checks, and Prometheus scraping the gateway every second. A thread sends
-traffic (streams and not, a rule change half way, shadow opt-outs, user feedback) while the tests
-run each panel's PromQL through Prometheus's HTTP API, as Grafana would.
+every fifth call, a fallback, a stale shadow candidate, an LLM judge), `mirrorgate serve` with a
+shadow scored by the judge, a rule with two versions and checks, and Prometheus scraping the
+gateway every second. A thread sends traffic (streams and not, a rule change half way, shadow
+opt-outs, user feedback) while the tests run each panel's PromQL through Prometheus's HTTP API, as
+Grafana would.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from tests.e2e.monitoring import PrometheusProcess, elapsed_since, has_finite_va
 pytestmark = pytest.mark.e2e
 
 ROUTE = "support-bot"
-TARGETS = ("prod", "safe", "cand-a", "cand-b")
+TARGETS = ("prod", "safe", "cand-a", "cand-b", "judge-model")
+"""Every model with exchanges on the route: the judge model too (its calls are arm `judge`)."""
 BEHAVIOR = {
     "record_requests": False,
     "default": {"answer": {"type": "echo"}},
@@ -52,6 +54,8 @@ BEHAVIOR = {
         # remember the old rule whatever the prompt says
         "cand-a": {"answer": {"type": "fixed", "text": '{"max_weight": 100}'}, "ttft_ms": 10},
         "cand-b": {"answer": {"type": "fixed", "text": '{"max_weight": 100}'}, "ttft_ms": 8},
+        # the LLM judge scoring cand-a's shadow pairs
+        "judge": {"answer": {"type": "fixed", "text": '{"score_a": 8, "score_b": 5}'}},
     },
 }
 
@@ -73,7 +77,9 @@ def gateway_config(mock_url: str, db_url: str) -> dict[str, Any]:
             "safe": model("safe", 2.5, 10.0),
             "cand-a": model("cand-a", 0.1, 0.4),
             "cand-b": model("cand-b", 0.12, 0.5),
+            "judge-model": model("judge", 1.0, 2.0),
         },
+        "judge": {"model": "judge-model", "sample": 1.0, "max_usd_per_hour": 100},
         "routes": {
             ROUTE: {
                 "primary": "prod",
@@ -251,7 +257,7 @@ def test_variables_list_the_routes_and_targets(scene: Scene) -> None:
         lambda: label_values("target", f'mirrorgate_requests_total{{route=~"{ROUTE}"}}')
         == set(TARGETS),
         timeout_s=30,
-        what="all three targets scraped",
+        what="every target scraped",
     )
     for board in load_dashboards():
         variables = {v["name"]: v for v in board["templating"]["list"]}

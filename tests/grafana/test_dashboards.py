@@ -113,8 +113,21 @@ def test_queries_use_only_metrics_the_gateway_exposes(tmp_path: Path) -> None:
         "mirrorgate_feedback_total", "mirrorgate_rollout_weight_percent",
         "mirrorgate_rollout_phase", "mirrorgate_rollbacks_total",
         "mirrorgate_analysis_verdicts_total", "mirrorgate_recorder_dropped_total",
+        "mirrorgate_judge_score_sum", "mirrorgate_judge_score_count",
     ):  # fmt: skip
         assert family in used, family
+
+
+def test_live_spend_is_the_arms_that_answer_users() -> None:
+    """Shadow and judge calls answer no user: live spend selects the serving arms by name (an
+    `arm!="shadow"` would count the LLM judge's calls as live spend)."""
+    panels = ("Live spend", "By route (live arms)")
+    live = [q for q in panel_queries() if q.dashboard == "mirrorgate-cost" and q.panel in panels]
+    assert len(live) == 2
+    for query in live:
+        assert 'arm=~"primary|canary|fallback"' in query.expr, query.key
+    (judge,) = [q for q in panel_queries() if q.panel == "Judge spend"]
+    assert 'arm="judge"' in judge.expr and judge.instant
 
 
 def test_every_expression_parses_in_prometheus(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from proxy.config import MirrorgateConfig, parse_config
+from proxy.config import MirrorgateConfig, parse_config, unavailable_evidence
 from proxy.config.checks import DOCUMENT_CHECKS, SPEC_CHECKS, check_model_keys, check_server
 
 from .documents import problems
@@ -95,3 +95,65 @@ def test_document_checks_find_every_reference_before_validation() -> None:
         "check_rule_references": ["rules.p.routes[1]: route 'nowhere' is not defined"],
     }
     assert check_model_keys(raw, {"UNSET_KEY": "k"}) == []
+
+
+EVIDENCE = """
+models:
+  prod: {provider: openai, base_url: "http://h/v1", model: m}
+  cand: {provider: openai, base_url: "http://h/v1", model: c}
+  judge-model: {provider: openai, base_url: "http://h/v1", model: j}
+routes:
+  shadowed: {primary: prod, shadows: [{model: cand}], canary: {model: cand}}
+  unshadowed: {primary: prod, canary: {model: cand, analysis: {metrics: [error_rate, judge_score]}}}
+"""
+
+
+def test_evidence_metrics_are_judged_only_where_their_evidence_exists() -> None:
+    plain = parse_config(EVIDENCE.replace(", analysis: {metrics: [error_rate, judge_score]}", ""))
+    assert set(unavailable_evidence(plain, "shadowed")) == {"judge_score", "findings"}
+    assert "no LLM judge" in unavailable_evidence(plain, "shadowed")["judge_score"]
+    judged = parse_config(
+        EVIDENCE.replace(", analysis: {metrics: [error_rate, judge_score]}", "")
+        + "judge: {model: judge-model}\nanalyzers: [refusal]\n"
+    )
+    assert unavailable_evidence(judged, "shadowed") == {}
+    # The judge scores shadow pairs only: a canary that is not shadowed is never scored.
+    assert (
+        "not among the route's shadows" in unavailable_evidence(judged, "unshadowed")["judge_score"]
+    )
+    # The defaults list both metrics, which are then left out where they cannot be judged.
+    assert {"judge_score", "findings"} <= set(plain.routes["shadowed"].canary.analysis.metrics)  # type: ignore[union-attr]
+
+
+def test_an_evidence_metric_listed_without_its_evidence_is_an_error() -> None:
+    found = problems(EVIDENCE)
+    assert found == [
+        "routes.unshadowed.canary.analysis.metrics[1]: 'judge_score' cannot be judged: no LLM "
+        "judge is configured (the `judge` section)"
+    ]
+    text = (
+        EVIDENCE.replace("[error_rate, judge_score]", "[findings]")
+        + "judge: {model: judge-model}\n"
+    )
+    assert problems(text) == [
+        "routes.unshadowed.canary.analysis.metrics[0]: 'findings' cannot be judged: no analyzers "
+        "are configured (the `analyzers` list)"
+    ]
+    assert parse_config(text + "analyzers: [refusal]\n").routes["unshadowed"].canary is not None
+
+
+def test_findings_severity_is_one_of_the_severities() -> None:
+    text = EVIDENCE.replace(
+        "analysis: {metrics: [error_rate, judge_score]}", "analysis: {findings_severity: %s}"
+    )
+    cfg = parse_config(text % "critical")
+    assert cfg.routes["unshadowed"].canary.analysis.findings_severity == "critical"  # type: ignore[union-attr]
+    assert (
+        parse_config(text.replace(", analysis: {findings_severity: %s}", ""))
+        .routes["unshadowed"]
+        .canary.analysis.findings_severity
+        == "warning"
+    )  # type: ignore[union-attr]
+    (found,) = problems(text % "fatal")
+    assert found.startswith("routes.unshadowed.canary.analysis.findings_severity:")
+    assert "'info', 'warning' or 'critical'" in found

@@ -34,7 +34,8 @@ class Slow:
 
     def analyze_exchange(self, exchange):
         GATE.wait(30)
-        return [Finding("slowmark", "words", value=float(len(exchange.answer.text.split())))]
+        words = float(len(exchange.answer.text.split()))
+        return [Finding("slowmark", "words", value=words, severity="critical")]
 
     def analyze_pair(self, pair):
         same = pair.primary.answer.text == pair.candidate.answer.text
@@ -53,8 +54,7 @@ class Boom:
 
 
 def stored_findings(gw: GatewayServer, request_id: str) -> list[SimpleNamespace]:
-    """The `findings` rows stored for `request_id`, oldest first, read straight from the table
-    (mirrorgate itself writes findings and never reads them back)."""
+    """The `findings` rows stored for `request_id`, oldest first, read straight from the table."""
     query = sa.text("SELECT * FROM findings WHERE request_id = :request_id ORDER BY id")
     with gw.gateway.store.engine.connect() as conn:
         rows = conn.execute(query, {"request_id": request_id}).mappings().all()
@@ -108,6 +108,8 @@ def test_plugins_run_off_the_client_path_and_fail_alone(
         response.json()["choices"][0]["message"]["content"].split()
     )
     assert "length" in by_analyzer and "boom" not in by_analyzer
+    # A plugin's severity is stored with its finding (what a canary's `findings` metric reads).
+    assert (by_analyzer["slowmark"].severity, by_analyzer["length"].severity) == ("critical", None)
     errors = gw.gateway.registry.get_sample_value(
         "mirrorgate_analyzer_errors_total", {"analyzer": "boom"}
     )

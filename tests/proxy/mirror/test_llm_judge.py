@@ -1,14 +1,18 @@
-"""LLM-as-judge on shadow pairs: both orders judged and averaged, sampled, budgeted."""
+"""LLM-as-judge on shadow pairs: both orders judged and averaged, sampled, budgeted; its calls
+recorded and counted as exchanges of arm `judge`; its scores in `mirrorgate_judge_score`."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 
+from proxy.core.records import Arm, Status
 from proxy.mirror.llm_judge import parse_scores
 from proxy.mock_upstream.server import MockUpstreamServer
+from proxy.store.judge_windows import Arms, JudgeWindows
 from tests.conftest import InProcessGateway, wait_until
 from tests.proxy.mirror.test_analysis_plugins import stored_findings
 from tests.proxy.mirror.test_shadow import ask, model, received, shadowed
@@ -63,6 +67,42 @@ def test_the_judge_budget_stops_judging(
     wait_until(lambda: received(upstream, marker).get("stale") == 4, what="all shadows ran")
     wait_until(lambda: len(gw.gateway.shadows.tasks) == 0, what="shadows done")  # type: ignore[union-attr]
     assert received(upstream, marker)["judge"] == 2  # only the first pair was judged
+
+
+def test_judge_calls_are_recorded_and_counted_as_the_judge_arm(
+    start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer
+) -> None:
+    gw = start_gateway(extra=judged(upstream))
+    request_id = ask(gw, uuid.uuid4().hex).headers["x-mirrorgate-request-id"]
+    wait_until(lambda: len(stored_findings(gw, request_id)) == 4, what="the pair judged")
+    store = gw.gateway.store
+    calls = wait_until(
+        lambda: len(r := store.query(request_id=request_id, arm=Arm.JUDGE)) == 2 and r,
+        what="both judge calls stored",
+    )
+    (shadow,) = store.query(request_id=request_id, arm=Arm.SHADOW)
+    for call in calls:
+        assert (call.route, call.target, call.status) == ("shadowed", "judge-model", Status.OK)
+        assert call.pair_id == shadow.pair_id and call.tags == ("judge",)
+        assert call.cost_usd > 0  # the judge model has a price
+    registry = gw.gateway.registry
+    judge = {"route": "shadowed", "target": "judge-model", "arm": "judge"}
+    cost = registry.get_sample_value("mirrorgate_cost_usd_total", judge)
+    assert cost == pytest.approx(sum(call.cost_usd for call in calls))
+    requests = registry.get_sample_value(
+        "mirrorgate_requests_total", {**judge, "status_class": "2xx"}
+    )
+    assert requests == 2
+    assert registry.get_sample_value("mirrorgate_tokens_total", {**judge, "type": "input"})
+    # Both sides of the pair observed on the 1-10 scale (the mock judge ties them at 6.5).
+    for answer in ("candidate", "primary"):
+        labels = {"route": "shadowed", "candidate": "cand-stale", "answer": answer}
+        assert registry.get_sample_value("mirrorgate_judge_score_count", labels) == 1
+        assert registry.get_sample_value("mirrorgate_judge_score_sum", labels) == 6.5
+    # The rollout judge's traffic window sees the client's exchange only, never a judge call.
+    since = calls[0].started_at - timedelta(minutes=1)
+    window = JudgeWindows(store).exchanges(Arms("shadowed", "echo", "judge-model"), since)
+    assert [row.arm for row in window] == [Arm.PRIMARY]
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from proxy.core.records import (
     CheckRecord,
     ExchangeRecord,
     FeedbackRecord,
+    FindingRecord,
     PairRecord,
     Status,
     Usage,
@@ -208,6 +209,73 @@ def test_agreement_is_the_routes_verdict_and_beyond_noise_reads_it(
     assert "the route's `json_fields` comparison (with its fields and tolerance)" in out
     _, page, _ = report(config, capsys, "--format", "html")
     assert "<code>json_fields</code> comparison" in page
+
+
+def judge_scores(pair: PairRecord, candidate: float, primary: float) -> list[FindingRecord]:
+    """The LLM judge's four findings on `pair`, as `proxy.mirror.llm_judge` stores them."""
+    values = {"candidate_score": candidate, "primary_score": primary,
+              "score_delta": candidate - primary, "position_bias": 1.0}  # fmt: skip
+    return [
+        FindingRecord(
+            request_id=pair.request_id,
+            route=pair.route,
+            target=pair.candidate_target,
+            arm=Arm.SHADOW,
+            analyzer="judge",
+            name=name,
+            created_at=pair.created_at,
+            value=value,
+            pair_id=pair.pair_id,
+        )
+        for name, value in values.items()
+    ]
+
+
+def test_the_llm_judges_scores_are_shown_per_candidate(
+    setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config, store = setup
+    worse = [pair("shadow", "cand-a", True) for _ in range(4)]
+    alone = pair("shadow", "cand-b", True)
+    store.write_batch([exchange(), *worse, alone])
+    findings = [f for p, c in zip(worse, (5.0, 6.0, 4.0, 5.0), strict=True)
+                for f in judge_scores(p, c, 8.0)]  # fmt: skip
+    other = FindingRecord(
+        request_id=alone.request_id, route="bot", target="cand-b", arm=Arm.SHADOW,
+        analyzer="length", name="ratio", created_at=alone.created_at, value=99.0,
+        pair_id=alone.pair_id,
+    )  # fmt: skip
+    store.write_batch([*findings, *judge_scores(alone, 7.0, 6.5), other])
+    code, out, _ = report(config, capsys)
+    assert code == 0
+    assert "### LLM judge: bot" in out
+    a = table_row(out, "shadow · cand-a")  # the first row of that label is the agreement table
+    judge = table_row(out[out.index("### LLM judge: bot") :], "shadow · cand-a")
+    assert a["pairs (both ok / all)"] == "4 / 4"
+    assert judge["pairs judged"] == "4"
+    assert (judge["candidate score"], judge["primary score"]) == ("5.00", "8.00")
+    # Deltas -3, -2, -4, -3: mean -3, sd 0.816, 95% half-width 1.96 * 0.816 / 2 = 0.80.
+    assert judge["Δ score (95% CI)"] == "-3.00 [-3.80, -2.20]"
+    assert judge["position bias"] == "1.00"
+    b = table_row(out[out.index("### LLM judge: bot") :], "shadow · cand-b")
+    assert (b["pairs judged"], b["Δ score (95% CI)"]) == ("1", "+0.50")  # no interval from 1
+
+    html_path = tmp_path / "r.html"
+    assert report(config, capsys, "--format", "html", "--output", str(html_path))[0] == 0
+    page = html_path.read_text()
+    table = page[page.index('<table class="judge" data-route="bot">') :]
+    table = table[: table.index("</table>")]
+    assert '<tr class="below">' in table  # cand-a: the judge prefers the primary
+    assert "-3.00 [-3.80, -2.20]" in table and "+0.50" in table
+
+
+def test_without_a_judge_the_report_has_no_judge_section(
+    setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, store = setup
+    store.write_batch([exchange(), pair("shadow", "cand-a", True)])
+    _, out, _ = report(config, capsys)
+    assert "LLM judge" not in out
 
 
 def test_without_noise_pairs_the_report_says_so(

@@ -71,7 +71,10 @@ def test_correction_rate_and_scores_per_arm_and_rule_version(
     # Never delivered (the client left): not an answer served, its feedback is not counted.
     gone = exchange(**rule, rule_version="v2", status=Status.CLIENT_DISCONNECTED, http_status=0)
     shadows = served(5, **rule, rule_version="v2", arm=Arm.SHADOW, target="cand-a")
-    store.write_batch([*v1, *v2, *canary, gone, *shadows])
+    # The LLM judge's calls answer no user either (same request ids as the answers they judge).
+    judge_calls = [exchange(request_id=a.request_id, arm=Arm.JUDGE, target="judge-model")
+                   for a in v2[:2]]  # fmt: skip
+    store.write_batch([*v1, *v2, *canary, gone, *shadows, *judge_calls])
 
     give(store, v1[0], "correction", corrected=True)
     give(store, v1[1], "correction", corrected=True, correction="150 kg")
@@ -95,7 +98,7 @@ def test_correction_rate_and_scores_per_arm_and_rule_version(
         ("primary · prod", "v1"),
         ("primary · prod", "v2"),
         ("canary · cand-b", "v2"),
-    ]  # versions in order of first appearance; shadows serve no one
+    ]  # versions in order of first appearance; shadows and judge calls serve no one
     old, new, cand = rows
     assert (old["answers"], old["corrected"]) == ("10", "2")
     assert old["correction rate (95% CI)"] == "20.0% [5.7, 51.0]"  # 2 of 10, Wilson

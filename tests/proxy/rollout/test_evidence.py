@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from proxy.core.records import Arm, CheckRecord, FeedbackRecord, Status
+from proxy.core.records import Arm, CheckRecord, FeedbackRecord, FindingRecord, PairRecord, Status
 from proxy.rollout.evidence import (
     Arms,
     Epoch,
@@ -18,6 +18,8 @@ from proxy.rollout.evidence import (
     check_windows,
     current_epoch,
     failing_examples,
+    finding_tallies,
+    judge_deltas,
     traffic_windows,
 )
 from proxy.store.exchanges import Store
@@ -199,3 +201,60 @@ def test_disagreement_is_the_candidates_shadow_pairs_and_the_noise_floor() -> No
         ]
     )
     assert agreement_tallies(rows, ARMS, "json", T0) == ((2, 8), (1, 4))
+
+
+def _judged_pair(delta: float, **fields: Any) -> list[PairRecord | FindingRecord]:
+    """A shadow pair of the candidate and the LLM judge's score delta on it."""
+    at = T0 + timedelta(seconds=30)
+    values: dict[str, Any] = {
+        "pair_id": f"p-{delta}-{len(fields)}", "kind": "shadow", "request_id": f"r-{delta}",
+        "route": "support-bot", "primary_target": "prod", "candidate_target": "cand",
+        "created_at": at, "primary_status": "ok", "candidate_status": "ok",
+        "exact_equal": False, "normalized_equal": False, "json_equal": None,
+    }  # fmt: skip
+    values.update(fields)
+    pair = PairRecord(**values)
+    score = FindingRecord(
+        request_id=pair.request_id, route=pair.route, target=pair.candidate_target,
+        arm=Arm.SHADOW, analyzer="judge", name="score_delta", created_at=at, value=delta,
+        pair_id=pair.pair_id,
+    )  # fmt: skip
+    return [pair, score]
+
+
+def test_judge_deltas_fill_the_candidates_window_from_the_store(store: Store) -> None:
+    store.write_batch(_judged_pair(-1.5))
+    store.write_batch(_judged_pair(0.5, created_at=T0 + timedelta(seconds=40)))
+    store.write_batch(_judged_pair(3.0, candidate_target="other", pair_id="p-other"))
+    deltas = judge_deltas(JudgeWindows(store), ARMS, T0)
+    assert deltas == (-1.5, 0.5)
+    assert judge_deltas(JudgeWindows(store), ARMS, T0 + timedelta(minutes=5)) == ()
+
+
+def test_finding_tallies_count_answers_at_or_above_the_severity(store: Store) -> None:
+    at = T0 + timedelta(seconds=30)
+    canary = [make_record(target="cand", arm=Arm.CANARY, started_at=at) for _ in range(4)]
+    primary = [make_record(target="prod", arm=Arm.PRIMARY, started_at=at) for _ in range(5)]
+    store.write_batch([*canary, *primary])
+
+    def found(record: Any, severity: str | None) -> FindingRecord:
+        return FindingRecord(
+            request_id=record.request_id, route=record.route, target=record.target,
+            arm=record.arm, analyzer="tone", name="rude", created_at=at, severity=severity,
+        )  # fmt: skip
+
+    store.write_batch(
+        [
+            found(canary[0], "critical"),
+            found(canary[1], "warning"),
+            found(canary[2], "info"),
+            found(canary[3], None),
+            found(primary[0], "warning"),
+        ]
+    )
+    windows = JudgeWindows(store)
+    assert finding_tallies(windows, ARMS, "warning", T0) == ((1, 5), (2, 4))
+    assert finding_tallies(windows, ARMS, "critical", T0) == ((0, 5), (1, 4))
+    assert finding_tallies(windows, ARMS, "info", T0) == ((1, 5), (3, 4))
+    # No answers in the window: nothing counted, on either arm.
+    assert finding_tallies(windows, ARMS, "warning", T0 + timedelta(minutes=5)) == ((0, 0), (0, 0))

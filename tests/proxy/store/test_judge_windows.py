@@ -1,6 +1,6 @@
 """The rows the rollout judge reads, on SQLite and PostgreSQL: only the compared arms, only the
-window, corrections by the time and arm of the answer they are about, rule versions and the
-pairs' stored agreement verdicts."""
+window, corrections by the time and arm of the answer they are about, rule versions, the pairs'
+stored agreement verdicts, the LLM judge's score deltas and the answers with severe findings."""
 
 from __future__ import annotations
 
@@ -11,11 +11,26 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from proxy.core.records import Arm, CheckRecord, FeedbackRecord, PairRecord, Status
+from proxy.core.records import (
+    Arm,
+    CheckRecord,
+    ExchangeRecord,
+    FeedbackRecord,
+    FindingRecord,
+    PairRecord,
+    Status,
+)
 from proxy.core.signals import is_correction
 from proxy.store.exchanges import Store
 from proxy.store.feedback import FeedbackStore, feedback_table, is_correction_clause
-from proxy.store.judge_windows import ArmExchange, Arms, Epoch, JudgeWindows, PairCount
+from proxy.store.judge_windows import (
+    ArmExchange,
+    Arms,
+    Epoch,
+    FindingCount,
+    JudgeWindows,
+    PairCount,
+)
 from proxy.store.rule_events import RuleEvent, RuleEventStore
 from tests.proxy.store import test_exchanges as test_store
 from tests.proxy.store.test_exchanges import T0, make_record
@@ -255,3 +270,92 @@ def test_pairs_stored_without_a_verdict_are_read_by_the_routes_mode(
     # No stored equality knows the route's fields and tolerance: such pairs are not judged.
     assert counts("json_fields") == set()
     assert counts("numeric") == set()
+
+
+def finding(record: ExchangeRecord | PairRecord, name: str, **fields: Any) -> FindingRecord:
+    """A finding on an exchange's answer, or (given a pair) the LLM judge's on that pair."""
+    if isinstance(record, PairRecord):
+        values: dict[str, Any] = {
+            "request_id": record.request_id, "route": record.route,
+            "target": record.candidate_target, "arm": Arm.SHADOW, "analyzer": "judge",
+            "pair_id": record.pair_id,
+        }  # fmt: skip
+    else:
+        values = {
+            "request_id": record.request_id, "route": record.route, "target": record.target,
+            "arm": record.arm, "analyzer": "refusal",
+        }  # fmt: skip
+    values.update({"name": name, "created_at": AT, **fields})
+    return FindingRecord(**values)
+
+
+def test_judge_deltas_are_the_candidates_shadow_pairs_against_the_baseline(
+    open_store: Callable[..., Store],
+) -> None:
+    store = open_store()
+    first = pair("shadow", "cand", exact=True, normalized=True, json=None)
+    second = pair("shadow", "cand", exact=True, normalized=True, json=None,
+                  created_at=AT + timedelta(seconds=1))  # fmt: skip
+    old = pair("shadow", "cand", exact=True, normalized=True, json=None,
+               created_at=T0 - timedelta(seconds=1))  # fmt: skip
+    other_candidate = pair("shadow", "cand-b", exact=True, normalized=True, json=None)
+    other_baseline = pair("shadow", "cand", exact=True, normalized=True, json=None,
+                          primary_target="old")  # fmt: skip
+    unjudged = pair("shadow", "cand", exact=True, normalized=True, json=None)
+    store.write_batch([first, second, old, other_candidate, other_baseline, unjudged])
+    store.write_batch(
+        [
+            finding(second, "score_delta", value=1.5),
+            finding(first, "score_delta", value=-2.0),
+            finding(first, "candidate_score", value=4.0),  # the delta is what is read
+            finding(old, "score_delta", value=9.0),
+            finding(other_candidate, "score_delta", value=9.0),
+            finding(other_baseline, "score_delta", value=9.0),
+        ]
+    )
+    assert JudgeWindows(store).judge_deltas(ARMS, T0) == [-2.0, 1.5]  # oldest pair first
+    assert JudgeWindows(store).judge_deltas(ARMS, AT + timedelta(seconds=1)) == [1.5]
+
+
+def test_finding_counts_are_answers_of_each_compared_arm_with_a_severe_finding(
+    open_store: Callable[..., Store],
+) -> None:
+    store = open_store()
+    refused = make_record(target="cand", arm=Arm.CANARY, started_at=AT)
+    critical = make_record(target="cand", arm=Arm.CANARY, started_at=AT)
+    mild = make_record(target="cand", arm=Arm.CANARY, started_at=AT)
+    clean = make_record(target="cand", arm=Arm.CANARY, started_at=AT)
+    failed = make_record(target="cand", arm=Arm.CANARY, started_at=AT, status=Status.TIMEOUT)
+    old = make_record(target="cand", arm=Arm.CANARY, started_at=T0 - timedelta(seconds=1))
+    primary = make_record(target="prod", arm=Arm.PRIMARY, started_at=AT)
+    primary_clean = make_record(target="prod", arm=Arm.PRIMARY, started_at=AT)
+    shadow = make_record(target="cand", arm=Arm.SHADOW, started_at=AT)
+    store.write_batch([refused, critical, mild, clean, failed, old, primary, primary_clean, shadow])
+    store.write_batch(
+        [
+            finding(refused, "refused", value=1.0, severity="warning"),
+            finding(refused, "other", severity="critical"),  # one answer counts once
+            finding(critical, "leak", severity="critical"),
+            finding(mild, "chars", value=10.0, severity="info"),
+            finding(clean, "chars", value=10.0),  # no severity: a measurement
+            finding(failed, "refused", severity="warning"),  # not an answer
+            finding(old, "refused", severity="warning"),  # before the window
+            finding(primary, "refused", severity="warning"),
+            finding(shadow, "refused", severity="warning"),  # not a compared arm
+            # A finding on a pair is not about the canary's own answer.
+            finding(clean, "refusal_differs", severity="warning", pair_id="p-1"),
+        ]
+    )
+    windows = JudgeWindows(store)
+    assert set(windows.finding_counts(ARMS, ["warning", "critical"], T0)) == {
+        FindingCount(Arm.CANARY, 4, 2),
+        FindingCount(Arm.PRIMARY, 2, 1),
+    }
+    assert set(windows.finding_counts(ARMS, ["critical"], T0)) == {
+        FindingCount(Arm.CANARY, 4, 2),
+        FindingCount(Arm.PRIMARY, 2, 0),
+    }
+    assert set(windows.finding_counts(ARMS, ["info", "warning", "critical"], T0)) == {
+        FindingCount(Arm.CANARY, 4, 3),
+        FindingCount(Arm.PRIMARY, 2, 1),
+    }

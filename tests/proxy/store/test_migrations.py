@@ -9,6 +9,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from proxy.core.records import Arm, FindingRecord
 from proxy.store.exchanges import Store, StoreError
 from proxy.store.migrations import (
     MIGRATIONS,
@@ -142,3 +143,35 @@ def test_processes_starting_together_do_not_race(open_store: Callable[..., Store
     assert errors == []
     assert results == [head_version() + 1] * len(stores)
     assert [v for v, _ in versions(stores[0])] == list(range(1, head_version() + 2))
+
+
+def test_findings_stored_before_severity_existed_read_back_without_one(
+    open_store: Callable[..., Store],
+) -> None:
+    store = open_store(migrate=False)
+    before = [m for m in MIGRATIONS if m.version < 10]
+    assert migrate(store.engine, migrations=before) == 9
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO findings (request_id, route, target, arm, analyzer, name, "
+                "created_at, value, detail) VALUES ('r-old', 'bot', 'prod', 'primary', "
+                "'refusal', 'refused', :at, 1.0, '')"
+            ),
+            {"at": test_store.T0},
+        )
+    assert store.migrate() == head_version()
+    indexes = {index["name"] for index in sa.inspect(store.engine).get_indexes("findings")}
+    assert "ix_findings_pair_id" in indexes  # the rollout judge joins findings to pairs
+    store.write_batch(
+        [
+            FindingRecord(
+                request_id="r-new", route="bot", target="prod", arm=Arm.PRIMARY,
+                analyzer="refusal", name="refused", created_at=test_store.T0, value=1.0,
+                severity="warning",
+            )
+        ]
+    )  # fmt: skip
+    found = {f.request_id: f.severity for f in store.query_findings(route="bot")}
+    assert found == {"r-old": None, "r-new": "warning"}
+    assert [f.request_id for f in store.query_findings(analyzer="judge")] == []
