@@ -173,6 +173,8 @@ class RuleTracker:
         self._default = VersionPolicy()
         self._rules: dict[str, _RuleState] = {}
         self.tasks = TaskSet("rules")
+        for rule in self._policies:  # exposed at 0 from the start, so that rate() sees the first
+            metrics.rule_versions_overflow.labels(rule)
 
     def load(self) -> None:
         """Read the versions already open (at start, on a worker thread)."""

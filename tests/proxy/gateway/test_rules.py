@@ -451,10 +451,11 @@ def test_versions_past_max_versions_are_overflow_and_open_nothing_even_after_a_r
 
     registry = CollectorRegistry()
     tracker, events = tracker_for(store, registry, min_requests=1, max_versions=2, named={"v1"})
+    overflow = {"rule": "shipping"}
+    assert registry.get_sample_value("mirrorgate_rule_versions_overflow_total", overflow) == 0
     carried = run(tracker, ["fp-a", "fp-b", "fp-c", "fp-a", OVERFLOW_VERSION, "v1", "fp-d"])
     assert carried == ["fp-a", "fp-b", "overflow", "fp-a", "overflow", "v1", "overflow"]
     assert [e.version for e in events.events()] == ["fp-a", "fp-b", "v1"]
-    overflow = {"rule": "shipping"}
     assert registry.get_sample_value("mirrorgate_rule_versions_overflow_total", overflow) == 3
     restarted, _ = tracker_for(
         store, CollectorRegistry(), min_requests=1, max_versions=2, named={"v1"}
