@@ -36,8 +36,9 @@ Case is kept (`MAX_WEIGHT` and `max_weight` may mean different things to a model
 none of these tokens has the fingerprint it always had. The fingerprint is the first 12 hex digits
 of SHA-256 of the UTF-8 bytes (lone surrogates are kept with `surrogatepass`, never an error). The
 hash has no salt and no seed: the same prompt has the same version on every replica and after
-every restart. The masks run on the client path: no pattern backtracks over a long run, and
-they stop at `MASK_MAX_CHARS`.
+every restart. The masks run on the client path: they search only the text near a digit, `#` or
+`@` (every token holds one), no pattern backtracks over a long run, and they stop at
+`MASK_MAX_CHARS`.
 
 `extract_system_prompt` reads the system prompt of each wire format; `system_prompt_diff` shows
 what changed between two versions, bounded in size.
@@ -144,9 +145,49 @@ def mask_tokens(text: str) -> str:
     `MASK_MAX_CHARS` characters. Short numbers, decimals, versions and plain clock times are kept:
     they are what rules are made of."""
     head, tail = text[:MASK_MAX_CHARS], text[MASK_MAX_CHARS:]
-    if "@" in head:
-        head = _EMAIL.sub("<email>", head)
-    return _MASKS.sub(_placeholder, head) + tail
+    parts: list[str] = []
+    done = 0
+    for start, end in _windows(head):
+        window = head[start:end]
+        if "@" in window:
+            window = _EMAIL.sub("<email>", window)
+        parts += (head[done:start], _MASKS.sub(_placeholder, window))
+        done = end
+    parts.append(head[done:])
+    return "".join(parts) + tail
+
+
+_ANCHOR = re.compile(r"[0-9#@]+")
+_REACH = 48
+"""Characters each side of a digit, `#` or `@` that a token may span (the longest is a date such
+as `Wednesday, September 30th, 2026`: 21 characters before its first digit)."""
+
+
+def _windows(text: str) -> Iterable[tuple[int, int]]:
+    """The spans of `text` the masks need to search: every token holds a digit, `#` or `@`, so
+    only the text within `_REACH` of one, widened to whitespace on both sides (the masks' edges
+    see there what they would see in the whole text), and merged where they touch. Prose with a
+    few numbers is searched in a few short spans instead of everywhere."""
+    size = len(text)
+    current: tuple[int, int] | None = None
+    at = 0
+    while (anchor := _ANCHOR.search(text, at)) is not None:
+        begin = max(0, anchor.start() - _REACH)
+        reach = anchor.end() + _REACH
+        space = _SPACE.search(text, reach) if reach < size else None
+        end = space.start() if space is not None else size
+        if current is not None and begin <= current[1]:
+            current = (current[0], max(current[1], end))
+        else:
+            if current is not None:
+                yield current
+            while begin > 0 and not text[begin - 1].isspace():
+                begin -= 1  # at most back to the previous span: linear in all
+            current = (begin, end)
+        # An anchor further than _REACH before the span's end cannot widen it: skip those.
+        at = max(anchor.end(), current[1] - _REACH)
+    if current is not None:
+        yield current
 
 
 def normalize_prompt(system_prompt: str, ignore: Sequence[re.Pattern[str]] = ()) -> str:

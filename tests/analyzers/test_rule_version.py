@@ -192,6 +192,20 @@ def test_the_masks_keep_what_rules_are_made_of(text: str) -> None:
     assert mask_tokens(text) == text
 
 
+def test_tokens_far_apart_in_long_prose_are_masked_and_their_neighbours_kept() -> None:
+    # The masks search near digits, `#` and `@` only: what lies at the edges of those stretches
+    # must be judged as in the whole text.
+    prose = "Be precise and kind to every customer, whatever they ask. " * 20
+    text = (
+        prose + "Today is Wednesday, September 30th, 2026." + prose + "Mail ada@example.com. "
+        + prose + "x" * 100 + "#12345 and " + "y" * 80 + "1234567 then 12:30:00" + prose
+    )  # fmt: skip
+    assert mask_tokens(text) == (
+        prose + "Today is <date>." + prose + "Mail <email>. "
+        + prose + "x" * 100 + "#12345 and " + "y" * 80 + "<number> then <time>" + prose
+    )  # fmt: skip
+
+
 def test_fingerprint_ignore_patterns_apply_before_whitespace_is_collapsed() -> None:
     # A pattern may rely on line ends: they are still there when it runs.
     name_line = re.compile(r"(?m)^Customer: .*$")
