@@ -185,6 +185,14 @@ class RuleTracker:
                 if event.version not in self._policy(event.rule).named:
                     state.capped += 1
             state.latest = (event.version, "")
+        for rule, state in self._rules.items():
+            cap = self._policy(rule).max_versions
+            if state.capped >= cap:
+                log.warning(
+                    "rule %s already has %d stored versions (max_versions %d): every new version "
+                    "will be carried as %r; delete old rows of rule_events or raise max_versions",
+                    rule, state.capped, cap, OVERFLOW_VERSION,
+                )  # fmt: skip
 
     def versions(self, rule: str) -> tuple[int, int]:
         """(open, pending) versions held in memory for `rule`."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -433,7 +434,7 @@ def test_a_version_opens_once_it_recurs_dated_at_its_first_request(tmp_path: Any
 
 
 def test_versions_past_max_versions_are_overflow_and_open_nothing_even_after_a_restart(
-    tmp_path: Any,
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = Store(f"sqlite:///{tmp_path / 'rules.db'}")
     store.migrate()
@@ -460,7 +461,9 @@ def test_versions_past_max_versions_are_overflow_and_open_nothing_even_after_a_r
     restarted, _ = tracker_for(
         store, CollectorRegistry(), min_requests=1, max_versions=2, named={"v1"}
     )
-    restarted.load()
+    with caplog.at_level(logging.WARNING, logger="mirrorgate.rules"):
+        restarted.load()
+    assert "rule shipping already has 2 stored versions (max_versions 2)" in caplog.text
     assert run(restarted, ["fp-e", "fp-b"]) == ["overflow", "fp-b"]
     assert len(events.events()) == 3
     store.close()
