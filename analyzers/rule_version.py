@@ -11,15 +11,34 @@ so what is tested here is what runs. It tries, in order:
    1 MB system prompt must not make a regex slow on the client path;
 3. **fingerprint** — `fp-` and `fingerprint(system_prompt)`: so that a prompt edit is a new rule
    version with no configuration at all. The `fp-` keeps a fingerprint from ever looking like a
-   version name; `fp-<12 hex>` is what stores and dashboards already hold, so it never changes.
+   version name; `fp-<12 hex>` is what stores and dashboards already hold.
 
-`fingerprint` normalises before hashing: Unicode NFC, every run of whitespace collapsed to one
-space, leading and trailing whitespace stripped; case is kept (`MAX_WEIGHT` and `max_weight` may
-mean different things to a model). The fingerprint is the first 12 hex digits of SHA-256 of the
-UTF-8 bytes (lone surrogates are kept with `surrogatepass`, never an error). An empty system
-prompt has a fingerprint too (`e3b0c44298fc`, the hash of nothing; its version `fp-e3b0c44298fc`).
-The hash has no salt and no seed: the same prompt has the same version on every replica and
-after every restart.
+A request with no system prompt (an embeddings or completions call, a chat without a system
+message, a prompt of whitespace only) has no rule version at all: `resolve_version` answers None,
+whatever its headers say. The rule's checks are about following instructions, and there are none.
+
+`fingerprint` normalises before hashing, in this order:
+
+1. Unicode NFC;
+2. each of the rule's `fingerprint_ignore` regexes, in order: every match becomes `<ignored>`;
+3. the built-in masks (`mask_tokens`) replace the tokens a template fills in per request with a
+   placeholder: e-mail addresses (`<email>`), UUIDs (`<uuid>`), dates with an optional time
+   (`2026-12-01`, `2026-12-01T23:05:00Z`, `01/12/2026`, `1.12.2026`, `December 1, 2026`,
+   `1 Dec 2026`, `Tuesday, December 1`: `<date>`), times with seconds (`23:05:07`) or after a
+   cue such as `current time` or `now` (`now 23:05`: `<time>`), hex ids of 16 or more digits
+   (`<hex>`), ticket ids (`#12345`, `TICKET-1234`: `<ticket>`) and runs of 6 or more digits
+   (`<number>`), in the prompt's first `MASK_MAX_CHARS` characters. What a rule is made of
+   stays: numbers of up to 5 digits (`max_weight = 150`), decimals, versions (`v1.2.10`), plain
+   clock times (`open 9:00-17:00`), `GPT-4`, a month and day without a year or weekday;
+4. every run of whitespace collapsed to one space, leading and trailing whitespace stripped.
+
+Case is kept (`MAX_WEIGHT` and `max_weight` may mean different things to a model). A prompt with
+none of these tokens has the fingerprint it always had. The fingerprint is the first 12 hex digits
+of SHA-256 of the UTF-8 bytes (lone surrogates are kept with `surrogatepass`, never an error). The
+hash has no salt and no seed: the same prompt has the same version on every replica and after
+every restart. The masks run on the client path: they search only the text near a digit, `#` or
+`@` (every token holds one), no pattern backtracks over a long run, and they stop at
+`MASK_MAX_CHARS`.
 
 `extract_system_prompt` reads the system prompt of each wire format; `system_prompt_diff` shows
 what changed between two versions, bounded in size.
@@ -32,12 +51,15 @@ import functools
 import hashlib
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 MATCH_MAX_CHARS = 16_384
 """`match_prompt` regexes look at this many leading characters of the system prompt."""
+MASK_MAX_CHARS = 32_768
+"""The built-in masks apply to this many leading characters of the system prompt (the rest is
+fingerprinted as it is): each request's prompt is masked on the client path."""
 DIFF_MAX_LINES = 2_000
 """`system_prompt_diff` compares at most this many lines of each prompt."""
 DIFF_MAX_CHARS = 20_000
@@ -49,15 +71,137 @@ FINGERPRINT_PREFIX = "fp-"
 _SPACE = re.compile(r"\s+")
 _HEADER_VERSION = re.compile(rb"[A-Za-z0-9._:-]{1,64}")
 
+IGNORED = "<ignored>"
+"""What each match of a rule's `fingerprint_ignore` pattern becomes before fingerprinting."""
 
-def normalize_prompt(system_prompt: str) -> str:
-    """The form that is fingerprinted (see the module docstring)."""
-    return _SPACE.sub(" ", unicodedata.normalize("NFC", system_prompt)).strip()
+_MONTH = (
+    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
+    r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
+)
+_WEEKDAY = r"(?:Mon|Tue(?:s)?|Wed(?:nes)?|Thu(?:rs?)?|Fri|Sat(?:ur)?|Sun)(?:day)?\.?,?"
+_ORDINAL = r"(?:st|nd|rd|th)?"
+_CLOCK = r"\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?"
+_AMPM_TZ = (
+    r"(?:\s?(?:[AaPp][Mm]|[AaPp]\.[Mm]\.)(?![A-Za-z]))?"
+    r"(?:\s?(?:Z|UTC|GMT|[+-]\d{2}:?\d{2})(?![A-Za-z]))?"
+)
+_DAY_MONTH = (
+    rf"(?:{_MONTH}\s{{1,4}}\d{{1,2}}{_ORDINAL}"
+    rf"|\d{{1,2}}{_ORDINAL}\s{{1,4}}(?:of\s{{1,4}})?{_MONTH})"
+)
+_DATE = (
+    r"(?:(?<!\d)(?:\d{4}-\d{2}-\d{2}|\d{4}/\d{1,2}/\d{1,2}|\d{1,2}/\d{1,2}/(?:\d{4}|\d{2})"
+    r"|\d{1,2}[.-]\d{1,2}[.-]\d{4})(?!\d)"
+    rf"|\b(?:{_WEEKDAY}\s{{1,4}})?{_DAY_MONTH},?\s{{1,4}}\d{{4}}(?!\d)"
+    rf"|\b{_WEEKDAY}\s{{1,4}}{_DAY_MONTH}(?![\w])"
+    r")"
+    rf"(?:(?:T|,?\s{{1,4}}(?:at\s{{1,4}})?){_CLOCK}{_AMPM_TZ}(?![\d:]))?"
+)
+_EMAIL = re.compile(
+    r"(?<![\w.%+-])[\w.%+-]{1,64}@(?:[A-Za-z0-9-]{1,63}\.){1,8}[A-Za-z]{2,24}(?![\w-])"
+)
+# The lookahead names every character a mask can start with, so that the engine skips the rest
+# of the prompt at C speed instead of trying each alternative at every position.
+_MASKS = re.compile(
+    r"(?=[0-9#A-Za-fcltn])(?:"
+    + "|".join(
+        (
+            r"(?P<uuid>(?<![0-9A-Za-z])[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-"
+            r"[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}(?![0-9A-Za-z]))",
+            rf"(?P<date>{_DATE})",
+            rf"(?P<time>(?<![\d:.])\d{{1,2}}:\d{{2}}:\d{{2}}(?:[.,]\d{{1,9}})?{_AMPM_TZ}(?![\d:]))",
+            r"(?P<cue>(?i:\b(?:(?:current|local)\s{1,4}time|time\s{1,4}(?:is|now)|now)\b)"
+            r"[^\w\n]{0,4}(?:(?:is|at)\s{1,4})?)"
+            rf"(?P<cued_time>(?<![\d:.])\d{{1,2}}:\d{{2}}{_AMPM_TZ}(?![\d:]))",
+            r"(?P<hex>(?<![0-9A-Za-z])(?=\d*[A-Fa-f])[0-9A-Fa-f]{16,}(?![0-9A-Za-z]))",
+            r"(?P<ticket>(?<![\w#])#\d{4,}(?!\d)|\b[A-Z][A-Z0-9]{1,15}-\d{3,}(?!\d))",
+            r"(?P<number>(?<![\d.,])\d{6,}(?!\d))",
+        )
+    )
+    + ")"
+)
+_PLACEHOLDERS = {
+    "uuid": "<uuid>",
+    "date": "<date>",
+    "time": "<time>",
+    "cued_time": "<time>",
+    "hex": "<hex>",
+    "ticket": "<ticket>",
+    "number": "<number>",
+}
 
 
-def fingerprint(system_prompt: str) -> str:
+def _placeholder(match: re.Match[str]) -> str:
+    kind = match.lastgroup or ""
+    if kind == "cued_time":
+        return match.group("cue") + "<time>"
+    return _PLACEHOLDERS[kind]
+
+
+def mask_tokens(text: str) -> str:
+    """`text` with the per-request tokens of a templated prompt (e-mail addresses, UUIDs, dates
+    and their times, times with seconds or after a cue like `now`, hex ids of 16 or more digits,
+    ticket ids, runs of 6 or more digits) replaced by placeholders (`<date>`, ...), in its first
+    `MASK_MAX_CHARS` characters. Short numbers, decimals, versions and plain clock times are kept:
+    they are what rules are made of."""
+    head, tail = text[:MASK_MAX_CHARS], text[MASK_MAX_CHARS:]
+    parts: list[str] = []
+    done = 0
+    for start, end in _windows(head):
+        window = head[start:end]
+        if "@" in window:
+            window = _EMAIL.sub("<email>", window)
+        parts += (head[done:start], _MASKS.sub(_placeholder, window))
+        done = end
+    parts.append(head[done:])
+    return "".join(parts) + tail
+
+
+_ANCHOR = re.compile(r"[0-9#@]+")
+_REACH = 48
+"""Characters each side of a digit, `#` or `@` that a token may span (the longest is a date such
+as `Wednesday, September 30th, 2026`: 21 characters before its first digit)."""
+
+
+def _windows(text: str) -> Iterable[tuple[int, int]]:
+    """The spans of `text` the masks need to search: every token holds a digit, `#` or `@`, so
+    only the text within `_REACH` of one, widened to whitespace on both sides (the masks' edges
+    see there what they would see in the whole text), and merged where they touch. Prose with a
+    few numbers is searched in a few short spans instead of everywhere."""
+    size = len(text)
+    current: tuple[int, int] | None = None
+    at = 0
+    while (anchor := _ANCHOR.search(text, at)) is not None:
+        begin = max(0, anchor.start() - _REACH)
+        reach = anchor.end() + _REACH
+        space = _SPACE.search(text, reach) if reach < size else None
+        end = space.start() if space is not None else size
+        if current is not None and begin <= current[1]:
+            current = (current[0], max(current[1], end))
+        else:
+            if current is not None:
+                yield current
+            while begin > 0 and not text[begin - 1].isspace():
+                begin -= 1  # at most back to the previous span: linear in all
+            current = (begin, end)
+        # An anchor further than _REACH before the span's end cannot widen it: skip those.
+        at = max(anchor.end(), current[1] - _REACH)
+    if current is not None:
+        yield current
+
+
+def normalize_prompt(system_prompt: str, ignore: Sequence[re.Pattern[str]] = ()) -> str:
+    """The form that is fingerprinted (see the module docstring); `ignore` are the rule's
+    `fingerprint_ignore` patterns, compiled."""
+    text = unicodedata.normalize("NFC", system_prompt)
+    for pattern in ignore:
+        text = pattern.sub(IGNORED, text)
+    return _SPACE.sub(" ", mask_tokens(text)).strip()
+
+
+def fingerprint(system_prompt: str, ignore: Sequence[re.Pattern[str]] = ()) -> str:
     """12 hex digits identifying the normalised system prompt."""
-    data = normalize_prompt(system_prompt).encode("utf-8", "surrogatepass")
+    data = normalize_prompt(system_prompt, ignore).encode("utf-8", "surrogatepass")
     return hashlib.sha256(data).hexdigest()[:12]
 
 
@@ -97,10 +241,15 @@ def resolve_version(
     headers: Iterable[tuple[bytes, bytes]],
     system_prompt: str,
     versions: Mapping[str, VersionPattern],
-) -> ResolvedVersion:
-    """The version of one request under one rule set. `rule_version_setting` is the rule's
-    `version` (`fingerprint` or `header:<name>`); `headers` are the request's header lines as
-    ASGI and HTTP/1.1 carry them, `(name, value)` bytes, names in any case."""
+    ignore: Sequence[re.Pattern[str]] = (),
+) -> ResolvedVersion | None:
+    """The version of one request under one rule set; None when the request has no system
+    prompt (nothing but whitespace), whatever its headers say. `rule_version_setting` is the
+    rule's `version` (`fingerprint` or `header:<name>`); `headers` are the request's header lines
+    as ASGI and HTTP/1.1 carry them, `(name, value)` bytes, names in any case; `ignore` are the
+    rule's `fingerprint_ignore` patterns, compiled."""
+    if not system_prompt or system_prompt.isspace():
+        return None
     wanted = _version_header(rule_version_setting)
     if wanted is not None:
         size = len(wanted)
@@ -114,7 +263,7 @@ def resolve_version(
     matched = match_version(system_prompt, versions)
     if matched is not None:
         return ResolvedVersion(matched, "match_prompt")
-    return ResolvedVersion(FINGERPRINT_PREFIX + fingerprint(system_prompt), "fingerprint")
+    return ResolvedVersion(FINGERPRINT_PREFIX + fingerprint(system_prompt, ignore), "fingerprint")
 
 
 @functools.lru_cache(maxsize=256)

@@ -530,6 +530,20 @@ QUALITY = Dashboard(
                     ),
                     "short",
                 ),
+                Panel(
+                    "Rule versions overflowed",
+                    "Requests per second whose new rule version found the rule at max_versions "
+                    "and was carried as 'overflow': a templated system prompt the built-in masks "
+                    "miss. Add a fingerprint_ignore pattern to the rule (docs/rules.md).",
+                    (
+                        q(
+                            rate("mirrorgate_rule_versions_overflow_total", "", "rule"),
+                            "{{rule}}",
+                        ),
+                    ),
+                    "short",
+                    width=24,
+                ),
             ),
         ),
         Row(

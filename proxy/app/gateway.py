@@ -45,6 +45,7 @@ from proxy.gateway import (
     RuleTracker,
     Scope,
     Send,
+    version_policies,
 )
 from proxy.mirror import AnalysisWorker, CompiledRules, Judge, ShadowDispatcher
 from proxy.observability import (
@@ -138,7 +139,10 @@ class Gateway:
             )
         self.rule_events = RuleEventStore(self.store)
         self.rule_tracker = RuleTracker(
-            self.rule_events, keep_prompts=config.store.bodies != "none", metrics=self.metrics
+            self.rule_events,
+            keep_prompts=config.store.bodies != "none",
+            metrics=self.metrics,
+            policies=version_policies(config),
         )
         # The client path's observers, in the order they hear each hook.
         observers: list[ExchangeObserver] = [

@@ -13,7 +13,7 @@ import itertools
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from analyzers.agreement import AgreementSpec
 from analyzers.verdicts import Thresholds
@@ -293,12 +293,41 @@ class RuleVersionSpec(Spec):
         return value
 
 
+def _ignore_pattern(value: str) -> str:
+    """A `fingerprint_ignore` entry: a regex that compiles and does not match the empty string."""
+    try:
+        compiled = re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression: {exc}") from exc
+    if compiled.search(""):
+        raise ValueError("matches the empty string (it would be replaced between every character)")
+    return value
+
+
 class RuleSpec(Spec):
     routes: list[str] = Field(min_length=1)
     version: str = "fingerprint"
     """`header:<name>`, or `fingerprint` of the normalised system prompt (the default)."""
     checks: list[CheckSpec] = Field(default_factory=list)
     versions: dict[str, RuleVersionSpec] = Field(default_factory=dict)
+    fingerprint_ignore: list[Annotated[str, AfterValidator(_ignore_pattern)]] = Field(
+        default_factory=list
+    )
+    """Regexes whose matches in the system prompt are replaced by `<ignored>` before it is
+    fingerprinted (per-request text the built-in masks do not know, such as a user's name)."""
+    version_min_requests: int = Field(3, ge=1)
+    """Requests a fingerprint or header version must carry before it opens a rule epoch (a
+    rule-change event); until then its requests carry it and are checked, and open nothing."""
+    max_versions: int = Field(64, ge=1)
+    """Fingerprint and header versions a rule may open; requests of any further new version carry
+    the version `overflow` (counted in `mirrorgate_rule_versions_overflow_total`)."""
+
+    @field_validator("versions")
+    @classmethod
+    def _not_overflow(cls, value: dict[str, RuleVersionSpec]) -> dict[str, RuleVersionSpec]:
+        if "overflow" in value:
+            raise ValueError("'overflow' is reserved (the version of requests past max_versions)")
+        return value
 
     @field_validator("version")
     @classmethod

@@ -8,9 +8,10 @@ from .asgi import ClientGone, Receive, Scope, Send, read_body
 from .exchange import ProxyHandler
 from .hooks import ExchangeObserver, FinishedExchange
 from .routing import RoutePlan, RouteState, RouteTable
-from .rules import RuleTracker
+from .rules import OVERFLOW_VERSION, RuleTracker, VersionPolicy, version_policies
 
 __all__ = [
+    "OVERFLOW_VERSION",
     "ClientGone",
     "ExchangeObserver",
     "FinishedExchange",
@@ -22,5 +23,7 @@ __all__ = [
     "RuleTracker",
     "Scope",
     "Send",
+    "VersionPolicy",
     "read_body",
+    "version_policies",
 ]

@@ -163,7 +163,7 @@ class ProxyHandler:
                 strip = True
         match = self.rules.resolve(plan.route.name, endpoint.name, payload, scope["headers"])
         if match is not None and self.rule_tracker is not None:
-            self.rule_tracker.observe(match, plan.route.name, request_id)
+            match = self.rule_tracker.observe(match, plan.route.name, request_id)
         ctx = CallContext(
             request_id, plan.route.name, endpoint, payload, stream, strip, scope["headers"],
             t0=ctx_clock[0], start_ns=ctx_clock[1],

@@ -1,15 +1,31 @@
 """Rule versions on every exchange, and the rule-change events they open.
 
-A rule set (`rules.<name>` in config) governs some routes. For each request of such a route the
-version is found by `analyzers.rule_version.resolve_version`, in this order: the version header
-(`version: header:<name>`) when the request carries it; the first `versions.<v>.match_prompt`
-found in the system prompt's first 16,384 characters; otherwise a fingerprint of the normalised
-system prompt (`fp-<12 hex>`), so that editing a prompt is a rule change with zero configuration.
+A rule set (`rules.<name>` in config) governs some routes. For each request of such a route that
+has a system prompt the version is found by `analyzers.rule_version.resolve_version`, in this
+order: the version header (`version: header:<name>`) when the request carries it; the first
+`versions.<v>.match_prompt` found in the system prompt's first 16,384 characters; otherwise a
+fingerprint of the normalised system prompt (`fp-<12 hex>`: per-request tokens such as dates, ids
+and e-mail addresses masked, and the rule's `fingerprint_ignore` patterns), so that editing a
+prompt is a rule change with zero configuration. A request without a system prompt (embeddings, a
+health probe) carries no rule and no version: the rule's checks do not run on it.
 
-The first exchange with a version the gateway has not seen for that rule is a **rule-change event**:
-`RuleTracker.observe` notices it at once (a set lookup) and persists it off the client path with its
-time, the previous version and — when bodies are stored — a diff of the system prompt. While the
-store is unavailable the event is retried with backoff (the store's one retry loop,
+`RuleTracker.observe` decides what a request's version opens, in memory and at once:
+
+- a version already open (it has its event) opens nothing;
+- a version named under `versions:` opens a **rule-change event** at its first request;
+- any other version (a fingerprint, a header value) is *pending* until it has been seen on
+  `version_min_requests` requests; then its event opens, dated at its first request and naming
+  that request, so the checks of the requests before it are inside its epoch. Requests of a
+  pending version carry it (their checks are stored under it) and open nothing. A rule remembers
+  its `PENDING_MAX` most recently seen pending versions; an older one that never recurred is
+  forgotten;
+- once a rule has opened `max_versions` such versions, a further new version opens nothing and
+  the request carries the version `overflow` instead (`mirrorgate_rule_versions_overflow_total`).
+
+So a rule holds at most `max_versions` open versions (plus those named in config) and
+`PENDING_MAX` pending ones, whatever the traffic. Events are persisted off the client path with
+their time, the previous version and — when bodies are stored — a diff of the system prompt.
+While the store is unavailable the event is retried with backoff (the store's one retry loop,
 `proxy.store.WriteRetry`) until it is written: the rollout judge reads epochs from the store, so a
 rule change first seen during an outage must not be forgotten.
 """
@@ -19,8 +35,9 @@ from __future__ import annotations
 import functools
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,6 +48,11 @@ from proxy.observability import GatewayMetrics
 from proxy.store import RuleEvent, RuleEventStore, StoreUnavailableError, WriteRetry
 
 log = logging.getLogger("mirrorgate.rules")
+
+OVERFLOW_VERSION = "overflow"
+"""The version a request carries when its own would exceed its rule's `max_versions`."""
+PENDING_MAX = 1024
+"""Pending (not yet recurred) versions remembered per rule; the least recently seen goes first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +71,8 @@ class _Binding:
     """The rule's `version`: `fingerprint` or `header:<name>`."""
     patterns: Mapping[str, re.Pattern[str]]
     """Each version's `match_prompt`, compiled once, in config order."""
+    ignore: tuple[re.Pattern[str], ...]
+    """The rule's `fingerprint_ignore`, compiled once."""
 
 
 class RuleResolver:
@@ -62,7 +86,8 @@ class RuleResolver:
                 for version, v in spec.versions.items()
                 if v.match_prompt is not None
             }
-            binding = _Binding(name, spec.version, patterns)
+            ignore = tuple(re.compile(pattern) for pattern in spec.fingerprint_ignore)
+            binding = _Binding(name, spec.version, patterns, ignore)
             for route in spec.routes:
                 self._by_route.setdefault(route, binding)
 
@@ -73,43 +98,146 @@ class RuleResolver:
         payload: Mapping[str, Any],
         headers: Sequence[tuple[bytes, bytes]],
     ) -> RuleMatch | None:
+        """The rule and version of one request; None when its route has no rule set or the
+        request has no system prompt."""
         binding = self._by_route.get(route)
         if binding is None:
             return None
         prompt = extract_system_prompt(endpoint, payload)
-        resolved = resolve_version(binding.version_setting, headers, prompt, binding.patterns)
+        resolved = resolve_version(
+            binding.version_setting, headers, prompt, binding.patterns, binding.ignore
+        )
+        if resolved is None:
+            return None
         return RuleMatch(binding.name, resolved.version, prompt)
 
 
-class RuleTracker:
-    """Remembers the versions seen per rule and persists each new one as a rule-change event."""
+@dataclass(frozen=True, slots=True)
+class VersionPolicy:
+    """When a rule's versions open events (see the module docstring)."""
 
-    def __init__(self, events: RuleEventStore, keep_prompts: bool, metrics: GatewayMetrics) -> None:
+    min_requests: int = 3
+    """`version_min_requests`: requests a fingerprint or header version needs to open."""
+    max_versions: int = 64
+    """`max_versions`: fingerprint and header versions the rule may open."""
+    named: frozenset[str] = frozenset()
+    """The versions named under `versions:`: they open at once and are never capped."""
+
+
+def version_policies(config: MirrorgateConfig) -> dict[str, VersionPolicy]:
+    """Each rule set's `VersionPolicy`, from its config."""
+    return {
+        name: VersionPolicy(spec.version_min_requests, spec.max_versions, frozenset(spec.versions))
+        for name, spec in config.rules.items()
+    }
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A version seen but not open yet: how often, and its first request."""
+
+    seen: int
+    first_seen_at: datetime
+    request_id: str
+    route: str
+
+
+@dataclass(slots=True)
+class _RuleState:
+    open: set[str] = field(default_factory=set)
+    """Versions with their event (named or not)."""
+    capped: int = 0
+    """How many of them count toward `max_versions` (those not named in config)."""
+    pending: OrderedDict[str, _Pending] = field(default_factory=OrderedDict)
+    """Versions still to recur, least recently seen first."""
+    latest: tuple[str, str] | None = None
+    """(version, system prompt) of the newest version opened."""
+
+
+class RuleTracker:
+    """Remembers the versions of each rule and persists each new one, once it recurs, as a
+    rule-change event; bounded memory (see the module docstring)."""
+
+    def __init__(
+        self,
+        events: RuleEventStore,
+        keep_prompts: bool,
+        metrics: GatewayMetrics,
+        policies: Mapping[str, VersionPolicy] | None = None,
+    ) -> None:
         self._events = events
         self._retry = WriteRetry()
         self._metrics = metrics
         self._keep_prompts = keep_prompts
-        self._known: set[tuple[str, str]] = set()
-        self._latest: dict[str, tuple[str, str]] = {}
-        """rule → (version, system prompt) of the newest version seen."""
+        self._policies = dict(policies or {})
+        self._default = VersionPolicy()
+        self._rules: dict[str, _RuleState] = {}
         self.tasks = TaskSet("rules")
+        for rule in self._policies:  # exposed at 0 from the start, so that rate() sees the first
+            metrics.rule_versions_overflow.labels(rule)
 
     def load(self) -> None:
-        """Read the versions already known (at start, on a worker thread)."""
+        """Read the versions already open (at start, on a worker thread)."""
         for event in self._events.events():
-            self._known.add((event.rule, event.version))
-            self._latest[event.rule] = (event.version, "")
+            state = self._state(event.rule)
+            if event.version not in state.open:
+                state.open.add(event.version)
+                if event.version not in self._policy(event.rule).named:
+                    state.capped += 1
+            state.latest = (event.version, "")
+        for rule, state in self._rules.items():
+            cap = self._policy(rule).max_versions
+            if state.capped >= cap:
+                log.warning(
+                    "rule %s already has %d stored versions (max_versions %d): every new version "
+                    "will be carried as %r; delete old rows of rule_events or raise max_versions",
+                    rule, state.capped, cap, OVERFLOW_VERSION,
+                )  # fmt: skip
 
-    def observe(self, match: RuleMatch, route: str, request_id: str) -> RuleEvent | None:
-        """Note one request's version; return (and start persisting) the event if it is new."""
-        key = (match.rule, match.version)
-        if key in self._known:
-            latest = self._latest.get(match.rule)
-            if latest is not None and latest[0] == match.version and not latest[1]:
-                self._latest[match.rule] = (match.version, match.system_prompt)
-            return None
-        self._known.add(key)
-        previous = self._latest.get(match.rule)
+    def versions(self, rule: str) -> tuple[int, int]:
+        """(open, pending) versions held in memory for `rule`."""
+        state = self._rules.get(rule)
+        return (len(state.open), len(state.pending)) if state is not None else (0, 0)
+
+    def observe(self, match: RuleMatch, route: str, request_id: str) -> RuleMatch:
+        """Note one request's version and answer the match it carries: `match` itself, or with
+        the version `overflow` when its rule has no room for another version. A version that
+        opens here has its event persisted in the background."""
+        state = self._state(match.rule)
+        version = match.version
+        if version in state.open:
+            if state.latest is not None and state.latest[0] == version and not state.latest[1]:
+                state.latest = (version, match.system_prompt)
+            return match
+        policy = self._policy(match.rule)
+        now = datetime.now(UTC)
+        if version in policy.named:
+            self._open(state, match, _Pending(1, now, request_id, route), capped=False)
+            return match
+        if version == OVERFLOW_VERSION or state.capped >= policy.max_versions:
+            self._metrics.rule_versions_overflow.labels(match.rule).inc()
+            return replace(match, version=OVERFLOW_VERSION)
+        pending = state.pending.pop(version, None) or _Pending(0, now, request_id, route)
+        pending.seen += 1
+        if pending.seen >= policy.min_requests:
+            self._open(state, match, pending, capped=True)
+            return match
+        state.pending[version] = pending
+        if len(state.pending) > PENDING_MAX:
+            state.pending.popitem(last=False)
+        return match
+
+    def _state(self, rule: str) -> _RuleState:
+        state = self._rules.get(rule)
+        if state is None:
+            state = self._rules[rule] = _RuleState()
+        return state
+
+    def _policy(self, rule: str) -> VersionPolicy:
+        return self._policies.get(rule, self._default)
+
+    def _open(self, state: _RuleState, match: RuleMatch, first: _Pending, capped: bool) -> None:
+        previous = state.latest
         diff = None
         if self._keep_prompts and previous is not None and previous[1]:
             diff = system_prompt_diff(previous[1], match.system_prompt)
@@ -117,16 +245,17 @@ class RuleTracker:
             rule=match.rule,
             version=match.version,
             previous_version=previous[0] if previous else None,
-            first_seen_at=datetime.now(UTC),
-            request_id=request_id,
-            route=route,
+            first_seen_at=first.first_seen_at,
+            request_id=first.request_id,
+            route=first.route,
             prompt_diff=diff,
         )
-        self._latest[match.rule] = (match.version, match.system_prompt)
+        state.open.add(match.version)
+        state.capped += int(capped)
+        state.latest = (match.version, match.system_prompt)
         self._metrics.rule_changes.labels(match.rule).inc()
         self.tasks.spawn(self._persist_until_stored(event), f"event:{match.rule}")
         log.info("rule change: %s %s -> %s", match.rule, event.previous_version, match.version)
-        return event
 
     async def _persist_until_stored(self, event: RuleEvent) -> None:
         def unavailable(exc: StoreUnavailableError, failures: int) -> None:

@@ -4,8 +4,10 @@ Each finished exchange is handed to `AnalysisWorker.submit` with its answer (tex
 calls), and each shadow pair to `submit_pair`. The worker runs on its own thread, so even a slow
 check or plugin never holds up the event loop:
 
-- for a request that carried a rule version it runs the rule set's checks for every version plus
-  the version's own (`rules.<r>.checks` + `rules.<r>.versions.<v>.checks`), counts each verdict in
+- for a request that carried a rule version (a governed route's request with a system prompt:
+  one without, such as an embeddings call, carries none and is not checked) it runs the rule
+  set's checks for every version plus the version's own (`rules.<r>.checks` +
+  `rules.<r>.versions.<v>.checks`), counts each verdict in
   `mirrorgate_check_results_total` and records it (`check_results` table);
 - it runs every analyzer plugin named in `analyzers:` (`analyze_exchange`, `analyze_pair`),
   records their findings (`findings` table, `mirrorgate_analyzer_findings_total`); a plugin that

@@ -120,7 +120,12 @@ class GatewayMetrics:
         )  # fmt: skip
         self.rule_changes = Counter(
             "mirrorgate_rule_changes",
-            "Rule-change events: the first exchange of a new rule version (a Grafana annotation).",
+            "Rule-change events: a new rule version opened (a Grafana annotation).",
+            ("rule",), registry=registry,
+        )  # fmt: skip
+        self.rule_versions_overflow = Counter(
+            "mirrorgate_rule_versions_overflow",
+            "Requests whose new rule version found its rule at max_versions (carried as overflow).",
             ("rule",), registry=registry,
         )  # fmt: skip
         # The analysis worker's (proxy.mirror.analysis): rule checks and analyzer plugins.

@@ -1,5 +1,6 @@
-"""Rule versions: by header, by match_prompt, by fingerprint; system prompts of every wire
-format; bounded prompt diffs."""
+"""Rule versions: by header, by match_prompt, by fingerprint (with the per-request tokens of a
+templated prompt masked); none without a system prompt; system prompts of every wire format;
+bounded prompt diffs."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import pytest
 
 from analyzers.rule_version import (
     DIFF_MAX_CHARS,
+    MASK_MAX_CHARS,
     MATCH_MAX_CHARS,
     ResolvedVersion,
     extract_system_prompt,
     fingerprint,
+    mask_tokens,
     match_version,
     resolve_version,
     system_prompt_diff,
@@ -80,11 +83,150 @@ def test_a_prompt_edit_is_a_new_version_with_no_configuration() -> None:
 def test_a_fingerprint_version_is_fp_and_12_hex_the_same_on_every_run() -> None:
     # The form stores already hold (`fp-<12 hex>`): these literals must never change, or every
     # prompt would look like a rule change after an upgrade.
-    assert resolve_version("fingerprint", [], "", {}).version == "fp-e3b0c44298fc"
-    assert resolve_version("fingerprint", [], V1, {}).version == "fp-d344d5cc36e5"
-    assert resolve_version("header:x-rule-version", [], f"  {V1}\n", {}).version == (
-        "fp-d344d5cc36e5"
+    # A prompt with no per-request token keeps its fingerprint through the masks.
+    assert fingerprint("") == "e3b0c44298fc"
+    assert fingerprint(V1) == "d344d5cc36e5"
+    assert resolve_version("fingerprint", [], V1, {}) == ResolvedVersion(
+        "fp-d344d5cc36e5", "fingerprint"
     )
+    assert resolve_version("header:x-rule-version", [], f"  {V1}\n", {}) == ResolvedVersion(
+        "fp-d344d5cc36e5", "fingerprint"
+    )
+
+
+@pytest.mark.parametrize("prompt", ["", " ", "\n\t "], ids=["empty", "space", "whitespace"])
+def test_a_request_without_a_system_prompt_has_no_version_whatever_its_headers(
+    prompt: str,
+) -> None:
+    # An embeddings call or a health probe is not a rule version of its own.
+    assert resolve_version("fingerprint", [], prompt, VERSIONS) is None
+    header = [(b"x-rule-version", b"v7")]
+    assert resolve_version("header:x-rule-version", header, prompt, VERSIONS) is None
+
+
+TEMPLATE = (
+    "You are the support bot of a parcel company. Rules: max_weight = {limit} kg, "
+    "at most 3 parcels per order.\n"
+    "Customer: {name} <{email}>. Today is {date}. The current time is {time}.\n"
+    "Request id {uuid}, trace {trace}. Ticket {ticket}, order {order}."
+)
+FILLS = [
+    {"name": "Ada Lovelace", "email": "ada@example.com", "date": "2026-12-01",
+     "time": "23:05", "uuid": "3f2b1c4e-9a7d-4e21-b3c0-0123456789ab",
+     "trace": "9f86d081884c7d659a2feaa0c55ad015", "ticket": "#48213", "order": "1002938"},
+    {"name": "Grace Hopper", "email": "grace.h+ops@mail.example.org",
+     "date": "Tuesday, December 1, 2026", "time": "11:05 PM",
+     "uuid": "A1B2C3D4-0000-4E21-B3C0-FFFFFFFFFFFF", "trace": "00f0e1d2c3b4a5968778695a4b3c2d1e",
+     "ticket": "SUP-20931", "order": "998877665544"},
+    {"name": "Alan Turing", "email": "alan@turing.co.uk", "date": "01/12/2026",
+     "time": "23:05:59", "uuid": "00000000-0000-4000-8000-000000000001",
+     "trace": "deadbeef00000000deadbeef00000000", "ticket": "TICKET-1234", "order": "424242"},
+    {"name": "Edsger Dijkstra", "email": "ewd@cs.example.edu", "date": "1 Dec 2026",
+     "time": "7:05 am", "uuid": "ffffffff-ffff-4fff-bfff-ffffffffffff",
+     "trace": "0123456789abcdef0123456789abcdef", "ticket": "#1000001", "order": "31415926"},
+]  # fmt: skip
+NAME = re.compile(r"(?<=Customer: )[^<\n]*")
+
+
+def test_a_templated_prompt_is_one_version_whoever_and_whenever_it_is_for() -> None:
+    prompts = [TEMPLATE.format(limit=100, **fill) for fill in FILLS]
+    versions = {resolve_version("fingerprint", [], p, {}, [NAME]) for p in prompts}
+    assert versions == {ResolvedVersion("fp-" + fingerprint(prompts[0], [NAME]), "fingerprint")}
+    # The customer's name is not a token the masks know: without the rule's pattern each
+    # customer is a version of their own; everything else on the line is masked.
+    assert len({fingerprint(p) for p in prompts}) == len(prompts)
+    same_name = [TEMPLATE.format(limit=100, **{**fill, "name": "Ada"}) for fill in FILLS]
+    assert len({fingerprint(p) for p in same_name}) == 1
+
+
+def test_a_rule_parameter_changes_the_version_of_a_templated_prompt() -> None:
+    fill = FILLS[0]
+    old = fingerprint(TEMPLATE.format(limit=100, **fill), [NAME])
+    assert fingerprint(TEMPLATE.format(limit=150, **fill), [NAME]) != old
+    assert fingerprint(TEMPLATE.format(limit=100, **fill).replace("at most 3", "at most 4")) != (
+        fingerprint(TEMPLATE.format(limit=100, **fill))
+    )
+    # ... also when the template is filled differently on each side.
+    assert fingerprint(TEMPLATE.format(limit=150, **FILLS[1]), [NAME]) != old
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("Today is 2026-12-01.", "Today is <date>."),
+        ("at 2026-12-01T23:05:07.123+01:00 sharp", "at <date> sharp"),
+        ("on 2026-12-01 23:05 UTC", "on <date>"),
+        ("Tuesday, December 1, 2026 at 11:05 PM", "<date>"),
+        ("Tue, 1 Dec 2026", "<date>"),
+        ("the 1st of December, 2026", "the <date>"),
+        ("Tuesday, December 1", "<date>"),
+        ("01/12/2026, 12/1/26, 2026/12/01, 1.12.2026, 01-12-2026",
+         "<date>, <date>, <date>, <date>, <date>"),
+        ("logged 23:05:07.5", "logged <time>"),
+        ("The current time is 14:32.", "The current time is <time>."),
+        ("It is now 2:32 PM.", "It is now <time>."),
+        ("Local time: 09:15", "Local time: <time>"),
+        ("mail bob.smith+x@example.co.uk now", "mail <email> now"),
+        ("id 3f2b1c4e-9a7d-4e21-b3c0-0123456789ab", "id <uuid>"),
+        ("trace 9f86d081884c7d65", "trace <hex>"),
+        ("ticket #12345 and TICKET-1234 and ABC-987", "ticket <ticket> and <ticket> and <ticket>"),
+        ("order 123456, account 12345678901", "order <number>, account <number>"),
+        ("user_1234567", "user_<number>"),
+    ],
+)  # fmt: skip
+def test_the_masks_replace_per_request_tokens(text: str, masked: str) -> None:
+    assert mask_tokens(text) == masked
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "max_weight = 100", "max_weight = 150", "max_weight=150kg", "limit 10000 tokens",
+        "refunds up to 1,000,000 cents", "pi is 3.1415926535", "version v1.2.10", "GPT-4o",
+        "COVID-19", "open 9:00-17:00, closed on Sundays", "Returns until December 31",
+        "issue #12", "deadline May 5", "ratio 3/4", "colour #ff8800", "hash deadbeef",
+        "item 12-5", "TICKET-12",
+    ],
+)  # fmt: skip
+def test_the_masks_keep_what_rules_are_made_of(text: str) -> None:
+    assert mask_tokens(text) == text
+
+
+def test_tokens_far_apart_in_long_prose_are_masked_and_their_neighbours_kept() -> None:
+    # The masks search near digits, `#` and `@` only: what lies at the edges of those stretches
+    # must be judged as in the whole text.
+    prose = "Be precise and kind to every customer, whatever they ask. " * 20
+    text = (
+        prose + "Today is Wednesday, September 30th, 2026." + prose + "Mail ada@example.com. "
+        + prose + "x" * 100 + "#12345 and " + "y" * 80 + "1234567 then 12:30:00" + prose
+    )  # fmt: skip
+    assert mask_tokens(text) == (
+        prose + "Today is <date>." + prose + "Mail <email>. "
+        + prose + "x" * 100 + "#12345 and " + "y" * 80 + "<number> then <time>" + prose
+    )  # fmt: skip
+
+
+def test_fingerprint_ignore_patterns_apply_before_whitespace_is_collapsed() -> None:
+    # A pattern may rely on line ends: they are still there when it runs.
+    name_line = re.compile(r"(?m)^Customer: .*$")
+    one = "Be kind.\nCustomer: Ada\nmax_weight = 100"
+    other = "Be kind.\nCustomer: Grace Hopper\nmax_weight = 100"
+    assert fingerprint(one) != fingerprint(other)
+    assert fingerprint(one, [name_line]) == fingerprint(other, [name_line])
+    assert fingerprint(one, [name_line]) != fingerprint(one.replace("100", "150"), [name_line])
+
+
+def test_the_masks_stop_at_mask_max_chars_and_stay_linear_on_long_runs() -> None:
+    filler = "x" * (MASK_MAX_CHARS - 20)
+    inside = filler + " on 2026-12-01"
+    assert fingerprint(inside) == fingerprint(filler + " on 2026-12-02")
+    beyond = "x" * MASK_MAX_CHARS + " on 2026-12-01"
+    assert fingerprint(beyond) != fingerprint("x" * MASK_MAX_CHARS + " on 2026-12-02")
+    # Runs that would make a backtracking pattern quadratic: these return (a test timeout
+    # would catch a regression), with the tokens inside them masked as runs of their own.
+    for run in ("a" * 1_000_000, "1" * 1_000_000, "x@" * 500_000, "a1-" * 300_000):
+        assert len(fingerprint(run)) == 12
+    assert mask_tokens("9" * 1000) == "<number>"
 
 
 def test_match_prompt_looks_only_at_the_first_16k_characters() -> None:
