@@ -58,6 +58,7 @@ from .evidence import (
     active_epochs,
     agreement_tallies,
     check_windows,
+    current_epoch,
     failing_examples,
     finding_tallies,
     judge_deltas,
@@ -354,6 +355,7 @@ class RolloutController:
         epochs: dict[str, EpochLook] = {}
         rule = next((n for n, r in self.config.rules.items() if state.route in r.routes), None)
         if rule is not None and "check_pass_rate" in wanted:
+            newest = current_epoch(self.windows, rule)
             for epoch in active_epochs(self.windows, arms, rule, state.started_at):
                 epoch_since = max(epoch.started_at, state.started_at)
                 checks = check_windows(self.windows, arms, epoch, epoch_since)
@@ -366,6 +368,10 @@ class RolloutController:
                     thresholds,
                     sequences=sequences,
                 )
+                if newest is not None and epoch.version != newest.version:
+                    # Clients are leaving an older version: it may still fail the candidate,
+                    # but waiting for more of its evidence would hold the rollout forever.
+                    verdicts = [v for v in verdicts if v.outcome is not Outcome.INCONCLUSIVE]
                 scoped.extend((scope, v) for v in verdicts)
                 spans.extend([(now - epoch_since).total_seconds()] * len(verdicts))
                 failing = [

@@ -22,6 +22,7 @@ from datetime import datetime
 from analyzers.verdicts import ArmWindow, Tally
 from analyzers.views import Severity, at_or_above
 from proxy.core import Arm, Status
+from proxy.gateway import OVERFLOW_VERSION
 from proxy.store import Arms, Epoch, JudgeWindows
 
 from .plan import TrafficProfile
@@ -62,19 +63,21 @@ def current_epoch(windows: JudgeWindows, rule: str) -> Epoch | None:
     return windows.newest_version(rule)
 
 
-def active_epochs(windows: JudgeWindows, arms: Arms, rule: str, recent: datetime) -> list[Epoch]:
-    """Every version of `rule` whose checks ran on either arm since `recent` — each is an epoch
-    judged on its own (clients may move between versions, and back) — or, when no check ran
-    lately, the newest version seen. Each epoch starts at its version's first request."""
-    active = windows.checked_versions(arms, rule, recent)
-    if not active:
-        newest = windows.newest_version(rule)
-        return [newest] if newest is not None else []
+def active_epochs(windows: JudgeWindows, arms: Arms, rule: str, since: datetime) -> list[Epoch]:
+    """Every opened version of `rule` whose checks ran on either arm since `since` — each is an
+    epoch judged on its own (clients may move between versions, and back) — or, when no check
+    ran, the newest version seen. Each epoch starts at its version's first request.
+
+    Versions that have not opened (seen fewer than `version_min_requests` times: no rule-change
+    event yet) and the `overflow` version of a rule past its cap are not epochs: too few of the
+    one to judge, a mixture of many in the other."""
+    active = windows.checked_versions(arms, rule, since)
     firsts = windows.first_seen(rule)
-    return [
-        Epoch(rule, version, firsts.get(version, earliest))
-        for version, earliest in sorted(active.items())
-    ]
+    opened = {v: e for v, e in active.items() if v in firsts and v != OVERFLOW_VERSION}
+    if not opened:
+        newest = windows.newest_version(rule)
+        return [newest] if newest is not None and newest.version != OVERFLOW_VERSION else []
+    return [Epoch(rule, version, firsts[version]) for version in sorted(opened)]
 
 
 def check_windows(

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from alerts.alert import Alert
 from alerts.dispatcher import AlertDispatcher
 from proxy.config import MirrorgateConfig, parse_config, rollout_warnings
-from proxy.core.records import Arm, Status
+from proxy.core.records import Arm, CheckRecord, Status
 from proxy.core.rollout_state import Action, Phase
 from proxy.gateway.routing import RouteTable
 from proxy.observability.metrics import GatewayMetrics
@@ -28,6 +28,7 @@ from proxy.store.exchanges import Store
 from proxy.store.judge_windows import ArmExchange, Arms, JudgeWindows
 from proxy.store.leadership import Leadership
 from proxy.store.rollouts import RolloutStore
+from proxy.store.rule_events import RuleEvent, RuleEventStore
 from tests.proxy.store.test_exchanges import make_record
 
 CONFIG = """
@@ -322,3 +323,51 @@ routes:
     (warning,) = rollout_warnings(config)
     assert warning.path == "routes.bot.canary.analysis.metrics"
     assert "noise_sample" in warning.message
+
+
+RULED = (
+    LOW_TRAFFIC.replace("metrics: [error_rate, latency_p50]", "metrics: [check_pass_rate]")
+    + """
+rules:
+  shipping:
+    routes: [bot]
+    checks: [{name: valid-json, type: json}]
+"""
+)
+
+
+def test_an_older_rule_version_clients_left_can_fail_but_never_hold(store: Store) -> None:
+    # Ten answers of each arm on v1 at the start (too few to judge), then clients move to v2,
+    # which both arms pass 400 times: the rollout is promoted instead of waiting for v1 forever.
+    async def scenario() -> Phase | None:
+        clock = Clock()
+        config = parse_config(RULED, {})
+        metrics = GatewayMetrics(CollectorRegistry())
+        manager = RolloutManager(
+            config, RolloutStore(store), RouteTable(config), metrics, clock=clock
+        )
+        await manager.act("bot", Action.START, reason="test", actor="operator")
+        events = RuleEventStore(store)
+        start = clock.now
+        for version, at in (("v1", start), ("v2", start + timedelta(seconds=10))):
+            events.add(RuleEvent("shipping", version, None, at, f"first-{version}", "bot", ""))
+        verdicts = []
+        for arm, target in ((Arm.PRIMARY, "prod"), (Arm.CANARY, "cand")):
+            for version, n, offset in (("v1", 10, 1), ("v2", 400, 20)):
+                verdicts += [
+                    CheckRecord(
+                        request_id=f"{target}-{version}-{i}", route="bot", target=target,
+                        arm=arm, rule="shipping", rule_version=version, check="valid-json",
+                        result="pass", reason="", created_at=start + timedelta(seconds=offset),
+                    )
+                    for i in range(n)
+                ]  # fmt: skip
+        store.write_batch(verdicts)
+        clock.now += timedelta(seconds=600)
+        controller = RolloutController(
+            config, manager, JudgeWindows(store), Leadership(store), metrics, clock=clock
+        )
+        changes = await controller.tick(force=True)
+        return changes[0].after.phase if changes else None
+
+    assert asyncio.run(scenario()) is Phase.PROMOTED

@@ -173,19 +173,22 @@ class Rows:
         return list(self.rows.get("pairs", []))
 
 
-def test_each_recently_checked_version_is_an_epoch_from_its_first_request() -> None:
+def test_each_checked_opened_version_is_an_epoch_from_its_first_request() -> None:
     later = T0 + timedelta(minutes=10)
     rows = Rows(
-        checked={"v2": later, "v1": later, "v3": later},
-        first_seen={"v1": T0, "v2": T0 + timedelta(minutes=5)},  # v3: no event (yet)
+        checked={"v2": later, "v1": later, "v3": later, "overflow": later},
+        # v3 has not opened yet (no event: seen fewer than version_min_requests times); overflow
+        # mixes every version past the cap. Neither is an epoch: either would only hold.
+        first_seen={"v1": T0, "v2": T0 + timedelta(minutes=5), "overflow": T0},
     )
     assert active_epochs(rows, ARMS, "shipping", T0) == [
         Epoch("shipping", "v1", T0),
         Epoch("shipping", "v2", T0 + timedelta(minutes=5)),
-        Epoch("shipping", "v3", later),
     ]
     newest = Epoch("shipping", "v9", T0)
     assert active_epochs(Rows(newest=newest), ARMS, "shipping", T0) == [newest]
+    overflowing = Epoch("shipping", "overflow", T0)
+    assert active_epochs(Rows(newest=overflowing), ARMS, "shipping", T0) == []
     assert active_epochs(Rows(), ARMS, "shipping", T0) == []
 
 
