@@ -102,6 +102,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         parser.error(f"rollout {args.action} needs a ROUTE")
     if args.action == "status" and args.reason is not None:
         parser.error("--reason goes with an action, not with status")
+    if args.to is not None and args.action != "rollback":
+        parser.error("--to goes with rollback only")
     if not args.timeout > 0:
         parser.error("--timeout must be a positive number of seconds")
     if args.url is None:
@@ -189,6 +191,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"gateway base URL (default: ${ROLLOUT_URL_ENV}, else {ROLLOUT_DEFAULT_URL})",
     )
     rollout.add_argument("--reason", help="why; kept with the transition (actions only)")
+    rollout.add_argument(
+        "--to",
+        choices=("primary", "fallback"),
+        help=(
+            "rollback only: 'primary' (canary to 0 %%, the baseline serves) or 'fallback' (the "
+            "whole route to its fallback); default: the route's canary.rollback_to"
+        ),
+    )
     rollout.add_argument("--json", action="store_true", help="print the admin API's JSON")
     rollout.add_argument(
         "--timeout", type=float, default=10.0, help="seconds to wait for the gateway (10)"

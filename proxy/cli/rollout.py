@@ -3,6 +3,7 @@
 
     mirrorgate rollout status [ROUTE]                                   every route, or one
     mirrorgate rollout start|pause|resume|promote|abort|rollback ROUTE  one operator action
+    mirrorgate rollout rollback ROUTE --to primary|fallback             a rollback's target
 
 `--url` (default `$MIRRORGATE_URL`, else `http://127.0.0.1:8080`) is the gateway's base URL; the
 bearer token comes from `MIRRORGATE_ADMIN_TOKEN` (unset: no `Authorization` header, which a
@@ -68,7 +69,9 @@ def _exchange(client: httpx.Client, args: argparse.Namespace, *, has_token: bool
         path = "/admin/rollouts" if args.route is None else _route_path(args.route)
         response = _send(client, "GET", path, None)
     else:
-        payload = {"reason": args.reason} if args.reason else None
+        payload: dict[str, str] | None = {"reason": args.reason} if args.reason else None
+        if getattr(args, "to", None) is not None:
+            payload = {**(payload or {}), "to": args.to}
         response = _send(client, "POST", f"{_route_path(args.route)}/{args.action}", payload)
     if response.status_code != 200:
         raise RolloutCommandError(_refusal(response, args, has_token=has_token))

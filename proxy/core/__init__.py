@@ -45,6 +45,7 @@ from .rollout_state import (
     RolloutState,
     Transition,
     initial_state,
+    rollback_target,
     serving,
     transition,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "error_body",
     "initial_state",
     "parse_since",
+    "rollback_target",
     "sampled",
     "serving",
     "sticky_key",

@@ -15,9 +15,10 @@ Each look at a route (docs/rollouts.md, "The judge"):
 2. each rule check on the current rule epoch (the current version, since its first request or the
    rollout's start), with its own look count, so a rule change is judged on fresh evidence;
 3. every verdict stored and counted; a `fail` in `failure_limit` consecutive looks rolls the canary
-   back to the route's fallback, with an alert naming the metric (and rule, version, check, example
-   requests); when every verdict passes and the step has lasted `step_interval_s`, the canary
-   advances (promoted after the last step). Anything inconclusive holds.
+   back (to the route's `canary.rollback_to`), with an alert naming the metric (and rule,
+   version, check, example requests); when every verdict passes and the step has lasted
+   `step_interval_s`, the canary advances (promoted after the last step). Anything
+   inconclusive holds.
 """
 
 from __future__ import annotations
@@ -33,7 +34,15 @@ from alerts.alert import Alert
 from analyzers.judge_stats import judge
 from analyzers.verdicts import ArmWindow, MetricVerdict, Outcome, Tally
 from proxy.config import MirrorgateConfig, RouteSpec
-from proxy.core import ACTIVE, Action, IllegalTransition, Phase, RolloutState, Transition
+from proxy.core import (
+    ACTIVE,
+    Action,
+    IllegalTransition,
+    Phase,
+    RolloutState,
+    Transition,
+    rollback_target,
+)
 from proxy.observability import GatewayMetrics
 from proxy.store import Arms, Epoch, JudgeWindows, Leadership, StoreUnavailableError
 
@@ -311,7 +320,11 @@ class RolloutController:
         # A failing rule check explains a rollback best: name it first.
         failed.sort(key=lambda sv: not sv[1].metric.startswith("check_pass_rate"))
         scope, worst = failed[0]
-        fallback = spec.fallback or spec.primary
+        goes_to = (
+            f"its fallback {spec.fallback}"
+            if rollback_target(spec) == "fallback"
+            else f"its primary {state.baseline or spec.primary}"
+        )
         evidence: dict[str, float] = {
             "n_primary": worst.n_primary,
             "n_candidate": worst.n_candidate,
@@ -349,7 +362,7 @@ class RolloutController:
             target=state.candidate or "",
             severity="critical",
             summary=(
-                f"canary {state.candidate} of route {state.route} rolled back to {fallback}: "
+                f"canary {state.candidate} of route {state.route} rolled back to {goes_to}: "
                 f"{reason}"
             ),
             starts_at=now,
@@ -359,6 +372,7 @@ class RolloutController:
             evidence=evidence,
             example_request_ids=examples,
             generator_url=f"{self.manager.external_url}/admin/rollouts/{state.route}",
+            rollout_id=state.rollout_id,
         )
         return reason, alert
 
