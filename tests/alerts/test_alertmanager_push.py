@@ -26,6 +26,7 @@ def test_alertmanager_push_v2_format() -> None:
             "mirrorgate_rule": "shipping-policy",
             "mirrorgate_rule_version": "v2",
             "mirrorgate_check": "max-weight",
+            "mirrorgate_rollout_id": "5f1d0c2a9b3e4d6f",
         },
         "annotations": {
             "summary": alert.summary,
