@@ -272,6 +272,25 @@ def test_rollout_state_survives_a_restart(start_gateway: StartGateway, tmp_path:
         assert after["serving"]["canary"] == "stale"
 
 
+@pytest.mark.parametrize("to", ["primary", "fallback"])
+def test_where_a_rollback_sent_the_route_survives_a_restart(
+    start_gateway: StartGateway, tmp_path: Any, to: str
+) -> None:
+    db = f"sqlite:///{tmp_path / 'rolled.db'}"
+    gw = start_gateway(db, extra=rollout_config(), env=ENV)
+    with gw.client() as client:
+        client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
+        client.post(
+            "/admin/rollouts/bot/rollback", headers=AUTH, json={"to": to}
+        ).raise_for_status()
+    gw.stop()
+    again = start_gateway(db, extra=rollout_config(), env=ENV)
+    with again.client() as client:
+        state = rollout(client)
+        assert (state["phase"], state["rolled_back_to"]) == ("rolled_back", to)
+        assert ask(client, "u").headers["x-mirrorgate-arm"] == to
+
+
 def test_a_stale_candidate_is_rolled_back_after_the_rule_changes(
     start_gateway: StartGateway, webhook: WebhookReceiver
 ) -> None:
