@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -253,7 +254,7 @@ class RolloutManager:
                 generator_url=f"{self.external_url}/admin/rollouts/{after.route}",
                 rollout_id=after.rollout_id,
             )
-        self.alerts.notify(alert)
+        self.alerts.notify(replace(alert, rolled_back_to=after.rolled_back_to))
 
 
 def _destination(state: RolloutState, spec: RouteSpec) -> str:

@@ -32,6 +32,7 @@ def test_fingerprint_ignores_numbers_text_and_time() -> None:
         {"check": "valid-json"},
         {"rollout_id": "a-new-rollout"},
         {"rollout_id": None},
+        {"rolled_back_to": "fallback"},
     ],
 )
 def test_fingerprint_changes_with_identity(change: dict[str, str]) -> None:
@@ -82,6 +83,7 @@ def test_webhook_json_schema_version_1() -> None:
         "rule_version": "v2",
         "check": "max-weight",
         "rollout_id": "5f1d0c2a9b3e4d6f",
+        "rolled_back_to": None,
         "summary": alert.summary,
         "evidence": {"candidate_pass_rate": 0.8, "primary_pass_rate": 0.98, "samples": 120},
         "example_request_ids": ["r1", "r2", "r3"],

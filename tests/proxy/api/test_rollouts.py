@@ -560,5 +560,13 @@ def test_a_second_rollback_of_the_route_alerts_again(
         )
         assert [a["rollout_id"] for a in alerts] == ids and ids[0] != ids[1]
         assert all(a["kind"] == "rollback" for a in alerts)
+        assert [a["rolled_back_to"] for a in alerts] == ["primary", "primary"]
         assert "rolled back to its primary rule-follower" in alerts[0]["summary"]
         assert metric(client, "mirrorgate_alerts_dropped_total", reason="deduplicated") == 0
+        # Leaving the primary too, in the same rollout, is news as well.
+        client.post(
+            "/admin/rollouts/bot/rollback", headers=AUTH, json={"to": "fallback"}
+        ).raise_for_status()
+        third = wait_until(lambda: len(webhook.bodies) >= 3 and webhook.bodies[2], what="alert 3")
+        assert (third["rollout_id"], third["rolled_back_to"]) == (ids[1], "fallback")
+        assert "rolled back to its fallback echo" in third["summary"]
