@@ -179,12 +179,12 @@ def transition(
     now: datetime,
     reason: str,
     actor: str,
-    to: RollbackTarget | None = None,
+    target: RollbackTarget | None = None,
 ) -> Transition:
     """The state after `action`. Raises `IllegalTransition` when the phase does not allow it.
 
-    `to` is a rollback's target (`rollback_target` fills it in from the config when None); other
-    actions refuse it."""
+    `target` is a rollback's (`rollback_target` fills it in from the config when None); other
+    actions refuse one."""
     phase = state.phase
 
     def illegal(why: str) -> IllegalTransition:
@@ -193,7 +193,7 @@ def transition(
     def same() -> Transition:
         return Transition(state, state, action, changed=False)
 
-    def move(**changes: object) -> Transition:
+    def to(**changes: object) -> Transition:
         after = replace(
             state,
             revision=state.revision + 1,
@@ -205,7 +205,7 @@ def transition(
         return Transition(state, after, action, changed=True)
 
     stopped = {"step": -1, "weight": 0.0, "step_started_at": None}
-    if to is not None and action is not Action.ROLLBACK:
+    if target is not None and action is not Action.ROLLBACK:
         raise illegal("only a rollback has a target")
     if action is Action.START:
         canary = spec.canary
@@ -222,7 +222,7 @@ def transition(
         rollout_id = hashlib.blake2b(
             f"{state.route}\x00{state.revision}\x00{now.isoformat()}".encode(), digest_size=8
         ).hexdigest()
-        return move(
+        return to(
             phase=Phase.PROGRESSING,
             rollout_id=rollout_id,
             candidate=canary.model,
@@ -240,19 +240,19 @@ def transition(
             return same()
         if phase is not Phase.PROGRESSING:
             raise illegal("only a progressing rollout can pause")
-        return move(phase=Phase.PAUSED)
+        return to(phase=Phase.PAUSED)
     if action is Action.RESUME:
         if phase is Phase.PROGRESSING:
             return same()
         if phase is not Phase.PAUSED:
             raise illegal("only a paused rollout can resume")
-        return move(phase=Phase.PROGRESSING, step_started_at=now)
+        return to(phase=Phase.PROGRESSING, step_started_at=now)
     if action is Action.PROMOTE:
         if phase is Phase.PROMOTED:
             return same()
         if phase not in ACTIVE:
             raise illegal("only a progressing or paused rollout can be promoted")
-        return move(
+        return to(
             phase=Phase.PROMOTED, override=state.candidate, override_arm=Arm.PRIMARY, **stopped
         )
     if action is Action.ABORT:
@@ -260,15 +260,15 @@ def transition(
             return same()
         if phase not in (*ACTIVE, Phase.PENDING):
             raise illegal("only a pending, progressing or paused rollout can be aborted")
-        return move(phase=Phase.ABORTED, **stopped)
+        return to(phase=Phase.ABORTED, **stopped)
     if action is Action.ROLLBACK:
-        target = rollback_target(spec, to)
+        target = rollback_target(spec, target)
         if state.rolled_back_to == target:
             return same()
         if target == "fallback":
             if spec.fallback is None:
                 raise illegal("the route has no fallback to roll back to")
-            return move(
+            return to(
                 phase=Phase.ROLLED_BACK,
                 override=spec.fallback,
                 override_arm=Arm.FALLBACK,
@@ -279,22 +279,22 @@ def transition(
         override = state.override
         if phase is Phase.PROMOTED:  # the candidate serves: give the route back to the baseline
             override = state.baseline if state.baseline != spec.primary else None
-        return move(phase=Phase.ROLLED_BACK, override=override, override_arm=Arm.PRIMARY, **stopped)
+        return to(phase=Phase.ROLLED_BACK, override=override, override_arm=Arm.PRIMARY, **stopped)
     if action is Action.ADVANCE:
         if phase is not Phase.PROGRESSING or spec.canary is None:
             raise illegal("only a progressing rollout advances")
         steps = spec.canary.steps
         if state.step + 1 >= len(steps) or steps[state.step + 1] >= 100:
-            return move(
+            return to(
                 phase=Phase.PROMOTED, override=state.candidate, override_arm=Arm.PRIMARY, **stopped
             )
-        return move(step=state.step + 1, weight=float(steps[state.step + 1]), step_started_at=now)
+        return to(step=state.step + 1, weight=float(steps[state.step + 1]), step_started_at=now)
     if action is Action.RESTORE:
         if phase in (None, Phase.PENDING) and state.override is None:
             return same()
         if phase in ACTIVE:
             raise illegal("a rollout is running: abort, promote or roll it back first")
-        return move(
+        return to(
             phase=Phase.PENDING if spec.canary is not None else None,
             candidate=spec.canary.model if spec.canary is not None else None,
             override=None,

@@ -173,7 +173,7 @@ class RolloutManager:
                     route, action, current.phase, "the route changed since the decision"
                 )
             change = transition(
-                current, action, spec, now=self.clock(), reason=reason, actor=actor, to=to
+                current, action, spec, now=self.clock(), reason=reason, actor=actor, target=to
             )
             if not change.changed:
                 return change

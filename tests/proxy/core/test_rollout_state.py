@@ -51,7 +51,7 @@ def act(
         now=T0 + timedelta(minutes=minutes),
         reason=action.value,
         actor="t",
-        to=to,
+        target=to,
     )
     return change.after
 
@@ -194,7 +194,7 @@ def test_rollback_to_follows_the_config_and_an_explicit_target_wins() -> None:
     by_config = transition(started, Action.ROLLBACK, to_fallback, now=T0, reason="", actor="t")
     assert by_config.after.rolled_back_to == "fallback"
     explicit = transition(
-        started, Action.ROLLBACK, to_fallback, now=T0, reason="", actor="t", to="primary"
+        started, Action.ROLLBACK, to_fallback, now=T0, reason="", actor="t", target="primary"
     )
     assert explicit.after.rolled_back_to == "primary"
 
@@ -205,7 +205,7 @@ def test_a_rollback_to_a_missing_fallback_is_refused_not_sent_to_the_primary() -
         initial_state("bot", plain), Action.START, plain, now=T0, reason="", actor="t"
     ).after
     with pytest.raises(IllegalTransition, match="no fallback") as caught:
-        transition(started, Action.ROLLBACK, plain, now=T0, reason="", actor="t", to="fallback")
+        transition(started, Action.ROLLBACK, plain, now=T0, reason="", actor="t", target="fallback")
     assert caught.value.phase is Phase.PROGRESSING
     primary = transition(started, Action.ROLLBACK, plain, now=T0, reason="", actor="t")
     assert (primary.after.rolled_back_to, primary.after.override) == ("primary", None)
@@ -213,16 +213,20 @@ def test_a_rollback_to_a_missing_fallback_is_refused_not_sent_to_the_primary() -
 
 def test_a_rollback_to_primary_can_escalate_to_fallback_and_back_is_a_restore() -> None:
     rolled = act(act(initial_state("bot", SPEC), Action.START), Action.ROLLBACK)
-    again = transition(rolled, Action.ROLLBACK, SPEC, now=T0, reason="", actor="t", to="primary")
+    again = transition(
+        rolled, Action.ROLLBACK, SPEC, now=T0, reason="", actor="t", target="primary"
+    )
     assert again.changed is False
     left = act(rolled, Action.ROLLBACK, to="fallback")
     assert (left.rolled_back_to, left.override) == ("fallback", "safe")
     assert (
-        transition(left, Action.ROLLBACK, SPEC, now=T0, reason="", actor="t", to="fallback").changed
+        transition(
+            left, Action.ROLLBACK, SPEC, now=T0, reason="", actor="t", target="fallback"
+        ).changed
         is False
     )
     with pytest.raises(IllegalTransition, match="restore"):
-        transition(left, Action.ROLLBACK, SPEC, now=T0, reason="", actor="t", to="primary")
+        transition(left, Action.ROLLBACK, SPEC, now=T0, reason="", actor="t", target="primary")
     restored = act(left, Action.RESTORE)
     assert (restored.phase, restored.override, restored.rolled_back_to) == (
         Phase.PENDING,
@@ -240,13 +244,14 @@ def test_only_a_rollback_takes_a_target() -> None:
             now=T0,
             reason="",
             actor="t",
-            to="primary",
+            target="primary",
         )
 
 
 def test_a_new_rollout_after_a_rollback_starts_from_the_baseline() -> None:
-    for to in ("primary", "fallback"):
-        rolled = act(act(initial_state("bot", SPEC), Action.START), Action.ROLLBACK, to=to)  # type: ignore[arg-type]
+    targets: tuple[RollbackTarget, ...] = ("primary", "fallback")
+    for to in targets:
+        rolled = act(act(initial_state("bot", SPEC), Action.START), Action.ROLLBACK, to=to)
         again = act(rolled, Action.START, minutes=5)
         assert (again.phase, again.baseline, again.override, again.rolled_back_to) == (
             Phase.PROGRESSING,
