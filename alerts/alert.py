@@ -13,6 +13,7 @@ from typing import Any, Literal, get_args
 
 Severity = Literal["critical", "warning", "info"]
 AlertKind = Literal["rollback", "rule_regression", "verdict_fail", "step_held"]
+RollbackTarget = Literal["primary", "fallback"]
 """Kinds are a closed set so that the `kind` metric label stays bounded; add new kinds here."""
 
 WEBHOOK_SCHEMA_VERSION = 1
@@ -48,6 +49,13 @@ class Alert:
     """Up to five `x-mirrorgate-request-id`s that show the failure; extra ids are dropped."""
     generator_url: str | None = None
     """A link back to mirrorgate (admin status page), sent as Alertmanager's `generatorURL`."""
+    rollout_id: str | None = None
+    """The rollout the alert is about (None: not about a rollout). Part of the fingerprint, so
+    the same condition in a new rollout is a new alert and is not deduplicated."""
+    rolled_back_to: RollbackTarget | None = None
+    """For a rollback: where the route's traffic went, `primary` (the canary at 0 %) or
+    `fallback` (the whole route). Part of the fingerprint, so a rollback to the primary followed
+    by one to the fallback alerts twice."""
 
     def __post_init__(self) -> None:
         if self.kind not in get_args(AlertKind):
@@ -74,11 +82,17 @@ class Alert:
 
     @property
     def fingerprint(self) -> str:
-        """Stable identity of the condition: (kind, route, target, rule, rule_version, check).
+        """Stable identity of the condition: (kind, route, target, rule, rule_version, check,
+        and rollout_id and rolled_back_to when set).
 
         Deliberately excludes summary, evidence and time, so that the same condition raised again
-        (with fresher numbers) deduplicates. 16 hex digits, like Alertmanager's fingerprints."""
+        (with fresher numbers) in the same rollout deduplicates, while a new rollout's alert does
+        not. 16 hex digits, like Alertmanager's fingerprints."""
         key = [self.kind, self.route, self.target, self.rule, self.rule_version, self.check]
+        if self.rollout_id is not None:  # alerts about no rollout keep their identity
+            key.append(self.rollout_id)
+        if self.rolled_back_to is not None:
+            key.append(self.rolled_back_to)
         digest = hashlib.sha256(json.dumps(key, separators=(",", ":")).encode())
         return digest.hexdigest()[:16]
 
@@ -103,6 +117,8 @@ class Alert:
             "rule": self.rule,
             "rule_version": self.rule_version,
             "check": self.check,
+            "rollout_id": self.rollout_id,
+            "rolled_back_to": self.rolled_back_to,
             "summary": self.summary,
             "evidence": dict(self.evidence),
             "example_request_ids": list(self.example_request_ids),

@@ -46,6 +46,10 @@ def postable_alert(alert: Alert) -> dict[str, Any]:
         "mirrorgate_rule": alert.rule,
         "mirrorgate_rule_version": alert.rule_version,
         "mirrorgate_check": alert.check,
+        # One rollout's alerts are one Alertmanager alert; the next rollout's are a new one, so a
+        # second rollback of the route notifies instead of updating the first, still firing.
+        "mirrorgate_rollout_id": alert.rollout_id,
+        "mirrorgate_rolled_back_to": alert.rolled_back_to,
     }
     # Alertmanager treats an empty label value as an absent label; leave absent ones out.
     labels.update({k: v for k, v in optional.items() if v})

@@ -44,8 +44,9 @@ class AlertDispatcher:
     """Fan-out of alerts to `sinks`.
 
     - `notify(alert)`: the same `alert.fingerprint` seen within `dedupe_window_s` (by `clock`) is
-      dropped as `deduplicated`; a sink whose queue holds `queue_size` alerts drops it as
-      `queue_full`.
+      dropped as `deduplicated` (the fingerprint holds the route, the kind and the rollout id,
+      so a new rollout's alert of the same route and kind is delivered); a sink whose queue
+      holds `queue_size` alerts drops it as `queue_full`.
     - Delivery: `SinkUnavailableError` (connection errors, timeouts, 5xx, 408/429) is retried up to
       `retries` times, sleeping `min(backoff_max_s, backoff_initial_s * 2**n)` scaled by a jitter
       factor in [0.5, 1); `SinkRejectedError` (other 4xx) and unexpected exceptions are not retried.

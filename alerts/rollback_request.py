@@ -1,8 +1,11 @@
 """From inbound Alertmanager alerts to rollback requests: a pure decision.
 
 `decide_rollbacks` is pure (no I/O, no clock): firing alerts labelled `mirrorgate_route` (and
-`mirrorgate_action: rollback`, the default) become `RollbackRequest`s; everything else is skipped
-with a reason. Resolved alerts are always skipped: mirrorgate never re-promotes on an alert.
+`mirrorgate_action: rollback`, the default, or `mirrorgate_action: fallback`) become
+`RollbackRequest`s; everything else is skipped with a reason. `rollback` follows the route's
+`canary.rollback_to` (default: the canary to 0 %, the primary serves); `fallback` leaves the
+primary itself: the whole route moves to its fallback. Resolved alerts are always skipped:
+mirrorgate never re-promotes on an alert.
 
 Each request carries its idempotency key, (fingerprint, startsAt): Alertmanager re-sends a firing
 group every `repeat_interval`, retries failed deliveries and, in a cluster, several peers may
@@ -15,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from alerts.alertmanager_push import ORIGIN_LABEL, ORIGIN_VALUE
 from alerts.alertmanager_webhook import AlertmanagerPayload, InboundAlert
@@ -22,12 +26,13 @@ from alerts.alertmanager_webhook import AlertmanagerPayload, InboundAlert
 ROUTE_LABEL = "mirrorgate_route"
 ACTION_LABEL = "mirrorgate_action"
 DEFAULT_ACTION = "rollback"
-SUPPORTED_ACTIONS = frozenset({"rollback"})
+FALLBACK_ACTION = "fallback"
+SUPPORTED_ACTIONS = frozenset({DEFAULT_ACTION, FALLBACK_ACTION})
 
 
 @dataclass(frozen=True, slots=True)
 class RollbackRequest:
-    """A request to roll `route` back to its fallback, caused by one firing Alertmanager alert."""
+    """A request to roll `route` back, caused by one firing Alertmanager alert."""
 
     route: str
     fingerprint: str
@@ -35,6 +40,9 @@ class RollbackRequest:
     alertname: str
     summary: str
     """The alert's `summary` annotation (or `description`), for the transition's reason text."""
+    to: Literal["primary", "fallback"] | None = None
+    """The rollback's target: `fallback` for `mirrorgate_action: fallback`; None (the route's
+    `canary.rollback_to`) for `rollback`."""
 
     @property
     def key(self) -> tuple[str, datetime]:
@@ -78,6 +86,7 @@ def decide_rollbacks(
             starts_at=alert.starts_at,
             alertname=alert.alertname,
             summary=alert.annotations.get("summary") or alert.annotations.get("description", ""),
+            to="fallback" if alert.labels.get(ACTION_LABEL) == FALLBACK_ACTION else None,
         )
         requests.setdefault(request.key, request)
     return RollbackDecision(tuple(requests.values()), tuple(skipped))

@@ -11,7 +11,12 @@ rollout starts (so the change lands anywhere in the judge's 10 s look cycle), th
 system prompt to rule v2. The clock runs from the first v2 request to the moment
 `GET /admin/rollouts/support-bot` says `rolled_back`. The models answer after 50 ms.
 
-Prints one line per run and the median and maximum (the issue's target: 30 s median, 60 s p95).
+After the rollback, 20 requests from as many users check where traffic went: the route's
+`canary.rollback_to` is the default `primary`, so every answer must come from the primary
+(`x-mirrorgate-arm: primary`), none from the canary or the fallback.
+
+Prints one line per run and the median and maximum (the issue's target: 30 s median, 60 s p95);
+exits 1 if any run's answers after the rollback did not all come from the primary.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +97,29 @@ def _post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None)
         return json.loads(response.read())
 
 
+def _arms_after_rollback(users: int = 20) -> Counter[str]:
+    """Which arm served one v2 request of each of `users` users (`x-mirrorgate-arm`)."""
+    arms: Counter[str] = Counter()
+    for n in range(users):
+        request = urllib.request.Request(
+            f"http://{HOST}:{GATEWAY_PORT}/v1/chat/completions",
+            data=json.dumps(
+                {
+                    "model": ROUTE,
+                    "messages": [
+                        {"role": "system", "content": "Shipping rule: max_weight = 150."},
+                        {"role": "user", "content": "How heavy may my parcel be?"},
+                    ],
+                }
+            ).encode(),
+            headers={"content-type": "application/json", "x-user-id": f"after-{n}"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            arms[response.headers.get("x-mirrorgate-arm", "?")] += 1
+    return arms
+
+
 def _phase() -> str:
     with urllib.request.urlopen(
         f"http://{HOST}:{GATEWAY_PORT}/admin/rollouts/{ROUTE}", timeout=10
@@ -149,7 +178,11 @@ class Traffic:
             self.stop.wait(max(0.0, next_at - time.monotonic()))
 
 
-def one_run(work: Path, rate: int, before_s: float, give_up_s: float) -> float | None:
+def one_run(
+    work: Path, rate: int, before_s: float, give_up_s: float
+) -> tuple[float | None, Counter[str]]:
+    """Seconds from the first v2 request to the rollback (None: none), and the arms that served
+    the requests sent after it."""
     for port in (MOCK_PORT, GATEWAY_PORT):
         if not port_free(HOST, port):
             raise SystemExit(f"port {port} is taken")
@@ -191,15 +224,15 @@ def one_run(work: Path, rate: int, before_s: float, give_up_s: float) -> float |
             time.sleep(before_s)  # the load generator's v1 period, not a synchronisation
             if _phase() != "progressing":
                 print(f"  the canary was rolled back before the rule changed ({_phase()})")
-                return None
+                return None, Counter()
             traffic.weight = 150
             deadline = time.monotonic() + give_up_s
             while time.monotonic() < deadline:
                 if _phase() == "rolled_back":
                     first = traffic.first_v2 or time.monotonic()
-                    return time.monotonic() - first
+                    return time.monotonic() - first, _arms_after_rollback()
                 time.sleep(0.2)  # polling the admin API
-            return None
+            return None, Counter()
         finally:
             traffic.stop.set()
             for thread in traffic.threads:
@@ -216,19 +249,26 @@ def main() -> None:
     args = parser.parse_args()
     jitter = random.Random(args.seed)
     times: list[float] = []
+    wrong_arm = False
     for run in range(1, args.runs + 1):
         before = args.before_s + jitter.uniform(0, 10)
         with tempfile.TemporaryDirectory(prefix="mirrorgate-rollback-") as folder:
-            took = one_run(Path(folder), args.rate, before, args.give_up_s)
+            took, arms = one_run(Path(folder), args.rate, before, args.give_up_s)
         shown = f"{took:.1f} s" if took is not None else "no rollback"
-        print(f"run {run}: rule v2 after {before:.1f} s, then rollback {shown}", flush=True)
+        served = ", ".join(f"{arm} {n}" for arm, n in sorted(arms.items()))
+        after = f"; answers after it: {served}" if arms else ""
+        print(f"run {run}: rule v2 after {before:.1f} s, then rollback {shown}{after}", flush=True)
         if took is not None:
             times.append(took)
+            wrong_arm = wrong_arm or set(arms) != {"primary"}
     if times:
         print(
             f"median {statistics.median(times):.1f} s, max {max(times):.1f} s over "
             f"{len(times)}/{args.runs} runs ({args.rate} req/s, {args.rate // 2} per arm)"
         )
+    if wrong_arm:
+        print("after a rollback, some answers did not come from the primary", file=sys.stderr)
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

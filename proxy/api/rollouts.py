@@ -12,10 +12,13 @@ Alertmanager webhook `/hooks/alertmanager`. Both need the admin bearer token.
                                                traffic (?since=1h), how long each takes, advice
     POST /admin/rollouts/{route}/{action}      start | pause | resume | promote | abort | rollback
                                                | restore
-                                               optional JSON body {"reason": "..."}
+                                               optional JSON body {"reason": "..."}; a rollback
+                                               also takes "to": "primary" | "fallback" (default:
+                                               the route's canary.rollback_to)
 
 Answers: 200 with `changed` (false when the route already was where the action leads), 404 for
-an unknown route or action, 409 with the current phase for an illegal transition, 503 when the
+an unknown route or action, 409 with the current phase for an illegal transition (a rollback to
+`fallback` on a route without one included), 503 when the
 store cannot be reached (nothing changed; retry). Errors are raised and answered by
 `proxy.api.errors`.
 """
@@ -34,7 +37,7 @@ from fastapi import APIRouter, Depends, Request
 from alerts.alertmanager_webhook import parse_payload
 from alerts.errors import PayloadError
 from alerts.rollback_request import decide_rollbacks
-from proxy.config import ConfigProblem, rollout_warnings
+from proxy.config import ConfigProblem, RollbackTarget, rollout_warnings
 from proxy.core import (
     ACTIVE,
     OPERATOR_ACTIONS,
@@ -82,6 +85,7 @@ def state_json(state: RolloutState, routes: RouteTable) -> dict[str, Any]:
         "step": state.step,
         "steps": list(spec.canary.steps) if spec and spec.canary else [],
         "weight_percent": state.weight,
+        "rolled_back_to": state.rolled_back_to,
         "reason": state.reason,
         "actor": state.actor,
         "changed_at": state.changed_at.isoformat() if state.changed_at else None,
@@ -230,10 +234,14 @@ def build_rollout_router(
             raise NotFound(f"no rollout action '{action[:50]}' (one of: {names})") from None
         if route not in manager.states():
             raise NotFound(f"no route '{route[:200]}'")
-        reason = await _reason(request)
+        reason, to = await _body(request, chosen)
         try:
             change = await manager.act(
-                route, chosen, reason=reason or f"{chosen.value} by operator", actor="operator"
+                route,
+                chosen,
+                reason=reason or f"{chosen.value} by operator",
+                actor="operator",
+                to=to,
             )
         except IllegalTransition as exc:
             raise PhaseConflict(str(exc), exc.phase.value if exc.phase else None) from exc
@@ -273,7 +281,15 @@ def build_rollout_router(
                     reason=req.reason + (f": {req.summary}" if req.summary else ""),
                     actor="alertmanager",
                     evidence={"fingerprint": req.fingerprint, "starts_at": starts.isoformat()},
+                    to=req.to,
                 )
+            except IllegalTransition as exc:  # e.g. `fallback` on a route without one
+                log.warning("alert %s not acted on: %s", req.fingerprint, exc)
+                rolled.append(
+                    {"route": req.route, "fingerprint": req.fingerprint, "done": "refused"}
+                    | {"reason": str(exc)}
+                )
+                continue
             except StoreUnavailableError as exc:
                 raise store_unavailable(exc, f"rollback of {req.route} not made") from exc
             except TransitionConflictError as exc:  # 503 as well: Alertmanager sends it again
@@ -289,6 +305,7 @@ def build_rollout_router(
                     "route": req.route,
                     "fingerprint": req.fingerprint,
                     "done": "rolled_back" if change.changed else "already_rolled_back",
+                    "rolled_back_to": change.after.rolled_back_to,
                 }
             )
         return {
@@ -301,17 +318,24 @@ def build_rollout_router(
     return router
 
 
-async def _reason(request: Request) -> str:
+async def _body(request: Request, action: Action) -> tuple[str, RollbackTarget | None]:
+    """The optional JSON body of an action: its reason, and a rollback's target."""
     raw = await read_limited(request, MAX_REASON_BODY, "the request body")
     if not raw.strip():
-        return ""
+        return "", None
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise RequestError(f"the body must be JSON ({exc})") from None
-    if not isinstance(body, dict) or set(body) - {"reason"}:
-        raise RequestError('the body must be {"reason": "..."} or empty')
+    rollback = action is Action.ROLLBACK
+    allowed = {"reason", "to"} if rollback else {"reason"}
+    if not isinstance(body, dict) or set(body) - allowed:
+        shape = '{"reason": "...", "to": "primary|fallback"}' if rollback else '{"reason": "..."}'
+        raise RequestError(f"the body must be {shape} or empty")
     reason = body.get("reason", "")
     if not isinstance(reason, str) or len(reason) > 1000:
         raise RequestError("'reason' must be a string of at most 1000 characters")
-    return reason
+    to = body.get("to")
+    if to is not None and to not in ("primary", "fallback"):
+        raise RequestError("'to' must be 'primary' or 'fallback'")
+    return reason, to

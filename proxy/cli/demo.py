@@ -385,7 +385,12 @@ def _print_rollback(
 ) -> None:
     after = f" {now - changed_at:.1f}s after the rule changed" if changed_at is not None else ""
     out("")
-    out(f"ROLLED BACK{after}: all traffic now goes to '{state['serving']['primary']}'.")
+    serving = state["serving"]["primary"]
+    if state.get("rolled_back_to") == "fallback":
+        out(f"ROLLED BACK{after}: all traffic now goes to the fallback '{serving}'.")
+    else:
+        out(f"ROLLED BACK{after}: canary '{state['candidate']}' at 0%; the primary '{serving}' "
+            "serves every user again (fallback 'safe' stays its retry target).")  # fmt: skip
     out(f"  reason   {state['reason']}")
     fails = [v for v in state["verdicts"] if v["verdict"] == "fail"][:1]
     for v in fails:
@@ -411,7 +416,10 @@ def _summary(admin: httpx.Client, scene: _Scene) -> str:
     with scene.lock:
         arms = dict(scene.arms)
     lines.append("Answers by arm: " + ", ".join(f"{a} {n}" for a, n in sorted(arms.items())))
-    lines.append(f"Now: phase {state['phase']}, serving {state['serving']['primary']}.")
+    phase = state["phase"]
+    if state.get("rolled_back_to"):
+        phase += f" to {state['rolled_back_to']}"
+    lines.append(f"Now: phase {phase}, serving {state['serving']['primary']}.")
     return "\n".join(lines)
 
 

@@ -106,6 +106,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         parser.error(f"--reason goes with an action, not with {args.action}")
     if args.since is not None and args.action != "plan":
         parser.error("--since goes with plan")
+    if args.to is not None and args.action != "rollback":
+        parser.error("--to goes with rollback only")
     if not args.timeout > 0:
         parser.error("--timeout must be a positive number of seconds")
     if args.url is None:
@@ -193,6 +195,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"gateway base URL (default: ${ROLLOUT_URL_ENV}, else {ROLLOUT_DEFAULT_URL})",
     )
     rollout.add_argument("--reason", help="why; kept with the transition (actions only)")
+    rollout.add_argument(
+        "--to",
+        choices=("primary", "fallback"),
+        help=(
+            "rollback only: 'primary' (canary to 0 %%, the baseline serves) or 'fallback' (the "
+            "whole route to its fallback); default: the route's canary.rollback_to"
+        ),
+    )
     rollout.add_argument("--json", action="store_true", help="print the admin API's JSON")
     rollout.add_argument(
         "--since",

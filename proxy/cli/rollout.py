@@ -4,6 +4,7 @@
     mirrorgate rollout status [ROUTE]                                   every route, or one
     mirrorgate rollout plan ROUTE [--since 1h]          can the steps pass at recent traffic
     mirrorgate rollout start|pause|resume|promote|abort|rollback ROUTE  one operator action
+    mirrorgate rollout rollback ROUTE --to primary|fallback             a rollback's target
 
 `--url` (default `$MIRRORGATE_URL`, else `http://127.0.0.1:8080`) is the gateway's base URL; the
 bearer token comes from `MIRRORGATE_ADMIN_TOKEN` (unset: no `Authorization` header, which a
@@ -74,7 +75,9 @@ def _exchange(client: httpx.Client, args: argparse.Namespace, *, has_token: bool
         since = quote(args.since or "1h", safe="")
         response = _send(client, "GET", f"{_route_path(args.route)}/plan?since={since}", None)
     else:
-        payload = {"reason": args.reason} if args.reason else None
+        payload: dict[str, str] | None = {"reason": args.reason} if args.reason else None
+        if getattr(args, "to", None) is not None:
+            payload = {**(payload or {}), "to": args.to}
         response = _send(client, "POST", f"{_route_path(args.route)}/{args.action}", payload)
     if response.status_code != 200:
         raise RolloutCommandError(_refusal(response, args, has_token=has_token))

@@ -109,6 +109,8 @@ def _phase_line(state: Mapping[str, Any]) -> str:
         return "no rollout (the route has no canary in its config)"
     if phase in _STEPPED:
         return f"{phase}, step {_step(state)} at {_pct(state.get('weight_percent'))} of traffic"
+    if phase == "rolled_back" and state.get("rolled_back_to"):
+        return f"rolled_back to {state['rolled_back_to']}"
     return str(phase)
 
 

@@ -159,6 +159,18 @@ def check_routes(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigPr
                 )
             )
         problems.extend(_unavailable_metrics(cfg, rname))
+        if (
+            route.canary is not None
+            and route.canary.rollback_to == "fallback"
+            and not route.fallback
+        ):
+            problems.append(
+                ConfigProblem(
+                    f"{base}.canary.rollback_to",
+                    "'fallback' needs the route's fallback: set routes."
+                    f"{rname}.fallback or roll back to 'primary'",
+                )
+            )
         fallback = cfg.models.get(route.fallback or "")
         if primary is not None and fallback is not None and fallback.provider != primary.provider:
             problems.append(

@@ -178,6 +178,10 @@ class AnalysisSpec(Spec):
 _STICKY = re.compile(r"^(none|header:[A-Za-z0-9-]+|body:[A-Za-z0-9_.]+)$")
 
 
+RollbackTarget = Literal["primary", "fallback"]
+"""Where a rollback sends the route's traffic: its baseline primary, or its `fallback` model."""
+
+
 class CanarySpec(Spec):
     model: str
     steps: list[Annotated[int, Field(ge=1, le=100)]] = Field(
@@ -192,6 +196,10 @@ class CanarySpec(Spec):
     sticky: str = "none"
     """`header:<name>`, `body:<field>` or `none`."""
     analysis: AnalysisSpec = Field(default_factory=AnalysisSpec)
+    rollback_to: RollbackTarget = "primary"
+    """Where the canary's traffic goes when it is rolled back without an explicit target:
+    `primary` (canary to 0 %, the baseline serves) or `fallback` (the whole route moves to the
+    route's `fallback`, which must then be set)."""
 
     @field_validator("sticky")
     @classmethod
@@ -222,7 +230,8 @@ class AgreementConfig(Spec):
 class RouteSpec(Spec):
     primary: str
     fallback: str | None = None
-    """Model used when the primary fails before any byte was sent, and after a rollback."""
+    """Model retried on when the primary fails before any byte was sent, and the one serving the
+    whole route after a rollback to `fallback`."""
     shadows: list[ShadowSpec] = Field(default_factory=list)
     noise_sample: float = Field(0.0, ge=0, le=1)
     canary: CanarySpec | None = None

@@ -49,6 +49,7 @@ from .rollout_state import (
     RolloutState,
     Transition,
     initial_state,
+    rollback_target,
     serving,
     transition,
 )
@@ -107,6 +108,7 @@ __all__ = [
     "judge_pair",
     "pair_agreed",
     "parse_since",
+    "rollback_target",
     "sampled",
     "serving",
     "sticky_key",

@@ -9,14 +9,26 @@ Phases (docs/rollouts.md), per route::
                           paused ──┘
     progressing | paused ──promote──► promoted        (the candidate becomes the route's primary)
     pending | progressing | paused ──abort──► aborted (canary withdrawn; the primary is unchanged)
-    any phase ──rollback──► rolled_back               (all traffic to the route's fallback)
+    any phase ──rollback──► rolled_back               (to `primary` or to `fallback`, below)
     promoted | rolled_back | aborted ──restore──► pending (or idle)   (the config's primary again)
 
+A rollback has a target (`RollbackTarget`): the action's own, else the route's
+`canary.rollback_to` (default `primary`; `primary` for a route without a canary).
+
+- `primary`: the canary's weight goes to 0 and its traffic returns to the baseline, the primary
+  the rollout started from (after a promotion: the model that served before it). The route's
+  `fallback` stays what it was, the retry target when the primary fails before any byte.
+- `fallback`: the primary itself is left: every request goes to the route's `fallback` (served
+  as arm `fallback`). A route without a fallback refuses it (`IllegalTransition`).
+
+A route rolled back to `primary` can still be rolled back to `fallback` (the primary must be left
+too); the way back from `fallback` is `restore`. `RolloutState.rolled_back_to` says which kind
+of rollback the route is in; it is derived from the persisted phase and override arm.
+
 `aborted` and `restore` extend the contract's lists: an operator withdrawing a canary is not a
-rollback to the fallback, and after a rollback (by the judge, or by an SRE's alert on a route
-without any canary) someone must be able to give the route back to its primary. A route with a
-canary in its config and no rollout yet is `pending`; one without is `None` (idle) until it is
-rolled back.
+rollback, and after a rollback someone must be able to give the route back to its configured
+primary. A route with a canary in its config and no rollout yet is `pending`; one without is
+`None` (idle) until it is rolled back.
 
 A step of 100 % is promotion: the judge cannot compare a canary that has all the traffic with a
 primary that has none, so advancing into it promotes.
@@ -25,8 +37,9 @@ Every action is idempotent: asking for the phase the route is already in changes
 (`Transition.changed` is False). An action that makes no sense in the current phase raises
 `IllegalTransition`, which names the phase (the admin API answers 409).
 
-Promotion and rollback *override* the config's primary in the live route table. A promotion's
-override stays until `rollback` or `restore`; a rollback's until `start` or `restore`. Overrides
+Promotion and a rollback to `fallback` *override* the config's primary in the live route table
+(a rollback to `primary` keeps or restores the baseline's override). A promotion's override stays
+until `rollback` or `restore`; a rollback's until `start` or `restore`. Overrides
 are persisted: they survive restarts and config edits (status shows them next to the config's
 primary).
 """
@@ -38,7 +51,7 @@ import hashlib
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from proxy.config import RouteSpec
+from proxy.config import RollbackTarget, RouteSpec
 
 from .records import Arm
 
@@ -104,7 +117,8 @@ class RolloutState:
     override: str | None = None
     """Model serving the route instead of the config's primary (after a promotion or rollback)."""
     override_arm: Arm = Arm.PRIMARY
-    """The arm the override serves as: primary (promoted candidate) or fallback (rollback)."""
+    """The arm the override serves as: primary (promoted candidate, baseline) or fallback (after a
+    rollback to the fallback)."""
     reason: str = ""
     actor: str = ""
     """Who made the last transition: `operator`, `judge`, `alertmanager`."""
@@ -117,6 +131,14 @@ class RolloutState:
     @property
     def active(self) -> bool:
         return self.phase in ACTIVE and self.weight > 0 and self.candidate is not None
+
+    @property
+    def rolled_back_to(self) -> RollbackTarget | None:
+        """Where a rolled-back route's traffic went: `primary` (the baseline serves, canary at
+        0 %) or `fallback` (the route's fallback serves everything); None unless rolled back."""
+        if self.phase is not Phase.ROLLED_BACK:
+            return None
+        return "fallback" if self.override_arm is Arm.FALLBACK else "primary"
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +172,14 @@ def initial_state(route: str, spec: RouteSpec) -> RolloutState:
     return RolloutState(route, phase=Phase.PENDING, candidate=spec.canary.model)
 
 
+def rollback_target(spec: RouteSpec, to: RollbackTarget | None = None) -> RollbackTarget:
+    """Where a rollback of a route with `spec` goes: `to` if given, else the canary's
+    `rollback_to`, else `primary`."""
+    if to is not None:
+        return to
+    return spec.canary.rollback_to if spec.canary is not None else "primary"
+
+
 def serving(state: RolloutState, spec: RouteSpec) -> tuple[str, Arm]:
     """The model and arm that serve the route's non-canary traffic."""
     if state.override is not None:
@@ -165,8 +195,12 @@ def transition(
     now: datetime,
     reason: str,
     actor: str,
+    target: RollbackTarget | None = None,
 ) -> Transition:
-    """The state after `action`. Raises `IllegalTransition` when the phase does not allow it."""
+    """The state after `action`. Raises `IllegalTransition` when the phase does not allow it.
+
+    `target` is a rollback's (`rollback_target` fills it in from the config when None); other
+    actions refuse one."""
     phase = state.phase
 
     def illegal(why: str) -> IllegalTransition:
@@ -187,6 +221,8 @@ def transition(
         return Transition(state, after, action, changed=True)
 
     stopped = {"step": -1, "weight": 0.0, "step_started_at": None}
+    if target is not None and action is not Action.ROLLBACK:
+        raise illegal("only a rollback has a target")
     if action is Action.START:
         canary = spec.canary
         if canary is None:
@@ -242,10 +278,24 @@ def transition(
             raise illegal("only a pending, progressing or paused rollout can be aborted")
         return to(phase=Phase.ABORTED, **stopped)
     if action is Action.ROLLBACK:
-        if phase is Phase.ROLLED_BACK:
+        target = rollback_target(spec, target)
+        if state.rolled_back_to == target:
             return same()
-        fallback = spec.fallback or spec.primary
-        return to(phase=Phase.ROLLED_BACK, override=fallback, override_arm=Arm.FALLBACK, **stopped)
+        if target == "fallback":
+            if spec.fallback is None:
+                raise illegal("the route has no fallback to roll back to")
+            return to(
+                phase=Phase.ROLLED_BACK,
+                override=spec.fallback,
+                override_arm=Arm.FALLBACK,
+                **stopped,
+            )
+        if phase is Phase.ROLLED_BACK:
+            raise illegal("the route is rolled back to its fallback: restore it to its primary")
+        override = state.override
+        if phase is Phase.PROMOTED:  # the candidate serves: give the route back to the baseline
+            override = state.baseline if state.baseline != spec.primary else None
+        return to(phase=Phase.ROLLED_BACK, override=override, override_arm=Arm.PRIMARY, **stopped)
     if action is Action.ADVANCE:
         if phase is not Phase.PROGRESSING or spec.canary is None:
             raise illegal("only a progressing rollout advances")

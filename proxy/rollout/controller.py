@@ -18,11 +18,11 @@ Each look at a route (docs/rollouts.md, "The judge"):
 3. the bounds are anytime-valid (`analyzers.sequential`): the false-rollback budget is split over
    the metrics and the rollout's steps, never spent per look, so looking every interval is free;
 4. every verdict stored and counted, with `needs` (more canary answers to pass) and `eta_s`; a
-   `fail` in `failure_limit` consecutive looks rolls the canary back, with an alert naming the
-   metric (and rule, version, check, example requests); when every verdict passes and the step
-   has lasted `step_interval_s`, the canary advances (promoted after the last step). Anything
-   inconclusive holds; a step held past `canary.max_hold_s` raises one warning alert per step
-   naming what holds it and what it needs.
+   `fail` in `failure_limit` consecutive looks rolls the canary back (to the route's
+   `canary.rollback_to`), with an alert naming the metric (and rule, version, check, example
+   requests); when every verdict passes and the step has lasted `step_interval_s`, the canary
+   advances (promoted after the last step). Anything inconclusive holds; a step held past
+   `canary.max_hold_s` raises one warning alert per step naming what holds it and what it needs.
 
 What the decider remembers between looks (the look count, consecutive failures, the warnings, the
 step already warned about) is persisted with the verdicts, so a restart or a takeover resumes the
@@ -50,6 +50,7 @@ from proxy.core import (
     Phase,
     RolloutState,
     Transition,
+    rollback_target,
 )
 from proxy.observability import GatewayMetrics
 from proxy.store import Arms, Epoch, JudgeWindows, Leadership, StoreUnavailableError
@@ -400,7 +401,11 @@ class RolloutController:
         # A failing rule check explains a rollback best: name it first.
         failed.sort(key=lambda sv: not sv[1].metric.startswith("check_pass_rate"))
         scope, worst = failed[0]
-        fallback = spec.fallback or spec.primary
+        goes_to = (
+            f"its fallback {spec.fallback}"
+            if rollback_target(spec) == "fallback"
+            else f"its primary {state.baseline or spec.primary}"
+        )
         evidence: dict[str, float] = {
             "n_primary": worst.n_primary,
             "n_candidate": worst.n_candidate,
@@ -438,7 +443,7 @@ class RolloutController:
             target=state.candidate or "",
             severity="critical",
             summary=(
-                f"canary {state.candidate} of route {state.route} rolled back to {fallback}: "
+                f"canary {state.candidate} of route {state.route} rolled back to {goes_to}: "
                 f"{reason}"
             ),
             starts_at=now,
@@ -448,6 +453,7 @@ class RolloutController:
             evidence=evidence,
             example_request_ids=examples,
             generator_url=f"{self.manager.external_url}/admin/rollouts/{state.route}",
+            rollout_id=state.rollout_id,
         )
         return reason, alert
 

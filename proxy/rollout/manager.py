@@ -16,12 +16,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from alerts.alert import Alert
 from alerts.dispatcher import AlertDispatcher
-from proxy.config import MirrorgateConfig
+from proxy.config import MirrorgateConfig, RollbackTarget, RouteSpec
 from proxy.core import (
     Action,
     IllegalTransition,
@@ -148,9 +149,12 @@ class RolloutManager:
         evidence: Mapping[str, Any] | None = None,
         alert: Alert | None = None,
         expect_revision: int | None = None,
+        to: RollbackTarget | None = None,
     ) -> Transition:
         """Make `action` on `route`: persisted, then applied. Raises `RouteUnknownError`,
         `IllegalTransition`, `StoreUnavailableError`, `TransitionConflictError`.
+
+        `to`: a rollback's target (None: the route's `canary.rollback_to`).
 
         `expect_revision` (the judge's): act only if the route is still at the revision the
         decision was made on, so no decision is applied twice or to a newer state
@@ -168,7 +172,9 @@ class RolloutManager:
                 raise IllegalTransition(
                     route, action, current.phase, "the route changed since the decision"
                 )
-            change = transition(current, action, spec, now=self.clock(), reason=reason, actor=actor)
+            change = transition(
+                current, action, spec, now=self.clock(), reason=reason, actor=actor, target=to
+            )
             if not change.changed:
                 return change
             with self._reaching_the_store():
@@ -227,6 +233,7 @@ class RolloutManager:
         )
         if after.phase is not Phase.ROLLED_BACK:
             return
+        spec = self.config.routes[after.route]
         target = change.before.candidate or change.before.override or after.override or "primary"
         self.metrics.rollbacks.labels(
             after.route, target, rollback_reason_class(after.actor, after.reason)
@@ -240,10 +247,19 @@ class RolloutManager:
                 target=target,
                 severity="critical",
                 summary=(
-                    f"route {after.route} rolled back to {after.override} by {after.actor}: "
-                    f"{after.reason}"
+                    f"route {after.route} rolled back to {_destination(after, spec)} by "
+                    f"{after.actor}: {after.reason}"
                 ),
                 starts_at=after.changed_at or self.clock(),
                 generator_url=f"{self.external_url}/admin/rollouts/{after.route}",
+                rollout_id=after.rollout_id,
             )
-        self.alerts.notify(alert)
+        self.alerts.notify(replace(alert, rolled_back_to=after.rolled_back_to))
+
+
+def _destination(state: RolloutState, spec: RouteSpec) -> str:
+    """Where a rolled-back route's traffic went, for alert texts."""
+    model = state.override or spec.primary
+    if state.rolled_back_to == "fallback":
+        return f"its fallback {model}"
+    return f"its primary {model} (canary at 0 %)"

@@ -25,6 +25,7 @@ def make_alert(**overrides: Any) -> Alert:
         "evidence": {"candidate_pass_rate": 0.8, "primary_pass_rate": 0.98, "samples": 120},
         "example_request_ids": ("r1", "r2", "r3"),
         "generator_url": "http://127.0.0.1:8080/admin/rollouts/support-bot",
+        "rollout_id": "5f1d0c2a9b3e4d6f",
     }
     fields.update(overrides)
     return Alert(**fields)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import datetime, timedelta
 
@@ -29,6 +30,9 @@ def test_fingerprint_ignores_numbers_text_and_time() -> None:
         {"rule": "other-rule"},
         {"rule_version": "v3"},
         {"check": "valid-json"},
+        {"rollout_id": "a-new-rollout"},
+        {"rollout_id": None},
+        {"rolled_back_to": "fallback"},
     ],
 )
 def test_fingerprint_changes_with_identity(change: dict[str, str]) -> None:
@@ -78,6 +82,8 @@ def test_webhook_json_schema_version_1() -> None:
         "rule": "shipping-policy",
         "rule_version": "v2",
         "check": "max-weight",
+        "rollout_id": "5f1d0c2a9b3e4d6f",
+        "rolled_back_to": None,
         "summary": alert.summary,
         "evidence": {"candidate_pass_rate": 0.8, "primary_pass_rate": 0.98, "samples": 120},
         "example_request_ids": ["r1", "r2", "r3"],
@@ -85,6 +91,14 @@ def test_webhook_json_schema_version_1() -> None:
         "generator_url": "http://127.0.0.1:8080/admin/rollouts/support-bot",
     }
     json.dumps(body, allow_nan=False)
+
+
+def test_an_alert_about_no_rollout_keeps_the_fingerprint_of_its_condition() -> None:
+    alert = make_alert(rollout_id=None)
+    key = [alert.kind, alert.route, alert.target, alert.rule, alert.rule_version, alert.check]
+    expected = hashlib.sha256(json.dumps(key, separators=(",", ":")).encode()).hexdigest()[:16]
+    assert alert.fingerprint == expected
+    assert alert.to_webhook_json()["rollout_id"] is None
 
 
 def test_webhook_json_keeps_absent_fields_as_null() -> None:

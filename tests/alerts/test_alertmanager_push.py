@@ -26,6 +26,7 @@ def test_alertmanager_push_v2_format() -> None:
             "mirrorgate_rule": "shipping-policy",
             "mirrorgate_rule_version": "v2",
             "mirrorgate_check": "max-weight",
+            "mirrorgate_rollout_id": "5f1d0c2a9b3e4d6f",
         },
         "annotations": {
             "summary": alert.summary,
@@ -52,4 +53,7 @@ def test_alertmanager_labels_never_carry_free_text_or_empty_values() -> None:
     assert alert.summary not in body["labels"].values()
     assert "mirrorgate_rule" not in body["labels"] and "mirrorgate_check" not in body["labels"]
     assert all(body["labels"].values())
+    assert "mirrorgate_rolled_back_to" not in body["labels"]
     assert "generatorURL" not in body
+    rolled = postable_alert(make_alert(kind="rollback", rolled_back_to="fallback"))
+    assert rolled["labels"]["mirrorgate_rolled_back_to"] == "fallback"

@@ -185,6 +185,27 @@ def test_same_fingerprint_within_the_window_is_deduplicated() -> None:
     assert value(registry, "mirrorgate_alerts_dropped_total", reason="deduplicated") == 1
 
 
+def test_a_new_rollout_of_the_same_route_and_kind_is_not_deduplicated() -> None:
+    registry, clock = CollectorRegistry(), FakeClock()
+
+    async def run() -> RecordingServer:
+        async with RecordingServer() as server, httpx.AsyncClient(verify=TLS_CONTEXT) as client:
+            d = dispatcher(
+                [WebhookSink(server.url)], client, registry, clock=clock, dedupe_window_s=300
+            )
+            d.start()
+            assert d.notify(make_alert(kind="rollback", rollout_id="first"))
+            clock.now += 30
+            assert d.notify(make_alert(kind="rollback", rollout_id="second"))
+            assert not d.notify(make_alert(kind="rollback", rollout_id="second", summary="again"))
+            await d.stop(timeout_s=10)
+            return server
+
+    server = asyncio.run(run())
+    assert [r.json()["rollout_id"] for r in server.requests] == ["first", "second"]
+    assert value(registry, "mirrorgate_alerts_dropped_total", reason="deduplicated") == 1
+
+
 def test_full_queue_drops_and_counts_without_blocking() -> None:
     registry = CollectorRegistry()
 

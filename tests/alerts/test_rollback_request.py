@@ -50,7 +50,18 @@ def test_firing_alert_requests_a_rollback_of_its_route() -> None:
     assert request.summary == "check failing"
     assert request.reason == "alertmanager: RuleFail (aaaa)"
     assert request.key == ("aaaa", datetime(2025, 3, 1, 12, tzinfo=UTC))  # one firing of one alert
+    assert request.to is None  # the route's canary.rollback_to decides
     assert decision.skipped == ()
+
+
+def test_the_action_label_chooses_the_rollback_target() -> None:
+    decision = decide_rollbacks(
+        payload(
+            alert(fingerprint="a", mirrorgate_action="rollback"),
+            alert(fingerprint="b", mirrorgate_action="fallback"),
+        )
+    )
+    assert {r.fingerprint: r.to for r in decision.requests} == {"a": None, "b": "fallback"}
 
 
 def test_same_alert_delivered_five_times_gives_one_rollback() -> None:

@@ -128,8 +128,10 @@ def test_the_shipped_canary_error_alert_rolls_the_route_back_through_alertmanage
             )
             assert state["actor"] == "alertmanager"
             assert "MirrorgateCanaryErrorRate" in state["reason"]
+            # The canary's errors roll the canary back; the healthy primary keeps the route.
+            assert state["rolled_back_to"] == "primary"
             assert state["serving"] == {
-                "primary": "safe", "arm": "fallback", "canary": None, "canary_weight_percent": 0.0
+                "primary": "prod", "arm": "primary", "canary": None, "canary_weight_percent": 0.0
             }  # fmt: skip
             fired = [a for a in prometheus.alerts() if a["state"] == "firing"]
             assert fired and fired[0]["labels"]["mirrorgate_route"] == ROUTE

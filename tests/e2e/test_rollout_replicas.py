@@ -123,6 +123,6 @@ def test_three_replicas_route_alike_and_a_killed_decider_is_replaced_without_dou
                  for gw in survivors}  # fmt: skip
     assert rollbacks == {gw.pid: 1.0 if gw is successor else 0.0 for gw in survivors}
 
-    # Every survivor routes every user the same: to the fallback.
+    # Every survivor routes every user the same: the canary at 0 %, all of them to the primary.
     for gw in survivors:
-        assert set(client.arms(gw, USERS, version="v2", weight=150).values()) == {"fallback"}
+        assert set(client.arms(gw, USERS, version="v2", weight=150).values()) == {"primary"}

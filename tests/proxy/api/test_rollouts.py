@@ -194,16 +194,66 @@ def test_operator_drives_the_rollout_and_every_arm_follows(start_gateway: StartG
         bot = next(r for r in routes if r["name"] == "bot")
         assert (bot["primary"], bot["overridden"], bot["phase"]) == ("stale", True, "promoted")
 
-        # Reversible: a rollback moves everything to the fallback.
+        # Reversible: a rollback gives the route back to the baseline it started from.
         rolled = client.post("/admin/rollouts/bot/rollback", headers=AUTH).json()["rollout"]
-        assert rolled["phase"] == "rolled_back" and rolled["serving"]["arm"] == "fallback"
-        assert ask(client, "user-0").headers["x-mirrorgate-arm"] == "fallback"
+        assert (rolled["phase"], rolled["rolled_back_to"], rolled["override"]) == (
+            "rolled_back",
+            "primary",
+            None,
+        )
+        assert rolled["serving"] == {
+            "primary": "rule-follower", "arm": "primary", "canary": None,
+            "canary_weight_percent": 0.0,
+        }  # fmt: skip
+        served = ask(client, "user-0", "v2", 150)
+        assert served.headers["x-mirrorgate-arm"] == "primary"
+        assert served.json()["choices"][0]["message"]["content"] == '{"max_weight": 150}'
         assert metric(client, "mirrorgate_rollbacks_total", route="bot", reason="operator") == 1
+        for body in (b'{"to": "elsewhere"}', b'{"to": "fallback", "extra": 1}'):
+            bad = client.post("/admin/rollouts/bot/rollback", headers=AUTH, content=body)
+            assert bad.status_code == 400 and "to" in bad.json()["error"]["message"]
+        wrong = client.post("/admin/rollouts/bot/pause", headers=AUTH, json={"to": "fallback"})
+        assert wrong.status_code == 400
+        # The primary itself must be left: the whole route to the fallback.
+        left = client.post(
+            "/admin/rollouts/bot/rollback", headers=AUTH, json={"to": "fallback", "reason": "5xx"}
+        ).json()
+        assert left["changed"] is True and left["rollout"]["rolled_back_to"] == "fallback"
+        assert left["rollout"]["serving"]["primary"] == "echo"
+        assert ask(client, "user-0").headers["x-mirrorgate-arm"] == "fallback"
+        back = client.post("/admin/rollouts/bot/rollback", headers=AUTH, json={"to": "primary"})
+        assert back.status_code == 409 and "restore" in back.json()["error"]["message"]
         history = rollout(client)["transitions"]
         assert [t["action"] for t in history] == [
-            "rollback", "promote", "resume", "pause", "start"
+            "rollback", "rollback", "promote", "resume", "pause", "start"
         ]  # fmt: skip
         assert history[-1]["reason"] == "go" and history[0]["actor"] == "operator"
+        assert history[0]["reason"] == "5xx"
+        restored = client.post("/admin/rollouts/bot/restore", headers=AUTH).json()["rollout"]
+        assert (restored["phase"], restored["rolled_back_to"], restored["override"]) == (
+            "pending",
+            None,
+            None,
+        )
+        assert ask(client, "user-0").headers["x-mirrorgate-arm"] == "primary"
+
+
+def test_a_rollback_to_a_missing_fallback_is_refused(start_gateway: StartGateway) -> None:
+    extra = rollout_config()
+    del extra["routes"]["bot"]["fallback"]
+    gw = start_gateway(extra=extra, env=ENV)
+    with gw.client() as client:
+        client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
+        refused = client.post("/admin/rollouts/bot/rollback", headers=AUTH, json={"to": "fallback"})
+        assert refused.status_code == 409 and "no fallback" in refused.json()["error"]["message"]
+        assert refused.json()["error"]["phase"] == "progressing"
+        assert rollout(client)["phase"] == "progressing"  # not silently sent to the primary
+        alert = copy.deepcopy(ALERT)
+        alert["alerts"][0]["labels"]["mirrorgate_action"] = "fallback"
+        answer = client.post("/hooks/alertmanager", headers=AUTH, json=alert).json()
+        assert answer["rollbacks"][0]["done"] == "refused"
+        assert "no fallback" in answer["rollbacks"][0]["reason"]
+        assert rollout(client)["phase"] == "progressing"
 
 
 def test_rollout_state_survives_a_restart(start_gateway: StartGateway, tmp_path: Any) -> None:
@@ -220,6 +270,25 @@ def test_rollout_state_survives_a_restart(start_gateway: StartGateway, tmp_path:
         for key in ("phase", "step", "weight_percent", "rollout_id", "revision"):
             assert after[key] == before[key]
         assert after["serving"]["canary"] == "stale"
+
+
+@pytest.mark.parametrize("to", ["primary", "fallback"])
+def test_where_a_rollback_sent_the_route_survives_a_restart(
+    start_gateway: StartGateway, tmp_path: Any, to: str
+) -> None:
+    db = f"sqlite:///{tmp_path / 'rolled.db'}"
+    gw = start_gateway(db, extra=rollout_config(), env=ENV)
+    with gw.client() as client:
+        client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
+        client.post(
+            "/admin/rollouts/bot/rollback", headers=AUTH, json={"to": to}
+        ).raise_for_status()
+    gw.stop()
+    again = start_gateway(db, extra=rollout_config(), env=ENV)
+    with again.client() as client:
+        state = rollout(client)
+        assert (state["phase"], state["rolled_back_to"]) == ("rolled_back", to)
+        assert ask(client, "u").headers["x-mirrorgate-arm"] == to
 
 
 def test_a_stale_candidate_is_rolled_back_after_the_rule_changes(
@@ -245,10 +314,15 @@ def test_a_stale_candidate_is_rolled_back_after_the_rule_changes(
         )
         assert state["actor"] == "judge"
         assert "check_pass_rate:max-weight" in state["reason"] and "v2" in state["reason"]
+        # The canary is withdrawn; the primary, which obeys the new rule, serves everyone.
+        assert state["rolled_back_to"] == "primary"
         assert state["serving"] == {
-            "primary": "echo", "arm": "fallback", "canary": None, "canary_weight_percent": 0.0
+            "primary": "rule-follower", "arm": "primary", "canary": None,
+            "canary_weight_percent": 0.0,
         }  # fmt: skip
-        assert ask(client, "user-1", "v2", 150).headers["x-mirrorgate-arm"] == "fallback"
+        served = ask(client, "user-1", "v2", 150)
+        assert served.headers["x-mirrorgate-arm"] == "primary"
+        assert served.json()["choices"][0]["message"]["content"] == '{"max_weight": 150}'
         failing = [v for v in state["verdicts"] if v["verdict"] == "fail"]
         assert failing and failing[0]["metric"] == "check_pass_rate:max-weight"
         assert failing[0]["scope"] == "rule:shipping@v2"
@@ -276,6 +350,8 @@ def test_a_stale_candidate_is_rolled_back_after_the_rule_changes(
             "v2",
             "max-weight",
         )
+        assert alert["rollout_id"] == state["rollout_id"]
+        assert "rolled back to its primary rule-follower" in alert["summary"]
         assert alert["evidence"]["candidate_pass_rate"] == 0.0
         assert alert["evidence"]["primary_pass_rate"] == 1.0
         assert alert["example_request_ids"] and set(alert["example_request_ids"]) <= canary_ids
@@ -409,7 +485,7 @@ def test_a_sink_that_is_down_never_holds_a_rollback_back(start_gateway: StartGat
         client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
         rolled = client.post("/admin/rollouts/bot/rollback", headers=AUTH)
         assert rolled.status_code == 200 and rolled.json()["rollout"]["phase"] == "rolled_back"
-        assert ask(client, "u").headers["x-mirrorgate-arm"] == "fallback"
+        assert ask(client, "u").headers["x-mirrorgate-arm"] == "primary"
         wait_until(
             lambda: metric(client, "mirrorgate_alert_failures_total", sink="webhook") == 1,
             what="the failed delivery to be counted",
@@ -441,3 +517,56 @@ def test_disagreement_above_the_noise_floor_is_judged_from_shadow_pairs(
         assert (
             verdict["estimate"] > 0.9
         )  # all candidate pairs disagree, the primary agrees with itself
+
+
+def test_an_alert_labelled_fallback_leaves_the_primary(start_gateway: StartGateway) -> None:
+    gw = start_gateway(extra=rollout_config(), env=ENV)
+    with gw.client() as client:
+        client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
+        alert = copy.deepcopy(ALERT)
+        alert["alerts"][0]["labels"]["mirrorgate_action"] = "fallback"
+        answer = client.post("/hooks/alertmanager", headers=AUTH, json=alert).json()
+        assert answer["rollbacks"][0]["done"] == "rolled_back"
+        assert answer["rollbacks"][0]["rolled_back_to"] == "fallback"
+        state = rollout(client)
+        assert (state["rolled_back_to"], state["serving"]["primary"]) == ("fallback", "echo")
+        assert ask(client, "u").headers["x-mirrorgate-arm"] == "fallback"
+
+
+def test_a_plain_alert_rolls_the_canary_back_to_the_primary(start_gateway: StartGateway) -> None:
+    gw = start_gateway(extra=rollout_config(), env=ENV)
+    with gw.client() as client:
+        client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
+        answer = client.post("/hooks/alertmanager", headers=AUTH, json=ALERT).json()
+        assert answer["rollbacks"][0]["rolled_back_to"] == "primary"
+        assert {ask(client, f"user-{i}").headers["x-mirrorgate-arm"] for i in range(20)} == {
+            "primary"
+        }
+
+
+def test_a_second_rollback_of_the_route_alerts_again(
+    start_gateway: StartGateway, webhook: WebhookReceiver
+) -> None:
+    extra = rollout_config(sinks=[{"type": "webhook", "url": webhook.url}])
+    gw = start_gateway(extra=extra, env=ENV)
+    with gw.client() as client:
+        ids = []
+        for _ in range(2):  # two rollouts, rolled back seconds apart: inside the dedupe window
+            started = client.post("/admin/rollouts/bot/start", headers=AUTH).json()["rollout"]
+            ids.append(started["rollout_id"])
+            client.post("/admin/rollouts/bot/rollback", headers=AUTH).raise_for_status()
+        alerts = wait_until(
+            lambda: len(webhook.bodies) >= 2 and webhook.bodies, what="both rollback alerts"
+        )
+        assert [a["rollout_id"] for a in alerts] == ids and ids[0] != ids[1]
+        assert all(a["kind"] == "rollback" for a in alerts)
+        assert [a["rolled_back_to"] for a in alerts] == ["primary", "primary"]
+        assert "rolled back to its primary rule-follower" in alerts[0]["summary"]
+        assert metric(client, "mirrorgate_alerts_dropped_total", reason="deduplicated") == 0
+        # Leaving the primary too, in the same rollout, is news as well.
+        client.post(
+            "/admin/rollouts/bot/rollback", headers=AUTH, json={"to": "fallback"}
+        ).raise_for_status()
+        third = wait_until(lambda: len(webhook.bodies) >= 3 and webhook.bodies[2], what="alert 3")
+        assert (third["rollout_id"], third["rolled_back_to"]) == (ids[1], "fallback")
+        assert "rolled back to its fallback echo" in third["summary"]

@@ -105,13 +105,20 @@ def test_every_action_prints_the_new_state(gw: GatewayServer, run: Run) -> None:
     assert "serving      stale (primary arm)" in out
     assert "override     stale as primary, instead of config primary rule-follower" in out
     code, out, _ = run("rollback", "bot", "--url", gw.url, "--reason", "pager")
-    assert code == 0 and out.startswith("route bot: changed by rollback — now rolled_back")
-    assert "serving      echo (fallback arm)" in out
+    assert code == 0
+    assert out.startswith("route bot: changed by rollback — now rolled_back to primary")
+    assert "serving      rule-follower (primary arm)" in out
     assert "candidate    stale (its rollout's baseline: rule-follower)" in out
     code, out, _ = run("rollback", "bot", "--url", gw.url)
-    assert code == 0 and out.startswith("route bot: unchanged — already rolled_back")
+    assert code == 0 and out.startswith("route bot: unchanged — already rolled_back to primary")
+    code, out, _ = run("rollback", "bot", "--to", "fallback", "--url", gw.url)
+    assert code == 0
+    assert out.startswith("route bot: changed by rollback — now rolled_back to fallback")
+    assert "serving      echo (fallback arm)" in out
+    code, out, _ = run("status", "bot", "--url", gw.url)
+    assert code == 0 and out.startswith("route bot: rolled_back to fallback")
     assert [t["action"] for t in api_state(gw)["transitions"]] == [
-        "rollback", "promote", "resume", "pause", "start"
+        "rollback", "rollback", "promote", "resume", "pause", "start"
     ]  # fmt: skip
 
 
@@ -175,6 +182,8 @@ def test_an_unreachable_gateway_exits_1(
         ["status", "--url", "ftp://127.0.0.1"],
         ["status", "--timeout", "0"],
         ["status", "bot", "extra"],
+        ["pause", "bot", "--to", "fallback"],  # only a rollback has a target
+        ["rollback", "bot", "--to", "elsewhere"],
     ],
 )
 def test_usage_errors_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:

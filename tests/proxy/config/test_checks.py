@@ -157,3 +157,23 @@ def test_findings_severity_is_one_of_the_severities() -> None:
     (found,) = problems(text % "fatal")
     assert found.startswith("routes.unshadowed.canary.analysis.findings_severity:")
     assert "'info', 'warning' or 'critical'" in found
+
+
+def test_rollback_to_fallback_needs_a_fallback_and_defaults_to_primary() -> None:
+    route: dict[str, Any] = {"primary": "prod", "canary": {"model": "cand"}}
+    doc: dict[str, Any] = {"models": {"prod": MODEL, "cand": MODEL}, "routes": {"bot": route}}
+    cfg = parse_config(yaml.safe_dump(doc), env={})
+    assert cfg.routes["bot"].canary is not None
+    assert cfg.routes["bot"].canary.rollback_to == "primary"
+    route["canary"]["rollback_to"] = "fallback"
+    assert [p.split(":")[0] for p in problems(yaml.safe_dump(doc), env={})] == [
+        "routes.bot.canary.rollback_to"
+    ]
+    route["canary"]["rollback_to"] = "elsewhere"
+    assert [p.split(":")[0] for p in problems(yaml.safe_dump(doc), env={})] == [
+        "routes.bot.canary.rollback_to"
+    ]
+    route.update({"fallback": "prod", "canary": {"model": "cand", "rollback_to": "fallback"}})
+    fine = parse_config(yaml.safe_dump(doc), env={})
+    assert fine.routes["bot"].canary is not None
+    assert fine.routes["bot"].canary.rollback_to == "fallback"

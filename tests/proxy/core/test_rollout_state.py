@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
-from proxy.config import MirrorgateConfig, parse_config
+from proxy.config import MirrorgateConfig, RollbackTarget, RouteSpec, parse_config
 from proxy.core.records import Arm
 from proxy.core.rollout_state import (
     Action,
@@ -41,11 +41,25 @@ def config(sticky: str = "header:x-user-id", fallback: str | None = "safe") -> M
 SPEC = config().routes["bot"]
 
 
-def act(state: RolloutState, action: Action, minutes: int = 0) -> RolloutState:
+def act(
+    state: RolloutState, action: Action, minutes: int = 0, to: RollbackTarget | None = None
+) -> RolloutState:
     change = transition(
-        state, action, SPEC, now=T0 + timedelta(minutes=minutes), reason=action.value, actor="t"
+        state,
+        action,
+        SPEC,
+        now=T0 + timedelta(minutes=minutes),
+        reason=action.value,
+        actor="t",
+        target=to,
     )
     return change.after
+
+
+def with_canary(spec: RouteSpec, **changes: object) -> RouteSpec:
+    """`spec` with its canary's settings changed."""
+    assert spec.canary is not None
+    return spec.model_copy(update={"canary": spec.canary.model_copy(update=changes)})
 
 
 def test_a_route_with_a_canary_starts_pending_and_one_without_is_idle() -> None:
@@ -124,19 +138,128 @@ def test_illegal_transitions_name_the_current_phase(
     assert phase.value in str(caught.value)
 
 
-def test_rollback_sends_the_route_to_its_fallback_even_after_a_promotion() -> None:
+@pytest.mark.parametrize("setup", [[Action.START], [Action.START, Action.PAUSE]])
+def test_a_rollback_keeps_the_primary_and_sets_the_canary_to_zero(setup: list[Action]) -> None:
+    state = initial_state("bot", SPEC)
+    for step in setup:
+        state = act(state, step)
+    rolled = act(state, Action.ROLLBACK)
+    assert (rolled.phase, rolled.rolled_back_to) == (Phase.ROLLED_BACK, "primary")
+    assert (rolled.weight, rolled.step, rolled.override, rolled.override_arm) == (
+        0.0,
+        -1,
+        None,
+        Arm.PRIMARY,
+    )
+    live = _table_with(rolled, config()).get("bot")
+    assert live is not None and live.canary is None
+    assert (live.primary, live.primary_arm, live.fallback) == ("prod", Arm.PRIMARY, "safe")
+
+
+def test_a_rollback_after_a_promotion_gives_the_route_back_to_its_baseline() -> None:
     promoted = act(act(initial_state("bot", SPEC), Action.START), Action.PROMOTE)
     rolled = act(promoted, Action.ROLLBACK)
-    assert (rolled.phase, rolled.override, rolled.override_arm) == (
+    assert (rolled.rolled_back_to, rolled.override, rolled.override_arm) == (
+        "primary",
+        None,
+        Arm.PRIMARY,
+    )
+    # A baseline that was itself a promoted candidate stays the route's primary.
+    earlier = RolloutState("bot", revision=3, phase=Phase.PROMOTED, override="v1", baseline="v1")
+    second = act(act(earlier, Action.START), Action.PROMOTE)
+    assert act(second, Action.ROLLBACK).override == "v1"
+
+
+@pytest.mark.parametrize("setup", [[Action.START], [Action.START, Action.PROMOTE], []])
+def test_a_rollback_to_fallback_sends_the_whole_route_there(setup: list[Action]) -> None:
+    state = initial_state("bot", SPEC)
+    for step in setup:
+        state = act(state, step)
+    rolled = act(state, Action.ROLLBACK, to="fallback")
+    assert (rolled.phase, rolled.rolled_back_to, rolled.weight) == (
         Phase.ROLLED_BACK,
-        "safe",
-        Arm.FALLBACK,
+        "fallback",
+        0.0,
     )
+    assert (rolled.override, rolled.override_arm) == ("safe", Arm.FALLBACK)
+    plan = _table_with(rolled, config()).plan("bot", [(b"x-user-id", b"anyone")], {}, "r")
+    assert plan is not None and (plan.target, plan.arm) == ("safe", Arm.FALLBACK)
+
+
+def test_rollback_to_follows_the_config_and_an_explicit_target_wins() -> None:
+    to_fallback = with_canary(SPEC, rollback_to="fallback")
+    started = transition(
+        initial_state("bot", to_fallback), Action.START, to_fallback, now=T0, reason="", actor="t"
+    ).after
+    by_config = transition(started, Action.ROLLBACK, to_fallback, now=T0, reason="", actor="t")
+    assert by_config.after.rolled_back_to == "fallback"
+    explicit = transition(
+        started, Action.ROLLBACK, to_fallback, now=T0, reason="", actor="t", target="primary"
+    )
+    assert explicit.after.rolled_back_to == "primary"
+
+
+def test_a_rollback_to_a_missing_fallback_is_refused_not_sent_to_the_primary() -> None:
     plain = config(fallback=None).routes["bot"]
-    change = transition(
-        initial_state("bot", plain), Action.ROLLBACK, plain, now=T0, reason="", actor="t"
+    started = transition(
+        initial_state("bot", plain), Action.START, plain, now=T0, reason="", actor="t"
+    ).after
+    with pytest.raises(IllegalTransition, match="no fallback") as caught:
+        transition(started, Action.ROLLBACK, plain, now=T0, reason="", actor="t", target="fallback")
+    assert caught.value.phase is Phase.PROGRESSING
+    primary = transition(started, Action.ROLLBACK, plain, now=T0, reason="", actor="t")
+    assert (primary.after.rolled_back_to, primary.after.override) == ("primary", None)
+
+
+def test_a_rollback_to_primary_can_escalate_to_fallback_and_back_is_a_restore() -> None:
+    rolled = act(act(initial_state("bot", SPEC), Action.START), Action.ROLLBACK)
+    again = transition(
+        rolled, Action.ROLLBACK, SPEC, now=T0, reason="", actor="t", target="primary"
     )
-    assert change.after.override == "prod"  # no fallback configured: the primary is the safe route
+    assert again.changed is False
+    left = act(rolled, Action.ROLLBACK, to="fallback")
+    assert (left.rolled_back_to, left.override) == ("fallback", "safe")
+    assert (
+        transition(
+            left, Action.ROLLBACK, SPEC, now=T0, reason="", actor="t", target="fallback"
+        ).changed
+        is False
+    )
+    with pytest.raises(IllegalTransition, match="restore"):
+        transition(left, Action.ROLLBACK, SPEC, now=T0, reason="", actor="t", target="primary")
+    restored = act(left, Action.RESTORE)
+    assert (restored.phase, restored.override, restored.rolled_back_to) == (
+        Phase.PENDING,
+        None,
+        None,
+    )
+
+
+def test_only_a_rollback_takes_a_target() -> None:
+    with pytest.raises(IllegalTransition, match="only a rollback"):
+        transition(
+            initial_state("bot", SPEC),
+            Action.START,
+            SPEC,
+            now=T0,
+            reason="",
+            actor="t",
+            target="primary",
+        )
+
+
+def test_a_new_rollout_after_a_rollback_starts_from_the_baseline() -> None:
+    targets: tuple[RollbackTarget, ...] = ("primary", "fallback")
+    for to in targets:
+        rolled = act(act(initial_state("bot", SPEC), Action.START), Action.ROLLBACK, to=to)
+        again = act(rolled, Action.START, minutes=5)
+        assert (again.phase, again.baseline, again.override, again.rolled_back_to) == (
+            Phase.PROGRESSING,
+            "prod",
+            None,
+            None,
+        )
+        assert again.rollout_id != rolled.rollout_id
 
 
 def test_a_route_without_canary_cannot_start_but_can_be_rolled_back() -> None:
@@ -199,6 +322,9 @@ def test_route_table_follows_rollback_and_promotion() -> None:
     started = act(initial_state("bot", SPEC), Action.START)
     table = _table_with(act(started, Action.ROLLBACK), cfg)
     plan = table.plan("bot", [(b"x-user-id", b"anyone")], {}, "r")
+    assert plan is not None and (plan.target, plan.arm) == ("prod", Arm.PRIMARY)
+    table.apply(act(started, Action.ROLLBACK, to="fallback"))
+    plan = table.plan("bot", [(b"x-user-id", b"anyone")], {}, "r")
     assert plan is not None and (plan.target, plan.arm) == ("safe", Arm.FALLBACK)
     table.apply(act(started, Action.PROMOTE))
     plan = table.plan("bot", [], {}, "r")
@@ -223,7 +349,13 @@ def test_advance_past_the_last_step_promotes() -> None:
 
 
 @pytest.mark.parametrize(
-    "setup", [[Action.ROLLBACK], [Action.START, Action.PROMOTE], [Action.ABORT]]
+    "setup",
+    [
+        [Action.ROLLBACK],
+        [Action.START, Action.ROLLBACK],
+        [Action.START, Action.PROMOTE],
+        [Action.ABORT],
+    ],
 )
 def test_restore_gives_the_route_back_to_its_config_primary(setup: list[Action]) -> None:
     state = initial_state("bot", SPEC)
