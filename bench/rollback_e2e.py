@@ -1,6 +1,8 @@
-"""Time from a rule change to the rollback, end to end through real processes.
+"""Time from a rule change to the rollback, and of a good canary to its promotion, end to end
+through real processes.
 
-    .venv/bin/python bench/rollback_e2e.py [--runs 5] [--rate 40] [--before-s 60]
+    .venv/bin/python bench/rollback_e2e.py [--runs 5] [--rate 40] [--before-s 60] [--steps 50]
+    .venv/bin/python bench/rollback_e2e.py --scenario good --rate 5 --steps default
 
 Each run starts `mirrorgate mock-upstream` and `mirrorgate serve` (SQLite, default analysis
 settings: a look every 10 s, a 60 s window, `failure_limit: 2`) with route `support-bot`: primary
@@ -17,6 +19,11 @@ After the rollback, 20 requests from as many users check where traffic went: the
 
 Prints one line per run and the median and maximum (the issue's target: 30 s median, 60 s p95);
 exits 1 if any run's answers after the rollback did not all come from the primary.
+
+`--steps` sets the canary's steps (`50`, `10,25,50,100`, or `default` for the config's default);
+`--scenario good` runs a canary `good` that follows the rule like the primary, with no rule change,
+and times the start to the promotion (then every answer must come from the promoted candidate,
+served as `primary`).
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ FOLLOWER = {
 }
 
 
-def _config(db: Path) -> str:
+def _config(db: Path, canary: str, steps: list[int] | None) -> str:
     def model(name: str) -> dict[str, Any]:
         return {
             "provider": "openai",
@@ -62,13 +69,16 @@ def _config(db: Path) -> str:
     doc = {
         "server": {"host": HOST, "port": GATEWAY_PORT},
         "store": {"url": f"sqlite:///{db}", "bodies": "none"},
-        "models": {"prod": model("prod"), "stale": model("stale"), "safe": model("prod")},
+        "models": {
+            "prod": model("prod"), "stale": model("stale"), "good": model("good"),
+            "safe": model("prod"),
+        },
         "routes": {
             ROUTE: {
                 "primary": "prod",
                 "fallback": "safe",
-                "canary": {"model": "stale", "steps": [50], "step_interval_s": 3600,
-                           "sticky": "header:x-user-id"},
+                "canary": {"model": canary, "sticky": "header:x-user-id",
+                           **({"steps": steps, "step_interval_s": 3600} if steps else {})},
             }
         },
         "rules": {
@@ -179,10 +189,15 @@ class Traffic:
 
 
 def one_run(
-    work: Path, rate: int, before_s: float, give_up_s: float
+    work: Path,
+    rate: int,
+    before_s: float,
+    give_up_s: float,
+    steps: list[int] | None,
+    scenario: str = "rule-change",
 ) -> tuple[float | None, Counter[str]]:
-    """Seconds from the first v2 request to the rollback (None: none), and the arms that served
-    the requests sent after it."""
+    """Seconds from the first v2 request to the rollback (None: none) — or, for `good`, from the
+    start to the promotion — and the arms that served the requests sent after it."""
     for port in (MOCK_PORT, GATEWAY_PORT):
         if not port_free(HOST, port):
             raise SystemExit(f"port {port} is taken")
@@ -195,12 +210,14 @@ def one_run(
                 "models": {
                     "prod": {"answer": FOLLOWER},
                     "stale": {"answer": {"type": "fixed", "text": '{"max_weight": 100}'}},
+                    "good": {"answer": FOLLOWER},
                 },
             }
         )
     )
     config = work / "mirrorgate.yaml"
-    config.write_text(_config(work / "gw.db"))
+    canary = "good" if scenario == "good" else "stale"
+    config.write_text(_config(work / "gw.db", canary, steps))
     python = sys.executable
     mock = ServerProcess(
         "mock-upstream",
@@ -220,7 +237,19 @@ def one_run(
         _post(f"http://{HOST}:{GATEWAY_PORT}/admin/rollouts/{ROUTE}/start", {})
         traffic = Traffic(rate)
         traffic.start()
+        started = time.monotonic()
         try:
+            if scenario == "good":
+                deadline = started + give_up_s
+                while time.monotonic() < deadline:
+                    phase = _phase()
+                    if phase == "promoted":
+                        return time.monotonic() - started, _arms_after_rollback()
+                    if phase != "progressing":
+                        print(f"  the good canary ended {phase}")
+                        return None, Counter()
+                    time.sleep(1.0)  # polling the admin API
+                return None, Counter()
             time.sleep(before_s)  # the load generator's v1 period, not a synchronisation
             if _phase() != "progressing":
                 print(f"  the canary was rolled back before the rule changed ({_phase()})")
@@ -246,25 +275,39 @@ def main() -> None:
     parser.add_argument("--before-s", type=float, default=60.0)
     parser.add_argument("--give-up-s", type=float, default=300.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--steps", default="50", help="the canary's steps: '50', '10,25,50,100' or 'default'"
+    )
+    parser.add_argument("--scenario", choices=("rule-change", "good"), default="rule-change")
     args = parser.parse_args()
+    steps = None if args.steps == "default" else [int(v) for v in args.steps.split(",")]
     jitter = random.Random(args.seed)
     times: list[float] = []
     wrong_arm = False
     for run in range(1, args.runs + 1):
         before = args.before_s + jitter.uniform(0, 10)
         with tempfile.TemporaryDirectory(prefix="mirrorgate-rollback-") as folder:
-            took, arms = one_run(Path(folder), args.rate, before, args.give_up_s)
-        shown = f"{took:.1f} s" if took is not None else "no rollback"
+            took, arms = one_run(
+                Path(folder), args.rate, before, args.give_up_s, steps, args.scenario
+            )
         served = ", ".join(f"{arm} {n}" for arm, n in sorted(arms.items()))
         after = f"; answers after it: {served}" if arms else ""
-        print(f"run {run}: rule v2 after {before:.1f} s, then rollback {shown}{after}", flush=True)
+        if args.scenario == "good":
+            shown = f"promoted after {took:.0f} s" if took is not None else "not promoted"
+            print(f"run {run}: {shown}{after}", flush=True)
+        else:
+            shown = f"{took:.1f} s" if took is not None else "no rollback"
+            print(
+                f"run {run}: rule v2 after {before:.1f} s, then rollback {shown}{after}", flush=True
+            )
         if took is not None:
             times.append(took)
             wrong_arm = wrong_arm or set(arms) != {"primary"}
     if times:
         print(
             f"median {statistics.median(times):.1f} s, max {max(times):.1f} s over "
-            f"{len(times)}/{args.runs} runs ({args.rate} req/s, {args.rate // 2} per arm)"
+            f"{len(times)}/{args.runs} runs ({args.rate} req/s, steps {args.steps}, "
+            f"{args.scenario})"
         )
     if wrong_arm:
         print("after a rollback, some answers did not come from the primary", file=sys.stderr)

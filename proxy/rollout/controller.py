@@ -384,6 +384,11 @@ class RolloutController:
                         failing_examples(self.windows, arms, epoch, failing[0], epoch_since)
                     )
                 epochs[scope] = EpochLook(epoch, checks, examples)
+            if not epochs and (primary.requests or candidate.requests):
+                warnings.append(
+                    f"check_pass_rate left out: no answer of this rollout was checked against "
+                    f"rule {rule} (do requests carry its version — a system prompt, or its header?)"
+                )
         etas = [_eta(v, span) for (_, v), span in zip(scoped, spans, strict=True)]
         self.manager.store.add_verdicts(state, looks, scoped, now, etas)
         return Look(

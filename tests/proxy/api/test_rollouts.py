@@ -570,3 +570,29 @@ def test_a_second_rollback_of_the_route_alerts_again(
         third = wait_until(lambda: len(webhook.bodies) >= 3 and webhook.bodies[2], what="alert 3")
         assert (third["rollout_id"], third["rolled_back_to"]) == (ids[1], "fallback")
         assert "rolled back to its fallback echo" in third["summary"]
+
+
+def test_the_plan_and_the_warnings_of_a_route_and_their_bad_input(
+    start_gateway: StartGateway,
+) -> None:
+    extra = rollout_config(metrics=["error_rate", "disagreement"])
+    extra["routes"]["bot"]["shadows"] = [{"model": "stale"}]  # shadowed, but no noise floor
+    gw = start_gateway(extra=extra, env=ENV)
+    with gw.client() as client:
+        (warning,) = rollout(client)["warnings"]
+        assert warning.startswith("disagreement is left out") and "noise_sample" in warning
+        assert client.get("/admin/rollouts/bot/plan").status_code == 401
+        plan = client.get("/admin/rollouts/bot/plan", headers=AUTH)
+        assert plan.status_code == 200
+        body = plan.json()
+        assert body["traffic"]["requests"] == 0 and body["can_pass"] is False
+        assert body["advice"] == [
+            "no recent traffic on the route's primary: nothing to size the rollout on"
+        ]
+        assert body["warnings"] == [warning]
+        for since in ("yesterday-ish", "x" * 10_000, "-5m"):
+            bad = client.get("/admin/rollouts/bot/plan", params={"since": since}, headers=AUTH)
+            assert bad.status_code == 400 and "since" in bad.json()["error"]["message"]
+        assert client.get("/admin/rollouts/nope/plan", headers=AUTH).status_code == 404
+        no_canary = client.get("/admin/rollouts/echo/plan", headers=AUTH)
+        assert no_canary.status_code == 400 and "no canary" in no_canary.json()["error"]["message"]

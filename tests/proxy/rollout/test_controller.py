@@ -371,3 +371,33 @@ def test_an_older_rule_version_clients_left_can_fail_but_never_hold(store: Store
         return changes[0].after.phase if changes else None
 
     assert asyncio.run(scenario()) is Phase.PROMOTED
+
+
+def test_a_rule_no_request_carries_is_a_warning_in_status_not_a_hold(store: Store) -> None:
+    # The route has a rule set, but no answer was ever checked against it (no system prompt):
+    # the look says so, and the traffic metrics alone promote the canary.
+    async def scenario() -> tuple[Phase | None, tuple[str, ...]]:
+        clock = Clock()
+        config = parse_config(
+            RULED.replace("metrics: [check_pass_rate]", "metrics: [error_rate, check_pass_rate]"),
+            {},
+        )
+        metrics = GatewayMetrics(CollectorRegistry())
+        manager = RolloutManager(
+            config, RolloutStore(store), RouteTable(config), metrics, clock=clock
+        )
+        await manager.act("bot", Action.START, reason="test", actor="operator")
+        arrivals(store, clock.now, 1200, 1.0)
+        clock.now += timedelta(seconds=1200)
+        controller = RolloutController(
+            config, manager, JudgeWindows(store), Leadership(store), metrics, clock=clock
+        )
+        changes = await controller.tick(force=True)
+        memory = manager.store.load_memory("bot")
+        assert memory is not None
+        return (changes[0].after.phase if changes else None), memory.warnings
+
+    phase, warnings = asyncio.run(scenario())
+    assert phase is Phase.PROMOTED
+    (warning,) = warnings
+    assert warning.startswith("check_pass_rate left out") and "rule shipping" in warning
