@@ -200,7 +200,13 @@ def normalize_prompt(system_prompt: str, ignore: Sequence[re.Pattern[str]] = ())
 
 
 def fingerprint(system_prompt: str, ignore: Sequence[re.Pattern[str]] = ()) -> str:
-    """12 hex digits identifying the normalised system prompt."""
+    """12 hex digits identifying the normalised system prompt. The last few hundred distinct
+    prompts are remembered: a route's static prompt is masked and hashed once, not per request."""
+    return _fingerprint(system_prompt, tuple(ignore))
+
+
+@functools.lru_cache(maxsize=512)
+def _fingerprint(system_prompt: str, ignore: tuple[re.Pattern[str], ...]) -> str:
     data = normalize_prompt(system_prompt, ignore).encode("utf-8", "surrogatepass")
     return hashlib.sha256(data).hexdigest()[:12]
 
