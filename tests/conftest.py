@@ -214,6 +214,10 @@ STALL_TIMEOUT_S = 0.05
 """Upstream timeout of the models that never answer (`stall`): a stalled upstream proves the
 same 504 after 50 ms as after the 2 s every other model gets (connecting has its own timeout)."""
 
+SAFE_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+"""libyaml's safe dumper where PyYAML has it: the same document as `yaml.safe_dump`, ten times
+faster on the ~60-model config every distinct test config is written as."""
+
 _DB_PLACEHOLDER = "sqlite:///db-of-this-test.db"
 _CONFIGS: dict[bytes, MirrorgateConfig] = {}
 
@@ -268,7 +272,7 @@ def gateway_config(
     cache_key = orjson.dumps([doc, env], option=orjson.OPT_SORT_KEYS)
     config = _CONFIGS.get(cache_key)
     if config is None:
-        config = _CONFIGS[cache_key] = parse_config(yaml.safe_dump(doc), env=env)
+        config = _CONFIGS[cache_key] = parse_config(yaml.dump(doc, Dumper=SAFE_DUMPER), env=env)
     if config.store.url != _DB_PLACEHOLDER:
         return config
     return config.model_copy(update={"store": config.store.model_copy(update={"url": db_url})})
