@@ -11,9 +11,13 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from proxy.config import ConfigError, MirrorgateConfig, load_config, rollout_warnings
 from proxy.core import OPERATOR_ACTIONS, Action
+
+if TYPE_CHECKING:
+    import httpx
 
 ROLLOUT_ACTIONS = ("status", "plan", *(a.value for a in Action if a in OPERATOR_ACTIONS))
 ROLLOUT_URL_ENV = "MIRRORGATE_URL"
@@ -98,7 +102,8 @@ def _gateway_url(value: str) -> str:
     return value.rstrip("/")
 
 
-def cmd_rollout(args: argparse.Namespace) -> int:
+def cmd_rollout(args: argparse.Namespace, transport: httpx.BaseTransport | None = None) -> int:
+    """`mirrorgate rollout`: check the arguments, then run it (`transport`: see `run_rollout`)."""
     parser: argparse.ArgumentParser = args.parser
     if args.action != "status" and not args.route:
         parser.error(f"rollout {args.action} needs a ROUTE")
@@ -117,7 +122,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             parser.error(f"${ROLLOUT_URL_ENV} {exc}")
     from .rollout import run_rollout
 
-    return run_rollout(args)
+    return run_rollout(args, transport)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -36,13 +36,19 @@ class RolloutCommandError(Exception):
     """A problem the user can fix; the message is the one line printed on stderr (exit 1)."""
 
 
-def run_rollout(args: argparse.Namespace) -> int:
-    """The `rollout` command (arguments checked by the parser in `proxy.cli.main`)."""
+def run_rollout(args: argparse.Namespace, transport: httpx.BaseTransport | None = None) -> int:
+    """The `rollout` command (arguments checked by the parser in `proxy.cli.main`).
+
+    `transport` replaces the network for the requests (tests reach an in-process gateway
+    through it); by default they go over HTTP to `args.url`."""
     token = os.environ.get(TOKEN_ENV, "")
     headers = {"authorization": f"Bearer {token}"} if token else {}
     try:
         with httpx.Client(
-            base_url=args.url, headers=headers, timeout=httpx.Timeout(args.timeout)
+            base_url=args.url,
+            headers=headers,
+            timeout=httpx.Timeout(args.timeout),
+            transport=transport,
         ) as client:
             body = _exchange(client, args, has_token=bool(token))
     except RolloutCommandError as exc:

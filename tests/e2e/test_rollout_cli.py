@@ -9,11 +9,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
 from proxy.app.serve import GatewayServer
-from tests.proxy.api.test_rollouts import ENV, TOKEN, rollout_config
-from tests.proxy.cli.test_rollout import api_state
+from tests.proxy.api.test_rollouts import ENV, TOKEN, rollout, rollout_config
 
 pytestmark = pytest.mark.e2e
 
@@ -47,7 +47,8 @@ def test_the_console_entry_runs_as_a_process(gw: GatewayServer) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("route bot: changed by start — now progressing")
-    assert api_state(gw)["reason"] == "from a shell"
+    with httpx.Client(base_url=gw.url) as client:
+        assert rollout(client)["reason"] == "from a shell"
     usage = subprocess.run(
         [sys.executable, "-m", "proxy.cli", "rollout", "pause"],
         cwd=ROOT,

@@ -1,5 +1,7 @@
-"""`mirrorgate rollout` against a real gateway on 127.0.0.1: what it prints, and its exit codes.
-The command run as its own process: tests/e2e/test_rollout_cli.py."""
+"""`mirrorgate rollout` against a gateway: what it prints, and its exit codes. The gateway runs in
+process and the command reaches it through an in-process transport, except where the test is
+about the network (an unreachable port, other servers' answers). The command run as its own
+process against a real server: tests/e2e/test_rollout_cli.py."""
 
 from __future__ import annotations
 
@@ -11,50 +13,52 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from proxy.app.serve import GatewayServer
-from proxy.cli.main import main
-from tests.conftest import wait_until
+from proxy.cli.main import build_parser, cmd_rollout, main
+from tests.asgi_driver import sync_transport
+from tests.conftest import InProcessGateway, wait_until
 from tests.proxy.api.test_rollouts import AUTH, ENV, TOKEN, ask, rollout, rollout_config
 
-StartGateway = Callable[..., GatewayServer]
+StartGateway = Callable[..., InProcessGateway]
 
 pytestmark = pytest.mark.usefixtures("quick_rollout_ticks")
 
 
 @pytest.fixture
-def gw(start_gateway_server: StartGateway, monkeypatch: pytest.MonkeyPatch) -> GatewayServer:
-    """A gateway on 127.0.0.1 (the command takes a URL) whose route `bot` has a canary (`stale`,
-    steps 30 % then 60 %), and the admin token in the CLI's environment."""
+def gw(start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch) -> InProcessGateway:
+    """A gateway whose route `bot` has a canary (`stale`, steps 30 % then 60 %), and the admin
+    token in the CLI's environment."""
     monkeypatch.setenv("MIRRORGATE_ADMIN_TOKEN", TOKEN)
     monkeypatch.delenv("MIRRORGATE_URL", raising=False)
-    return start_gateway_server(extra=rollout_config(steps=[30, 60]), env=ENV)
+    return start_gateway(extra=rollout_config(steps=[30, 60]), env=ENV)
 
 
 Run = Callable[..., tuple[int, str, str]]
 
 
 @pytest.fixture
-def run(capsys: pytest.CaptureFixture[str]) -> Run:
-    """Run `mirrorgate rollout ARGS...` in-process: (exit code, stdout, stderr)."""
+def run(capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest) -> Run:
+    """Run `mirrorgate rollout ARGS...` in-process: (exit code, stdout, stderr). In a test with
+    the `gw` fixture its requests go to that gateway, otherwise over the network."""
+    transport = None
+    if "gw" in request.fixturenames:
+        transport = sync_transport(request.getfixturevalue("gw").app_thread)
 
     def run_cli(*args: str) -> tuple[int, str, str]:
         capsys.readouterr()
-        code = main(["rollout", *args])
+        code = cmd_rollout(build_parser().parse_args(["rollout", *args]), transport)
         out, err = capsys.readouterr()
         return code, out, err
 
     return run_cli
 
 
-def api_state(gw: GatewayServer) -> dict[str, Any]:
-    with httpx.Client(base_url=gw.url) as client:
-        return rollout(client)
+def api_state(gw: InProcessGateway) -> dict[str, Any]:
+    return rollout(gw.http)
 
 
-def test_status_of_a_route_before_its_rollout(gw: GatewayServer, run: Run) -> None:
+def test_status_of_a_route_before_its_rollout(gw: InProcessGateway, run: Run) -> None:
     code, out, err = run("status", "bot", "--url", gw.url)
     assert (code, err) == (0, "")
     lines = out.splitlines()
@@ -65,7 +69,9 @@ def test_status_of_a_route_before_its_rollout(gw: GatewayServer, run: Run) -> No
     assert "verdicts: none for this rollout yet" in lines
 
 
-def test_start_changes_the_route_and_a_repeat_changes_nothing(gw: GatewayServer, run: Run) -> None:
+def test_start_changes_the_route_and_a_repeat_changes_nothing(
+    gw: InProcessGateway, run: Run
+) -> None:
     code, out, err = run("start", "bot", "--url", gw.url, "--reason", "ship cand stale")
     assert (code, err) == (0, "")
     assert out.splitlines()[0] == (
@@ -94,7 +100,7 @@ def test_start_changes_the_route_and_a_repeat_changes_nothing(gw: GatewayServer,
     ]  # fmt: skip
 
 
-def test_every_action_prints_the_new_state(gw: GatewayServer, run: Run) -> None:
+def test_every_action_prints_the_new_state(gw: InProcessGateway, run: Run) -> None:
     assert run("start", "bot", "--url", gw.url)[0] == 0
     code, out, _ = run("pause", "bot", "--url", gw.url)
     assert code == 0 and out.startswith("route bot: changed by pause — now paused, step 1/2")
@@ -122,7 +128,7 @@ def test_every_action_prints_the_new_state(gw: GatewayServer, run: Run) -> None:
     ]  # fmt: skip
 
 
-def test_an_illegal_transition_exits_1_naming_the_phase(gw: GatewayServer, run: Run) -> None:
+def test_an_illegal_transition_exits_1_naming_the_phase(gw: InProcessGateway, run: Run) -> None:
     code, out, err = run("pause", "bot", "--url", gw.url)
     assert (code, out) == (1, "")
     assert err.count("\n") == 1
@@ -135,7 +141,7 @@ def test_an_illegal_transition_exits_1_naming_the_phase(gw: GatewayServer, run: 
 
 
 def test_a_missing_or_wrong_token_exits_1(
-    gw: GatewayServer, run: Run, monkeypatch: pytest.MonkeyPatch
+    gw: InProcessGateway, run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MIRRORGATE_ADMIN_TOKEN", "not-the-token")
     code, out, err = run("start", "bot", "--url", gw.url)
@@ -149,7 +155,7 @@ def test_a_missing_or_wrong_token_exits_1(
     assert api_state(gw)["phase"] == "pending"
 
 
-def test_an_unknown_route_exits_1(gw: GatewayServer, run: Run) -> None:
+def test_an_unknown_route_exits_1(gw: InProcessGateway, run: Run) -> None:
     for action in ("status", "start"):
         code, out, err = run(action, "nope", "--url", gw.url)
         assert (code, out) == (1, "")
@@ -204,7 +210,7 @@ def test_a_bad_url_in_the_environment_is_a_usage_error(
 
 
 def test_json_prints_the_api_answer(
-    gw: GatewayServer, run: Run, monkeypatch: pytest.MonkeyPatch
+    gw: InProcessGateway, run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MIRRORGATE_URL", gw.url + "/")  # the default, with a trailing slash
     code, out, _ = run("start", "bot", "--json", "--reason", "r")
@@ -222,7 +228,7 @@ def test_json_prints_the_api_answer(
     assert {r["route"]: r["phase"] for r in every["rollouts"]}["bot"] == "progressing"
 
 
-def test_status_without_a_route_lists_every_route(gw: GatewayServer, run: Run) -> None:
+def test_status_without_a_route_lists_every_route(gw: InProcessGateway, run: Run) -> None:
     run("start", "bot", "--url", gw.url)
     code, out, _ = run("status", "--url", gw.url)
     assert code == 0
@@ -237,24 +243,22 @@ def test_status_without_a_route_lists_every_route(gw: GatewayServer, run: Run) -
     assert len(rows) == len(api_routes(gw))
 
 
-def api_routes(gw: GatewayServer) -> list[str]:
-    with httpx.Client(base_url=gw.url) as client:
-        body = client.get("/admin/rollouts", headers=AUTH).json()
+def api_routes(gw: InProcessGateway) -> list[str]:
+    body = gw.http.get("/admin/rollouts", headers=AUTH).json()
     return [r["route"] for r in body["rollouts"]]
 
 
-def test_status_shows_the_latest_verdict_of_each_metric(gw: GatewayServer, run: Run) -> None:
+def test_status_shows_the_latest_verdict_of_each_metric(gw: InProcessGateway, run: Run) -> None:
     run("start", "bot", "--url", gw.url)
-    with httpx.Client(base_url=gw.url) as client:
-        for i in range(150):  # about 45 on the canary: above min_samples (20) for certain
-            ask(client, f"user-{i}")
-        wait_until(
-            lambda: any(
-                v["metric"] == "error_rate" and v["n_candidate"] + v["n_primary"] == 150
-                for v in rollout(client)["verdicts"]
-            ),
-            what="a look at all 150 requests",
-        )
+    for i in range(150):  # about 45 on the canary: above min_samples (20) for certain
+        ask(gw.http, f"user-{i}")
+    wait_until(
+        lambda: any(
+            v["metric"] == "error_rate" and v["n_candidate"] + v["n_primary"] == 150
+            for v in rollout(gw.http)["verdicts"]
+        ),
+        what="a look at all 150 requests",
+    )
     code, out, _ = run("status", "bot", "--url", gw.url)
     assert code == 0
     block = out.split("verdicts (latest per metric; look ", 1)[1].splitlines()

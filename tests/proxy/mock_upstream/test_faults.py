@@ -110,10 +110,10 @@ def test_reset_closes_the_connection_without_a_response(raw: httpx.Client) -> No
 
 def test_timeout_stalls_until_the_client_gives_up(raw: httpx.Client) -> None:
     with pytest.raises(httpx.ReadTimeout):
-        raw.post("/v1/chat/completions", json=chat("hang"), timeout=0.2)
+        raw.post("/v1/chat/completions", json=chat("hang"), timeout=0.05)
     url = str(raw.base_url) + "/v1"
     with (
-        openai.OpenAI(base_url=url, api_key="k", max_retries=0, timeout=0.2) as client,
+        openai.OpenAI(base_url=url, api_key="k", max_retries=0, timeout=0.05) as client,
         pytest.raises(openai.APITimeoutError),
     ):
         client.chat.completions.create(model="hang", messages=MESSAGES)
