@@ -278,18 +278,15 @@ def test_status_shows_the_latest_verdict_of_each_metric(gw: InProcessGateway, ru
     assert check[2] == "(shipping@v1)"  # the rule epoch the check was judged on
 
 
-def test_plan_sizes_the_steps_on_the_routes_recent_traffic(gw: GatewayServer, run: Run) -> None:
-    with httpx.Client(base_url=gw.url) as client:
-        for i in range(60):
-            ask(client, f"user-{i}")
-        wait_until(
-            lambda: client.get("/admin/rollouts/bot/plan", headers=AUTH).json()["traffic"][
-                "requests"
-            ]
-            == 60,
-            what="the 60 requests recorded",
-        )
-        body = client.get("/admin/rollouts/bot/plan?since=2h", headers=AUTH).json()
+def test_plan_sizes_the_steps_on_the_routes_recent_traffic(gw: InProcessGateway, run: Run) -> None:
+    for i in range(60):
+        ask(gw.http, f"user-{i}")
+    wait_until(
+        lambda: gw.http.get("/admin/rollouts/bot/plan", headers=AUTH).json()["traffic"]["requests"]
+        == 60,
+        what="the 60 requests recorded",
+    )
+    body = gw.http.get("/admin/rollouts/bot/plan?since=2h", headers=AUTH).json()
     assert [s["weight_percent"] for s in body["steps"]] == [30, 60]
     assert body["since"] == "2h" and body["traffic"]["error_rate"] == 0.0
     code, out, _ = run("plan", "bot", "--url", gw.url, "--since", "2h")
