@@ -341,6 +341,8 @@ def _quantile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     h = (len(ordered) - 1) * q
     low = math.floor(h)
+    if h == low:
+        return ordered[low]
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (h - low) * (ordered[high] - ordered[low])
 
