@@ -1,11 +1,11 @@
 """The canary judge at real traffic levels: promotion, rollback and false-rollback times of whole
 rollouts on a virtual clock (no sleeping), at route rates of 1 to 100 req/s.
 
-    .venv/bin/python bench/judge_simulation.py [--rates 1,2,5,20,100] [--runs 100]
-        [--regression-runs 40] [--workers 2] [--seed 1]
+    .venv/bin/python bench/judge_simulation.py [--rates 1,2,5,20,100] [--runs 12] [--aa-runs 40]
+        [--regression-runs 12] [--horizon-h 2] [--workers 2] [--seed 1]
         [--steps 10,50] [--step-interval-s 300] [--interval-s 10] [--min-samples 50]
         [--failure-limit 2] [--threshold error_rate_increase=0.03 ...]
-    .venv/bin/python bench/judge_simulation.py --sizing-table [--sizing-runs 21]
+    .venv/bin/python bench/judge_simulation.py --sizing-table [--sizing-runs 11]
 
 Every setting not given on the command line is the config's default, read from the config models
 (`routes.NAME.canary` validated through `proxy.config.RouteSpec`), so the simulation follows the
@@ -26,9 +26,9 @@ have a finite resolution anyway, and it is ten times faster than `random.lognorm
 
 Scenarios, per route rate:
 - good: an identical candidate from the start of the rollout, until promoted or the give-up
-  horizon (`--horizon-h`, 4 h): time to promote, and rollbacks (false: A/A) within 30 min and
-  within the horizon. The same runs give the A/A counts: a run of 30 minutes is the first 30
-  minutes of a run of 4 hours with the same seed.
+  horizon (`--horizon-h`, 2 h): time to promote, time to pass the first step and the canary
+  answers it had then, rollbacks (false) within the horizon.
+- A/A: `--aa-runs` more identical candidates, each until promoted or 30 minutes: rollbacks.
 - rule change: the candidate's check pass rate falls 0.98 -> 0.80 (the primary keeps 0.98) at a
   uniformly random moment of the first look of a step (the first step, and later ones): time from
   the change to the rollback.
@@ -553,9 +553,9 @@ def command_line() -> argparse.ArgumentParser:
     """The command line (the docs' sizing table carries one)."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--rates", default=",".join(f"{r:g}" for r in RATES))
-    parser.add_argument("--runs", type=int, default=20, help="good-candidate runs per rate")
-    parser.add_argument("--aa-runs", type=int, default=100, help="30-min A/A runs per rate")
-    parser.add_argument("--regression-runs", type=int, default=20)
+    parser.add_argument("--runs", type=int, default=12, help="good-candidate runs per rate")
+    parser.add_argument("--aa-runs", type=int, default=40, help="30-min A/A runs per rate")
+    parser.add_argument("--regression-runs", type=int, default=12)
     parser.add_argument("--horizon-h", type=float, default=2.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
@@ -569,7 +569,7 @@ def command_line() -> argparse.ArgumentParser:
         help="a canary.analysis.thresholds key (repeatable)",
     )  # fmt: skip
     parser.add_argument("--sizing-table", action="store_true")
-    parser.add_argument("--sizing-runs", type=int, default=21)
+    parser.add_argument("--sizing-runs", type=int, default=11)
     parser.add_argument("--sizing-weights", default=",".join(str(w) for w in SIZING_WEIGHTS))
     return parser
 
