@@ -203,7 +203,9 @@ def _variance(values: Sequence[float], centre: float) -> float:
     return math.fsum((v - centre) ** 2 for v in values) / (len(values) - 1)
 
 
-def _verdict(evidence: _Evidence | _Few, th: Thresholds, alpha: float) -> MetricVerdict:
+def _verdict(
+    evidence: _Evidence | _Few, th: Thresholds, alpha: float, with_needs: bool
+) -> MetricVerdict:
     if isinstance(evidence, _Few):
         detail = evidence.detail or (
             f"too few samples: {evidence.n_primary} primary, {evidence.n_candidate} candidate, "
@@ -247,7 +249,7 @@ def _verdict(evidence: _Evidence | _Few, th: Thresholds, alpha: float) -> Metric
         )
     else:
         outcome = Outcome.INCONCLUSIVE
-        factor = _growth_to_pass(e, tau, beta)
+        factor = _growth_to_pass(e, tau, beta) if with_needs else math.inf
         needs = None if math.isinf(factor) else max(1, math.ceil(e.n_candidate * (factor - 1)))
         more = f"about {needs} more candidate answers" if needs is not None else "a better estimate"
         reason = (
@@ -303,7 +305,12 @@ def _failures(tally: Tally) -> Tally:
 
 
 def judge(
-    primary: ArmWindow, candidate: ArmWindow, thresholds: Thresholds, *, sequences: int = 1
+    primary: ArmWindow,
+    candidate: ArmWindow,
+    thresholds: Thresholds,
+    *,
+    sequences: int = 1,
+    with_needs: bool = True,
 ) -> list[MetricVerdict]:
     """Judge `candidate` against `primary` over the same evidence (since a step began, or a rule
     epoch), as often as the caller likes.
@@ -315,7 +322,9 @@ def judge(
     warns); the LLM-judge score when the candidate has judged pairs. All of them, and the
     `sequences` (steps, rule epochs) the caller judges apart, share the false-rollback budget
     equally. Verdicts come in a fixed order, checks by name; windows with nothing in them give
-    no verdicts at all. Raises ValueError for `sequences` below 1."""
+    no verdicts at all. `with_needs=False` leaves `needs` of inconclusive verdicts unknown (None),
+    for callers that only want the decisions (the simulation): it is the costliest part of a look.
+    Raises ValueError for `sequences` below 1."""
     if sequences < 1:
         raise ValueError(f"sequences must be >= 1, got {sequences}")
     th = thresholds
@@ -382,4 +391,4 @@ def judge(
     if not plan:  # empty windows: nothing to judge, which holds the rollout
         return []
     alpha = th.false_rollback_rate / (len(plan) * sequences)
-    return [_verdict(run(), th, alpha) for run in plan]
+    return [_verdict(run(), th, alpha, with_needs) for run in plan]

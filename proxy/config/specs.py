@@ -143,7 +143,7 @@ class AnalysisSpec(Spec):
     min_samples: int = Field(50, ge=1)
     """Fewer requests than this in either arm make rates inconclusive (latency: see
     `thresholds.min_samples_latency`)."""
-    interval_s: float = Field(10.0, gt=0)
+    interval_s: float = Field(5.0, gt=0)
     """How often the judge looks at the rollout."""
     failure_limit: int = Field(2, ge=1)
     """Consecutive looks with a failing metric that roll the canary back."""
@@ -185,7 +185,7 @@ RollbackTarget = Literal["primary", "fallback"]
 class CanarySpec(Spec):
     model: str
     steps: list[Annotated[int, Field(ge=1, le=100)]] = Field(
-        default_factory=lambda: [10, 25, 50, 100]
+        default_factory=lambda: [10, 50]
     )
     step_interval_s: float = Field(60.0, gt=0)
     """The shortest time at each step: a step advances once every metric passes *and* it has
