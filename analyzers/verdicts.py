@@ -67,6 +67,16 @@ class ArmWindow:
         _check_tally("findings", self.findings)
 
 
+def refuse_removed(data: object, **removed: str) -> object:
+    """`data` unchanged, unless it is a mapping holding a removed key: then a ValueError saying
+    that the key was removed, why (the value given for its name), and to delete it."""
+    if isinstance(data, dict):
+        for key, why in removed.items():
+            if key in data:
+                raise ValueError(f"{key} was removed: {why}; delete the key")
+    return data
+
+
 class Thresholds(BaseModel):
     """How much worse than the primary a candidate may be, per metric, and the budget of false
     rollbacks. Margins of rates are absolute (0.01 = one percentage point) or, when larger, a share
@@ -113,12 +123,11 @@ class Thresholds(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _removed_keys(cls, data: object) -> object:
-        if isinstance(data, dict) and "spending_scale_looks" in data:
-            raise ValueError(
-                "spending_scale_looks was removed: the judge's bounds are anytime-valid, so no "
-                "budget is spent per look; delete the key"
-            )
-        return data
+        return refuse_removed(
+            data,
+            spending_scale_looks="the judge's bounds are anytime-valid, so no budget is spent "
+            "per look",
+        )
 
 
 class Outcome(StrEnum):

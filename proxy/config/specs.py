@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from analyzers.agreement import AgreementSpec
-from analyzers.verdicts import Thresholds
+from analyzers.verdicts import Thresholds, refuse_removed
 from analyzers.views import Severity
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
@@ -159,12 +159,11 @@ class AnalysisSpec(Spec):
     @model_validator(mode="before")
     @classmethod
     def _removed_keys(cls, data: object) -> object:
-        if isinstance(data, dict) and "window_s" in data:
-            raise ValueError(
-                "window_s was removed: each step is judged on all of its evidence since the step "
-                "began (rule checks: since their rule epoch began); delete the key"
-            )
-        return data
+        return refuse_removed(
+            data,
+            window_s="each step is judged on all of its evidence since the step began (rule "
+            "checks: since their rule epoch began)",
+        )
 
     @field_validator("metrics")
     @classmethod
@@ -184,9 +183,7 @@ RollbackTarget = Literal["primary", "fallback"]
 
 class CanarySpec(Spec):
     model: str
-    steps: list[Annotated[int, Field(ge=1, le=100)]] = Field(
-        default_factory=lambda: [10, 50]
-    )
+    steps: list[Annotated[int, Field(ge=1, le=100)]] = Field(default_factory=lambda: [10, 50])
     step_interval_s: float = Field(60.0, gt=0)
     """The shortest time at each step: a step advances once every metric passes *and* it has
     lasted this long."""

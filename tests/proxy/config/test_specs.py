@@ -32,3 +32,17 @@ def test_overload_shedding_settings_are_validated() -> None:
     found = problems(bad)
     assert any(p.startswith("server.shadow_shed_lag_ms: ") and "at least 1 ms" in p for p in found)
     assert any(p.startswith("server.shadow_shed_busy_percent: ") for p in found), found
+
+
+def test_removed_judge_keys_are_refused_saying_why() -> None:
+    base = (
+        "models:\n  prod: {provider: openai, base_url: 'http://h/v1', model: m}\n"
+        "  cand: {provider: openai, base_url: 'http://h/v1', model: c}\n"
+        "routes:\n  bot: {primary: prod, canary: {model: cand, analysis: %s}}\n"
+    )
+    (window,) = problems(base % "{window_s: 60}")
+    assert window.startswith("routes.bot.canary.analysis:")
+    assert "window_s was removed: each step is judged on all of its evidence" in window
+    (spending,) = problems(base % "{thresholds: {spending_scale_looks: 180}}")
+    assert spending.startswith("routes.bot.canary.analysis.thresholds:")
+    assert "spending_scale_looks was removed" in spending
