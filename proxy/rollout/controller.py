@@ -316,6 +316,7 @@ class RolloutController:
                 check=holding[0][1].metric if holding else None,
                 evidence={"step": state.step, "weight": state.weight},
                 generator_url=f"{self.manager.external_url}/admin/rollouts/{state.route}",
+                rollout_id=state.rollout_id,
             )
         )
 

@@ -131,6 +131,11 @@ def agreement_tallies(
     return (shadow[0], shadow[1]), (noise[0], noise[1])
 
 
+PROFILE_SAMPLES = 20_000
+"""At most this many of the latest exchanges make a traffic profile's distributions (the rate
+counts them all): `--since 7d` on a busy route must not read millions of rows."""
+
+
 def traffic_profile(
     windows: JudgeWindows,
     route: str,
@@ -140,9 +145,15 @@ def traffic_profile(
     now: datetime,
 ) -> TrafficProfile:
     """What `primary` served on `route` since `since` (and its checks on the newest version of
-    `rule`), for sizing a rollout (`proxy.rollout.plan`)."""
+    `rule`), for sizing a rollout (`proxy.rollout.plan`): the rate of all of it, the error rate
+    and the distributions of the latest `PROFILE_SAMPLES` answers."""
     arms = Arms(route, primary, "")  # no candidate: only the baseline's own exchanges
-    window, _ = traffic_windows(windows, arms, since)
+    total = windows.count_exchanges(arms, since)
+    mine = [
+        e
+        for e in windows.exchanges(arms, since, newest=PROFILE_SAMPLES)
+        if e.status != Status.CLIENT_DISCONNECTED.value
+    ]
     checks: dict[str, Tally] = {}
     if rule is not None:
         newest = windows.newest_version(rule)
@@ -150,12 +161,12 @@ def traffic_profile(
             checks = check_windows(windows, arms, newest, max(since, newest.started_at))[0]
     span = max((now - since).total_seconds(), 1.0)
     return TrafficProfile(
-        rate_per_s=window.requests / span,
-        requests=window.requests,
-        errors=window.errors,
-        latencies_s=window.latencies_s,
-        ttfts_s=window.ttfts_s,
-        costs_usd=window.costs_usd,
+        rate_per_s=total / span,
+        requests=len(mine),
+        errors=sum(e.status not in _NOT_ERRORS for e in mine),
+        latencies_s=tuple(e.duration_s for e in mine),
+        ttfts_s=tuple(e.ttft_s for e in mine if e.ttft_s is not None),
+        costs_usd=tuple(e.cost_usd for e in mine if e.cost_usd),
         checks=checks,
     )
 

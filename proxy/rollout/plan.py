@@ -34,6 +34,7 @@ class TrafficProfile:
     rate_per_s: float
     """Requests per second over the profile's period."""
     requests: int
+    """Answers the distributions below were taken from (the latest, at most 20,000)."""
     errors: int
     latencies_s: tuple[float, ...] = ()
     ttfts_s: tuple[float, ...] = ()

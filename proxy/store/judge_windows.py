@@ -119,16 +119,31 @@ class JudgeWindows:
         with translated(action), self._engine.connect() as conn:
             return [tuple(row) for row in conn.execute(statement)]
 
-    def exchanges(self, arms: Arms, since: datetime) -> list[ArmExchange]:
-        """Every exchange of both compared arms that started at or after `since`."""
+    def exchanges(
+        self, arms: Arms, since: datetime, *, newest: int | None = None
+    ) -> list[ArmExchange]:
+        """Every exchange of both compared arms that started at or after `since` — or, with
+        `newest`, only that many of the latest."""
         c = _exchanges.c
         statement = sa.select(c.arm, c.status, c.duration_s, c.ttft_s, c.cost_usd).where(
             _compared(_exchanges, arms), c.started_at >= since
         )
+        if newest is not None:
+            statement = statement.order_by(c.started_at.desc()).limit(newest)
         return [
             ArmExchange(Arm(arm), str(status), float(duration), ttft, float(cost or 0.0))
             for arm, status, duration, ttft, cost in self._rows("reading traffic", statement)
         ]
+
+    def count_exchanges(self, arms: Arms, since: datetime) -> int:
+        """How many exchanges of both compared arms started at or after `since`."""
+        c = _exchanges.c
+        statement = (
+            sa.select(sa.func.count())
+            .select_from(_exchanges)
+            .where(_compared(_exchanges, arms), c.started_at >= since)
+        )
+        return int(self._rows("counting traffic", statement)[0][0])
 
     def corrections(self, arms: Arms, since: datetime) -> dict[Arm, int]:
         """Corrected exchanges per compared arm: of the exchanges that started at or after

@@ -302,7 +302,7 @@ def test_a_step_held_past_max_hold_warns_once_naming_what_holds_it(store: Store)
         return alerts.sent
 
     (alert,) = asyncio.run(scenario())
-    assert alert.kind == "step_held" and alert.severity == "warning"
+    assert alert.kind == "step_held" and alert.severity == "warning" and alert.rollout_id
     assert "error_rate" in alert.summary and "needs" in alert.summary
 
 

@@ -261,3 +261,29 @@ def test_finding_tallies_count_answers_at_or_above_the_severity(store: Store) ->
     assert finding_tallies(windows, ARMS, "info", T0) == ((1, 5), (3, 4))
     # No answers in the window: nothing counted, on either arm.
     assert finding_tallies(windows, ARMS, "warning", T0 + timedelta(minutes=5)) == ((0, 0), (0, 0))
+
+
+def test_a_traffic_profile_counts_all_of_the_period_and_samples_the_latest(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from proxy.rollout import evidence  # the module, to lower its sample bound
+
+    monkeypatch.setattr(evidence, "PROFILE_SAMPLES", 10)
+    records = [
+        make_record(
+            route="support-bot",
+            target="prod",
+            started_at=T0 + timedelta(seconds=i),
+            duration_s=1.0 + i,
+            status=Status.UPSTREAM_ERROR if i == 29 else Status.OK,
+        )
+        for i in range(30)
+    ]
+    records.append(make_record(route="support-bot", target="cand", arm=Arm.CANARY, started_at=T0))
+    store.write_batch(records)
+    profile = evidence.traffic_profile(
+        JudgeWindows(store), "support-bot", "prod", None, T0, T0 + timedelta(seconds=60)
+    )
+    assert profile.rate_per_s == pytest.approx(30 / 60)  # all 30 of the primary, no canary
+    assert profile.requests == 10 and profile.errors == 1  # the latest 10: 20..29
+    assert sorted(profile.latencies_s) == [21.0 + i for i in range(10)]
