@@ -178,7 +178,9 @@ class Traffic:
                 _post(
                     f"http://{HOST}:{GATEWAY_PORT}/v1/chat/completions",
                     body,
-                    {"x-user-id": f"user-{worker}-{n % 50}"},
+                    # 1,000 users a worker: with a 10 % step, a hundred of them are the canary's,
+                    # so its share of requests is close to 10 % (50 users could leave it 2 %).
+                    {"x-user-id": f"user-{worker}-{n % 1000}"},
                 )
                 with self._lock:
                     self.sent += 1
