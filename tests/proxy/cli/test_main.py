@@ -1,4 +1,4 @@
-"""The command line: exit codes and messages (DESIGN §3)."""
+"""The command line: exit codes and messages."""
 
 from __future__ import annotations
 
@@ -21,6 +21,22 @@ def test_check_config_accepts_a_good_file(
     path.write_text(GOOD)
     assert main(["check-config", str(path)]) == 0
     assert "ok (1 models, 1 routes, 0 rules)" in capsys.readouterr().out
+
+
+def test_check_config_warns_of_judged_metrics_it_can_never_evaluate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "warn.yaml"
+    path.write_text(
+        GOOD.replace("model: m}}", "model: m}, cand: {provider: openai, "
+                     "base_url: 'http://127.0.0.1:9/v1', model: c}}")
+        .replace("{primary: prod}", "{primary: prod, shadows: [{model: cand}], "
+                 "canary: {model: cand, analysis: {metrics: [error_rate, disagreement]}}}")
+    )  # fmt: skip
+    assert main(["check-config", str(path)]) == 0  # a warning, not an error
+    out = capsys.readouterr().out
+    assert "ok (2 models, 1 routes, 0 rules)" in out
+    assert "warning: routes.bot.canary.analysis.metrics: disagreement is left out" in out
 
 
 def test_check_config_names_every_problem_and_exits_1(
