@@ -104,7 +104,7 @@ def test_queries_use_only_metrics_the_gateway_exposes(tmp_path: Path) -> None:
     exposed = exposed_sample_names(tmp_path)
     used = {name for query in panel_queries() for name in METRIC_NAME.findall(query.expr)}
     assert used - exposed == set()
-    # Every metric family of DESIGN §6 is on some dashboard.
+    # Every metric family of the catalogue (docs/reference.md) is on some dashboard.
     for family in (
         "mirrorgate_requests_total", "mirrorgate_request_duration_seconds_bucket",
         "mirrorgate_time_to_first_token_seconds_bucket", "mirrorgate_overhead_seconds_bucket",
