@@ -61,8 +61,8 @@ def test_three_replicas_route_alike_and_a_killed_decider_is_replaced_without_dou
     assert started.status_code == 200, started.text
     revision = started.json()["rollout"]["revision"]
 
-    # ...is applied by every replica within 2 s (docs/rollouts.md, Several replicas). The poll's deadline is those 2 s
-    # plus one refresh interval of tolerance for the polling itself.
+    # ...is applied by every replica within 2 s (docs/rollouts.md, Several replicas). The poll's
+    # deadline is those 2 s plus one refresh interval of tolerance for the polling itself.
     wait_until(
         lambda: all(client.rollout(gw)["revision"] == revision for gw in replicas),
         timeout_s=2.0 + ROUTE_REFRESH_S,
