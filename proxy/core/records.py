@@ -148,7 +148,7 @@ class PairRecord:
     agreement: str | None = None
     """The verdict under the route's agreement settings when the pair was recorded (an
     `Agreement` value: `agree`, `disagree`, `not_applicable`); None when none was made
-    (pairs stored before schema version 8; evaluation sets). Read it with `pair_agreed`."""
+    (pairs stored before schema version 9; evaluation sets). Read it with `pair_agreed`."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,7 +83,7 @@ _findings = sa.Table(
     sa.Column("severity", sa.String()),
 )
 findings_table: sa.Table = _findings
-"""The `findings` table (schema: migrations 6 and 8), written with core inserts."""
+"""The `findings` table (schema: migrations 6 and 10), written with core inserts."""
 
 
 def finding_to_row(record: FindingRecord) -> dict[str, Any]:
@@ -104,7 +104,7 @@ def finding_to_row(record: FindingRecord) -> dict[str, Any]:
 
 
 def row_to_finding(row: sa.RowMapping) -> FindingRecord:
-    """The stored finding as a record (a row written before migration 8 has no severity)."""
+    """The stored finding as a record (a row written before migration 10 has no severity)."""
     return FindingRecord(
         request_id=row["request_id"],
         route=row["route"],
