@@ -17,17 +17,32 @@ version, since that version's first request (or since the rollout started, if la
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime
 
 from analyzers.verdicts import ArmWindow, Tally
 from analyzers.views import Severity, at_or_above
 from proxy.core import Arm, Status
 from proxy.gateway import OVERFLOW_VERSION
-from proxy.store import Arms, Epoch, JudgeWindows
+from proxy.store import ArmExchange, Arms, Epoch, JudgeWindows
 
 from .plan import TrafficProfile
 
 _NOT_ERRORS = (Status.OK.value, Status.CLIENT_DISCONNECTED.value)
+
+
+def _served(exchanges: Iterable[ArmExchange], arm: Arm) -> ArmWindow:
+    """The window of `arm`'s exchanges: errors, latency, TTFT and cost (client disconnects are
+    neither requests nor errors: the client chose to leave)."""
+    mine = [e for e in exchanges if e.arm is arm and e.status != Status.CLIENT_DISCONNECTED.value]
+    return ArmWindow(
+        requests=len(mine),
+        errors=sum(e.status not in _NOT_ERRORS for e in mine),
+        latencies_s=tuple(e.duration_s for e in mine),
+        ttfts_s=tuple(e.ttft_s for e in mine if e.ttft_s is not None),
+        costs_usd=tuple(e.cost_usd for e in mine if e.cost_usd),
+    )
 
 
 def traffic_windows(
@@ -41,18 +56,11 @@ def traffic_windows(
     corrected = windows.corrections(arms, since)
 
     def window(arm: Arm) -> ArmWindow:
-        mine = [
-            e for e in exchanges if e.arm is arm and e.status != Status.CLIENT_DISCONNECTED.value
-        ]
-        requests = len(mine)
-        fixed = min(corrected.get(arm, 0), requests)
-        return ArmWindow(
-            requests=requests,
-            errors=sum(e.status not in _NOT_ERRORS for e in mine),
-            latencies_s=tuple(e.duration_s for e in mine),
-            ttfts_s=tuple(e.ttft_s for e in mine if e.ttft_s is not None),
-            costs_usd=tuple(e.cost_usd for e in mine if e.cost_usd),
-            corrections=(fixed, requests) if corrected else (0, 0),
+        served = _served(exchanges, arm)
+        if not corrected:
+            return served
+        return replace(
+            served, corrections=(min(corrected.get(arm, 0), served.requests), served.requests)
         )
 
     return window(Arm.PRIMARY), window(Arm.CANARY)
@@ -149,11 +157,7 @@ def traffic_profile(
     and the distributions of the latest `PROFILE_SAMPLES` answers."""
     arms = Arms(route, primary, "")  # no candidate: only the baseline's own exchanges
     total = windows.count_exchanges(arms, since)
-    mine = [
-        e
-        for e in windows.exchanges(arms, since, newest=PROFILE_SAMPLES)
-        if e.status != Status.CLIENT_DISCONNECTED.value
-    ]
+    served = _served(windows.exchanges(arms, since, newest=PROFILE_SAMPLES), Arm.PRIMARY)
     checks: dict[str, Tally] = {}
     if rule is not None:
         newest = windows.newest_version(rule)
@@ -162,11 +166,11 @@ def traffic_profile(
     span = max((now - since).total_seconds(), 1.0)
     return TrafficProfile(
         rate_per_s=total / span,
-        requests=len(mine),
-        errors=sum(e.status not in _NOT_ERRORS for e in mine),
-        latencies_s=tuple(e.duration_s for e in mine),
-        ttfts_s=tuple(e.ttft_s for e in mine if e.ttft_s is not None),
-        costs_usd=tuple(e.cost_usd for e in mine if e.cost_usd),
+        requests=served.requests,
+        errors=served.errors,
+        latencies_s=served.latencies_s,
+        ttfts_s=served.ttfts_s,
+        costs_usd=served.costs_usd,
         checks=checks,
     )
 
