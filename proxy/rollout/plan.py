@@ -110,13 +110,15 @@ def _passes(
     sequences: int,
 ) -> dict[str, bool]:
     primary, candidate, p_checks, c_checks = _arms(profile, n, weight)
-    verdicts = judge(primary, candidate, th, sequences=sequences)
+    # Only outcomes are wanted here: the plan finds the answers needed by searching itself.
+    verdicts = judge(primary, candidate, th, sequences=sequences, with_needs=False)
     if p_checks:
         verdicts += judge(
             ArmWindow(0, 0, checks=p_checks),
             ArmWindow(0, 0, checks=c_checks),
             th,
             sequences=sequences,
+            with_needs=False,
         )
     return {
         v.metric: v.outcome is Outcome.PASS
