@@ -211,7 +211,7 @@ def build_rollout_router(
             raise RequestError(f"since: {exc}") from None
         if windows is None:
             raise RequestError("this gateway has no store to read recent traffic from")
-        rule = next((n for n, r in manager.config.rules.items() if route in r.routes), None)
+        rule = manager.config.rule_of(route)
         state = manager.state(route)
         baseline = state.baseline if state.phase in ACTIVE and state.baseline else spec.primary
         try:

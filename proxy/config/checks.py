@@ -315,7 +315,7 @@ def rollout_warnings(cfg: MirrorgateConfig, route: str | None = None) -> list[Co
                     f"routes.{rname}.noise_sample above 0, or drop the metric)",
                 )
             )
-        if "check_pass_rate" in wanted and not any(rname in r.routes for r in cfg.rules.values()):
+        if "check_pass_rate" in wanted and cfg.rule_of(rname) is None:
             found.append(
                 ConfigProblem(
                     base,

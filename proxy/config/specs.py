@@ -394,6 +394,11 @@ class MirrorgateConfig(Spec):
     """Analyzer plugins to run on every exchange and pair, by name: built-ins, or third-party
     ones registered in the entry-point group `mirrorgate.analyzers`."""
 
+    def rule_of(self, route: str) -> str | None:
+        """The name of the rule set that applies to `route` (at most one does: checked at
+        load), or None."""
+        return next((name for name, rule in self.rules.items() if route in rule.routes), None)
+
 
 def agreement_spec(config: AgreementConfig) -> AgreementSpec:
     """The pure comparison spec for a route's `agreement` section (raises SpecError)."""

@@ -355,7 +355,7 @@ class RolloutController:
         ]
         spans: list[float] = [(now - since).total_seconds()] * len(scoped)
         epochs: dict[str, EpochLook] = {}
-        rule = next((n for n, r in self.config.rules.items() if state.route in r.routes), None)
+        rule = self.config.rule_of(state.route)
         if rule is not None and "check_pass_rate" in wanted:
             newest = current_epoch(self.windows, rule)
             for epoch in active_epochs(self.windows, arms, rule, state.started_at):

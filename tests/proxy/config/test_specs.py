@@ -46,3 +46,14 @@ def test_removed_judge_keys_are_refused_saying_why() -> None:
     (spending,) = problems(base % "{thresholds: {spending_scale_looks: 180}}")
     assert spending.startswith("routes.bot.canary.analysis.thresholds:")
     assert "spending_scale_looks was removed" in spending
+
+
+def test_rule_of_names_the_one_rule_set_of_a_route() -> None:
+    cfg = parse_config(
+        "models:\n  prod: {provider: openai, base_url: 'http://h/v1', model: m}\n"
+        "routes:\n  bot: {primary: prod}\n  other: {primary: prod}\n"
+        "rules:\n  shipping: {routes: [bot], checks: [{name: j, type: json}]}\n",
+        {},
+    )
+    assert cfg.rule_of("bot") == "shipping"
+    assert cfg.rule_of("other") is None
