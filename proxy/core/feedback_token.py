@@ -45,35 +45,38 @@ class FeedbackTokens:
     def __init__(self, ttl_s: float, key: bytes | None = None) -> None:
         self.ttl_s = ttl_s
         """How long an issued token stays valid, seconds."""
-        self._key = key
+        self._keyed: hmac.HMAC | None = None
+        """The HMAC with the key already absorbed: each token copies it (half the work)."""
+        if key is not None:
+            self.load(key)
 
     def load(self, key: bytes) -> None:
         """Use `key` from now on (at least 16 bytes)."""
         if len(key) < 16:
             raise ValueError("a feedback signing key needs at least 16 bytes")
-        self._key = key
+        self._keyed = hmac.new(key, digestmod=hashlib.sha256)
 
     @property
     def ready(self) -> bool:
-        return self._key is not None
+        return self._keyed is not None
 
     def issue(self, request_id: str, now: float) -> str | None:
         """The token for `request_id`, valid until `now` + `ttl_s`; None before `load`."""
-        if self._key is None:
+        if self._keyed is None:
             return None
         expiry = int(now + self.ttl_s)
-        return f"{_PREFIX}.{expiry}.{self._mac(self._key, request_id, expiry)}"
+        return f"{_PREFIX}.{expiry}.{self._mac(self._keyed, request_id, expiry)}"
 
     def verify(self, token: str, request_id: str, now: float) -> TokenVerdict:
         """Whether `token` was issued for `request_id` and is still valid at `now`."""
-        if self._key is None or len(token) > _MAX_TOKEN_CHARS:
+        if self._keyed is None or len(token) > _MAX_TOKEN_CHARS:
             return TokenVerdict.MALFORMED
         prefix, _, rest = token.partition(".")
         expiry_text, _, mac = rest.partition(".")
         if prefix != _PREFIX or not expiry_text.isdigit() or len(expiry_text) > 12 or not mac:
             return TokenVerdict.MALFORMED
         expiry = int(expiry_text)
-        expected = self._mac(self._key, request_id, expiry)
+        expected = self._mac(self._keyed, request_id, expiry)
         if not hmac.compare_digest(mac.encode("ascii", "replace"), expected.encode()):
             return TokenVerdict.FORGED
         # Checked after the MAC: an expiry moved forward is a forgery, not an expiry.
@@ -82,10 +85,10 @@ class FeedbackTokens:
         return TokenVerdict.VALID
 
     @staticmethod
-    def _mac(key: bytes, request_id: str, expiry: int) -> str:
-        message = b"\x00".join((_PREFIX.encode(), request_id.encode(), str(expiry).encode()))
-        digest = hmac.new(key, message, hashlib.sha256).digest()
-        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+    def _mac(keyed: hmac.HMAC, request_id: str, expiry: int) -> str:
+        mac = keyed.copy()
+        mac.update(b"%s\x00%s\x00%d" % (_PREFIX.encode(), request_id.encode(), expiry))
+        return base64.urlsafe_b64encode(mac.digest()).rstrip(b"=").decode()
 
 
 def caller_id(kind: str, secret: str) -> str:
