@@ -74,23 +74,23 @@ class FeedbackAuth:
         self._clock = clock
 
     def credential(self, request: Request) -> FeedbackCredential:
-        """The post's credential from its headers; raises `FeedbackAuthError` when it has none
-        (and feedback is not open) or presents an application token that is not one of ours."""
+        """The post's credential from its headers: an application token of ours, else a signed
+        token (still to be checked), else — where feedback is open — the client address. Raises
+        `FeedbackAuthError` otherwise (an `Authorization` that is not one of our tokens, with no
+        signed token beside it, is `bad_token`)."""
         header = request.headers.get("authorization", "")
         signed = request.headers.get(FEEDBACK_TOKEN_HEADER, "").strip()
         address = request.client.host if request.client is not None else "unknown"
         scheme, _, given = header.partition(" ")
-        if self._apps and header:
-            if scheme.lower() != "bearer" or not given.strip():
-                raise FeedbackAuthError(
-                    "feedback needs 'Authorization: Bearer <application token>'", "bad_token"
-                )
+        app = None
+        if self._apps and scheme.lower() == "bearer" and given.strip():
             app = self._application(given.strip())
-            if app is None:
-                raise FeedbackAuthError("the feedback application token is not right", "bad_token")
+        if app is not None:
             return FeedbackCredential(app, application=True)
-        if signed:
+        if signed:  # checked against the body's request id once it is read
             return FeedbackCredential(caller_id("addr", address), signed_token=signed)
+        if self._apps and header:
+            raise FeedbackAuthError("the feedback application token is not right", "bad_token")
         if self.open_without_token:
             return FeedbackCredential(caller_id("addr", address))
         raise FeedbackAuthError(

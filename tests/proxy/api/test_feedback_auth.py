@@ -79,6 +79,21 @@ def test_without_a_valid_credential_feedback_is_401_and_stores_nothing(
     assert rejected(gw, reason) == 1
 
 
+def test_a_signed_token_beside_a_foreign_authorization_header_still_counts(
+    start_gateway: Callable[..., InProcessGateway],
+) -> None:
+    # A UI on a site with its own bearer auth: that header is not ours, the signed token is.
+    gw = start_gateway(env=TOKENS_ENV)
+    request_id, token = answer(gw)
+    headers = {
+        "authorization": "Bearer the-sites-own-session",
+        "x-mirrorgate-feedback-token": token,
+    }
+    assert post(gw, {"request_id": request_id, "score": 5}, **headers).status_code == 201
+    (caller,) = callers(gw, request_id)
+    assert caller is not None and caller.startswith("addr:")
+
+
 def test_a_signed_token_is_good_for_its_own_answer_only(
     start_gateway: Callable[..., InProcessGateway],
 ) -> None:
