@@ -7,13 +7,17 @@ it answers). Imports everything below it; only the app's wiring imports it.
 from .admin import AdminAuth, build_admin_router
 from .errors import install_error_handling
 from .feedback import FeedbackService, RecentExchanges, build_feedback_router
+from .feedback_auth import FeedbackAuth
 from .public import build_public_router
 from .rollouts import build_rollout_router
+from .token_buckets import TokenBuckets
 
 __all__ = [
     "AdminAuth",
+    "FeedbackAuth",
     "FeedbackService",
     "RecentExchanges",
+    "TokenBuckets",
     "build_admin_router",
     "build_feedback_router",
     "build_public_router",

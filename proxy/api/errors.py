@@ -2,7 +2,8 @@
 the Alertmanager webhook, models, health): routers raise, `install_error_handling` answers.
 
     GatewayError            its own status, in the OpenAI error format (`error_response`);
-                            a `PhaseConflict` (409) also names the route's current phase
+                            a `PhaseConflict` (409) also names the route's current phase,
+                            a `TooManyRequests` (429) says `Retry-After`
     StoreUnavailableError   503 (`Unavailable`): the call changed nothing, try again later.
                             A router that knows better what became of the call says so with
                             `store_unavailable(exc, outcome)`
@@ -15,13 +16,14 @@ The proxied endpoints answer their own errors in the caller's wire format (`prox
 from __future__ import annotations
 
 import logging
+import math
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.core import Conflict, GatewayError, Unavailable, error_body
+from proxy.core import Conflict, GatewayError, TooManyRequests, Unavailable, error_body
 from proxy.observability import GatewayMetrics
 from proxy.store import StoreUnavailableError
 
@@ -45,6 +47,9 @@ def error_response(exc: GatewayError) -> JSONResponse:
     body = orjson.loads(error_body(exc, "openai"))
     if isinstance(exc, PhaseConflict):
         body["error"]["phase"] = exc.phase
+    if isinstance(exc, TooManyRequests):
+        retry = str(max(1, math.ceil(exc.retry_after_s)))
+        return JSONResponse(body, status_code=exc.status, headers={"retry-after": retry})
     return JSONResponse(body, status_code=exc.status)
 
 

@@ -3,6 +3,11 @@
     {"request_id": "…", "corrected": true, "correction": "150 kg", "score": 2, "label": "policy"}
 
 `request_id` is the `x-mirrorgate-request-id` of the answer; at least one other field is required.
+Every post is authenticated (`proxy.api.feedback_auth`: an application token, or the answer's
+signed `x-mirrorgate-feedback-token`; 401 without) and rate-limited per caller (429 with
+`Retry-After`) before its body is read, and is stored with its caller's id; refusals are counted
+in `mirrorgate_feedback_rejected_total{reason}`. `user` (with an application token) names the end
+user the application posts for.
 A correction is what `proxy.core.is_correction` says (`corrected: true` or a non-empty
 `correction` text); the stored `corrected` flag and `mirrorgate_feedback_total{kind="correction"}`
 follow it.
@@ -16,6 +21,7 @@ by `proxy.api.errors`.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -32,6 +38,7 @@ from proxy.core import (
     FeedbackRecord,
     NotFound,
     RequestError,
+    TooManyRequests,
     UnsupportedMediaType,
     is_correction,
 )
@@ -40,6 +47,8 @@ from proxy.store import FeedbackStore, Store, StoreUnavailableError
 
 from .admin import read_limited
 from .errors import store_unavailable
+from .feedback_auth import FeedbackAuth, FeedbackAuthError, FeedbackCredential
+from .token_buckets import TokenBuckets
 
 MAX_FEEDBACK_BYTES = 1024 * 1024
 _SEND_AGAIN = "the store is unavailable; send the feedback again"
@@ -56,6 +65,8 @@ class FeedbackBody(BaseModel):
     correction: str | None = Field(None, max_length=100_000)
     score: int | None = Field(None, ge=1, le=5)
     label: str | None = Field(None, min_length=1, max_length=200)
+    user: str | None = Field(None, min_length=1, max_length=200)
+    """The end user an application token posts for (refines the caller; ignored otherwise)."""
 
     @model_validator(mode="after")
     def _something_to_say(self) -> FeedbackBody:
@@ -110,17 +121,44 @@ class FeedbackService:
         feedback: FeedbackStore,
         recent: RecentExchanges,
         metrics: GatewayMetrics,
+        auth: FeedbackAuth,
+        buckets: TokenBuckets,
     ) -> None:
         self.exchanges = exchanges
         self.feedback = feedback
         self.recent = recent
         self.metrics = metrics
+        self.auth = auth
+        self.buckets = buckets
 
     async def handle(self, request: Request) -> JSONResponse:
         """The answer to one `POST /v1/feedback`: 201 and what was recorded. Raises
         `GatewayError`s (and `Unavailable` while the store cannot be reached)."""
+        credential = self._admit(request)
         body = await self._body(request)
-        return JSONResponse(await self.submit(body), status_code=201)
+        try:
+            self.auth.check_signed(credential, body.request_id)
+        except FeedbackAuthError as exc:
+            self.metrics.feedback_rejected.labels(exc.reason).inc()
+            raise
+        caller = credential.caller_of(body.user)
+        return JSONResponse(await self.submit(body, caller), status_code=201)
+
+    def _admit(self, request: Request) -> FeedbackCredential:
+        """The post's credential, if it has one and its caller is within its rate (before the
+        body is read: a refused post costs nothing more)."""
+        try:
+            credential = self.auth.credential(request)
+        except FeedbackAuthError as exc:
+            self.metrics.feedback_rejected.labels(exc.reason).inc()
+            raise
+        wait = self.buckets.take(credential.caller)
+        if wait > 0:
+            self.metrics.feedback_rejected.labels("rate_limited").inc()
+            raise TooManyRequests(
+                f"too much feedback from this caller; retry in {math.ceil(wait)} s", wait
+            )
+        return credential
 
     async def _body(self, request: Request) -> FeedbackBody:
         if "json" not in request.headers.get("content-type", ""):
@@ -138,7 +176,7 @@ class FeedbackService:
             )
             raise RequestError(f"feedback is malformed: {problems}") from None
 
-    async def submit(self, body: FeedbackBody) -> dict[str, Any]:
+    async def submit(self, body: FeedbackBody, caller: str | None = None) -> dict[str, Any]:
         exchange = self.recent.get(body.request_id) or await self._lookup(body.request_id)
         if exchange is None:
             raise NotFound(f"no exchange with request id '{body.request_id[:128]}'")
@@ -146,7 +184,7 @@ class FeedbackService:
         base: dict[str, Any] = {
             "request_id": body.request_id, "route": exchange.route, "target": exchange.target,
             "arm": exchange.arm, "created_at": now, "rule": exchange.rule,
-            "rule_version": exchange.rule_version,
+            "rule_version": exchange.rule_version, "caller": caller,
         }  # fmt: skip
         records: list[tuple[FeedbackRecord, str | None]] = []
         if body.corrected is not None or body.correction is not None:

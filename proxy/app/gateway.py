@@ -27,16 +27,24 @@ from alerts.sink_types import build_sink
 from analyzers.plugins import ENTRY_POINT_GROUP, available_analyzers, load_analyzers
 from proxy.api import (
     AdminAuth,
+    FeedbackAuth,
     FeedbackService,
     RecentExchanges,
+    TokenBuckets,
     build_admin_router,
     build_feedback_router,
     build_public_router,
     build_rollout_router,
     install_error_handling,
 )
-from proxy.config import MirrorgateConfig, rollout_warnings
-from proxy.core import ENDPOINTS, RecordSink, TaskSet
+from proxy.config import (
+    MirrorgateConfig,
+    feedback_app_tokens,
+    feedback_open,
+    feedback_warnings,
+    rollout_warnings,
+)
+from proxy.core import ENDPOINTS, FeedbackTokens, RecordSink, TaskSet
 from proxy.gateway import (
     ExchangeObserver,
     ProxyHandler,
@@ -62,6 +70,7 @@ from proxy.store import (
     Recorder,
     RolloutStore,
     RuleEventStore,
+    SigningKeyStore,
     Store,
 )
 from proxy.upstream import ModelCaller, UpstreamClient, shared_ssl_context
@@ -144,6 +153,9 @@ class Gateway:
             metrics=self.metrics,
             policies=version_policies(config),
         )
+        server = config.server
+        self.feedback_tokens = FeedbackTokens(server.feedback_token_ttl_s)
+        """Signs the answers' feedback tokens; its key is loaded at start (`lifespan`)."""
         # The client path's observers, in the order they hear each hook.
         observers: list[ExchangeObserver] = [
             part for part in (self.shadows, self.analysis) if part is not None
@@ -157,9 +169,20 @@ class Gateway:
             sinks=self.sinks,
             observers=observers,
             rule_tracker=self.rule_tracker,
+            feedback_tokens=self.feedback_tokens,
         )
         self.feedback = FeedbackService(
-            self.store, FeedbackStore(self.store), self.recent, self.metrics
+            self.store,
+            FeedbackStore(self.store),
+            self.recent,
+            self.metrics,
+            FeedbackAuth(
+                feedback_app_tokens(self.env.get(server.feedback_tokens_env)),
+                self.feedback_tokens,
+                open_without_token=feedback_open(config, self.env),
+                tokens_env=server.feedback_tokens_env,
+            ),
+            TokenBuckets(server.feedback_rate_per_s, server.feedback_burst),
         )
         self.alert_client: httpx.AsyncClient | None = None
         self.alerts: AlertDispatcher | None = None
@@ -184,7 +207,7 @@ class Gateway:
             Leadership(self.store),
             self.metrics,
         )
-        for warning in rollout_warnings(config):
+        for warning in [*rollout_warnings(config), *feedback_warnings(config, self.env)]:
             log.warning("config: %s", warning)
         self.background = TaskSet("gateway")
         self.api = self._build_api()
@@ -203,6 +226,7 @@ class Gateway:
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Any = None) -> AsyncIterator[None]:
         await asyncio.to_thread(self.store.migrate)
+        await asyncio.to_thread(self._load_feedback_key)
         await asyncio.to_thread(self.rule_tracker.load)
         await self.rollouts.refresh()  # come back in the phase and step that were persisted
         if self.analysis is not None:
@@ -223,6 +247,13 @@ class Gateway:
         finally:
             self.ready = False
             await self.close()
+
+    def _load_feedback_key(self) -> None:
+        """The feedback tokens' key: the variable's, or the one every replica shares through
+        the store (made by the first replica that asks)."""
+        given = self.env.get(self.config.server.feedback_signing_key_env)
+        key = given.encode() if given else SigningKeyStore(self.store).shared("feedback-tokens")
+        self.feedback_tokens.load(key)
 
     async def close(self) -> None:
         """Drain the recorder and close every client (SIGTERM lands here through uvicorn)."""

@@ -13,7 +13,13 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from proxy.config import ConfigError, MirrorgateConfig, load_config, rollout_warnings
+from proxy.config import (
+    ConfigError,
+    MirrorgateConfig,
+    feedback_warnings,
+    load_config,
+    rollout_warnings,
+)
 from proxy.core import OPERATOR_ACTIONS, Action
 
 if TYPE_CHECKING:
@@ -47,6 +53,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         f"{path}: ok ({len(cfg.models)} models, {len(cfg.routes)} routes, {len(cfg.rules)} rules)"
     )
     for warning in rollout_warnings(cfg):
+        print(f"  warning: {warning}")
+    for warning in feedback_warnings(cfg, os.environ):
         print(f"  warning: {warning}")
     return 0
 

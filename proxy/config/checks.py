@@ -14,7 +14,10 @@ undefined model or route and every unset key variable is named even when a secti
 - `check_judge` — the judge's model is defined;
 - `check_analyzers` — every analyzer plugin named is installed;
 - `check_rules` — one rule set per route, and each rule set's checks compile with unique names;
-- `check_server` — a listener beyond loopback has its admin token set.
+- `check_server` — a listener beyond loopback has its admin token set; feedback tokens and the
+  feedback signing key, when set, are long enough to be secrets.
+
+`feedback_warnings` says what is allowed but worth knowing (feedback open on loopback).
 
 Every check returns the problems it found, in document order; the loader runs the lists as they
 are. A new section's check is a function here and one entry in a list.
@@ -272,7 +275,69 @@ def check_server(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigPr
                 "(the admin API is only open without a token on loopback)",
             )
         ]
-    return []
+    return _check_feedback_secrets(server.feedback_tokens_env, server.feedback_signing_key_env, env)
+
+
+_MIN_FEEDBACK_TOKEN_CHARS = 16
+_MIN_SIGNING_KEY_CHARS = 32
+
+
+def _check_feedback_secrets(
+    tokens_env: str, key_env: str, env: Mapping[str, str]
+) -> list[ConfigProblem]:
+    problems: list[ConfigProblem] = []
+    tokens = feedback_app_tokens(env.get(tokens_env))
+    if any(len(token) < _MIN_FEEDBACK_TOKEN_CHARS for token in tokens):
+        problems.append(
+            ConfigProblem(
+                "server.feedback_tokens_env",
+                f"every token in {tokens_env} needs at least {_MIN_FEEDBACK_TOKEN_CHARS} "
+                "characters (a short token can be guessed)",
+            )
+        )
+    key = env.get(key_env)
+    if key and len(key) < _MIN_SIGNING_KEY_CHARS:
+        problems.append(
+            ConfigProblem(
+                "server.feedback_signing_key_env",
+                f"{key_env} needs at least {_MIN_SIGNING_KEY_CHARS} characters",
+            )
+        )
+    return problems
+
+
+def feedback_app_tokens(value: str | None) -> list[str]:
+    """The application tokens of a `server.feedback_tokens_env` value: comma separated, blanks
+    around each ignored, empty entries dropped."""
+    return [token.strip() for token in (value or "").split(",") if token.strip()]
+
+
+def feedback_open(cfg: MirrorgateConfig, env: Mapping[str, str]) -> bool:
+    """Whether `POST /v1/feedback` takes posts without any token: only on a loopback listener
+    with neither application tokens nor a signing key set (as the admin API without its
+    token). Anywhere else every post needs an application token or a signed token."""
+    server = cfg.server
+    configured = feedback_app_tokens(env.get(server.feedback_tokens_env)) or env.get(
+        server.feedback_signing_key_env
+    )
+    return _is_loopback(server.host) and not configured
+
+
+def feedback_warnings(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigProblem]:
+    """Feedback auth that is allowed but worth knowing about (`check-config` prints it, the
+    gateway logs it at start): feedback open without a token on loopback."""
+    if not feedback_open(cfg, env):
+        return []
+    server = cfg.server
+    return [
+        ConfigProblem(
+            "server.feedback_tokens_env",
+            "POST /v1/feedback takes corrections without a token on this loopback listener: "
+            "every process that shares loopback (in sidecar mode, every container of the pod) "
+            f"can post them; set {server.feedback_tokens_env} or "
+            f"{server.feedback_signing_key_env} to require a token",
+        )
+    ]
 
 
 def _is_loopback(host: str) -> bool:

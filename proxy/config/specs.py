@@ -38,6 +38,21 @@ class ServerSpec(Spec):
     """Environment variable holding the bearer token for /admin and /hooks."""
     drain_timeout_s: float = Field(10.0, gt=0)
     """On SIGTERM: how long to wait for in-flight requests and the recorder queue."""
+    feedback_tokens_env: str = "MIRRORGATE_FEEDBACK_TOKENS"
+    """Environment variable holding the application tokens of `POST /v1/feedback`, comma
+    separated (`Authorization: Bearer <token>`); each token is one caller. Unset or empty: no
+    application tokens (signed per-request tokens still work)."""
+    feedback_signing_key_env: str = "MIRRORGATE_FEEDBACK_SIGNING_KEY"
+    """Environment variable holding the key that signs `x-mirrorgate-feedback-token` (at least
+    32 characters, the same on every replica). Unset: a random key made once and kept in the
+    store, which every replica shares."""
+    feedback_token_ttl_s: float = Field(7 * 24 * 3600.0, ge=60, le=90 * 24 * 3600)
+    """How long a signed feedback token stays valid after its answer, seconds (default 7 days)."""
+    feedback_rate_per_s: float = Field(10.0, gt=0, le=100_000)
+    """Feedback posts each caller may make per second, sustained (a token bucket per caller:
+    application token, or the client address for signed tokens); beyond, 429."""
+    feedback_burst: int = Field(100, ge=1, le=1_000_000)
+    """Feedback posts a caller may make at once before `feedback_rate_per_s` applies."""
     max_shadow_calls: int = Field(1000, ge=1)
     """Shadow (and noise-floor) calls in flight at once, all routes together; beyond, dropped."""
     route_refresh_s: float = Field(1.0, gt=0, le=60)
@@ -155,6 +170,10 @@ class AnalysisSpec(Spec):
     (`info` < `warning` < `critical`)."""
     thresholds: Thresholds = Field(default_factory=Thresholds)
     """How much worse than the primary the canary may be; the defaults rarely need changing."""
+    max_corrections_per_caller: int | None = Field(5, ge=1)
+    """The correction rate counts at most this many corrected answers per arm from any one
+    feedback caller in a window, so that one caller cannot roll a canary back alone (at the
+    default thresholds it takes over 20 corrections to fail the metric). null: no cap."""
 
     @model_validator(mode="before")
     @classmethod

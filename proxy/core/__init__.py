@@ -1,7 +1,8 @@
 """The gateway's vocabulary, with no I/O: records, the gateway's error tree and `error_body`,
 the endpoints, the pure rollout state machine, sampling and the one sticky key, pricing, budgets,
-the one definition of a correction and of a pair's agreement (`signals.py`), time windows, the
-one conversion to aware UTC (`as_utc`) and the one door for background tasks.
+the one definition of a correction and of a pair's agreement (`signals.py`), signed feedback
+tokens, time windows, the one conversion to aware UTC (`as_utc`) and the one door for background
+tasks.
 Imports only `proxy.config` and `analyzers`; every other package may import it.
 """
 
@@ -16,6 +17,7 @@ from .errors import (
     PayloadTooLarge,
     RequestError,
     RouteNotFound,
+    TooManyRequests,
     Unavailable,
     UnsupportedMediaType,
     UpstreamError,
@@ -24,6 +26,7 @@ from .errors import (
     WrongWireFormat,
     error_body,
 )
+from .feedback_token import FEEDBACK_TOKEN_HEADER, FeedbackTokens, TokenVerdict, caller_id
 from .pricing import cost_usd
 from .records import (
     JUDGE_ANALYZER,
@@ -63,6 +66,7 @@ from .utc import as_utc
 __all__ = [
     "ACTIVE",
     "ENDPOINTS",
+    "FEEDBACK_TOKEN_HEADER",
     "JUDGE_ANALYZER",
     "JUDGE_SCORE_DELTA",
     "OPERATOR_ACTIONS",
@@ -76,6 +80,7 @@ __all__ = [
     "Endpoint",
     "ExchangeRecord",
     "FeedbackRecord",
+    "FeedbackTokens",
     "FindingRecord",
     "ForbiddenError",
     "GatewayError",
@@ -92,6 +97,8 @@ __all__ = [
     "Status",
     "StoredRecord",
     "TaskSet",
+    "TokenVerdict",
+    "TooManyRequests",
     "Transition",
     "Unavailable",
     "UnsupportedMediaType",
@@ -101,6 +108,7 @@ __all__ = [
     "WireFormat",
     "WrongWireFormat",
     "as_utc",
+    "caller_id",
     "cost_usd",
     "error_body",
     "initial_state",

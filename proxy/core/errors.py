@@ -10,6 +10,7 @@
     ├── NotFound                      404: anything else unknown (request id, rollout)
     ├── Conflict                      409: an illegal transition
     ├── PayloadTooLarge               413: the body is over `server.max_body_bytes`
+    ├── TooManyRequests               429: a caller over its rate (feedback); says when to retry
     └── UpstreamError                 502: the upstream failed (unreachable, reset, garbage)
         └── UpstreamTimeout           504: the upstream did not answer in time
 
@@ -98,6 +99,20 @@ class PayloadTooLarge(GatewayError):
     status = 413
     openai_type = "invalid_request_error"
     anthropic_type = "request_too_large"
+
+
+class TooManyRequests(GatewayError):
+    """429: the caller is over its rate; `retry_after_s` says when one more call is accepted
+    (answered as `Retry-After`, whole seconds rounded up)."""
+
+    status = 429
+    openai_type = "rate_limit_error"
+    anthropic_type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class UpstreamError(GatewayError):

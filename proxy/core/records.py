@@ -174,6 +174,10 @@ class FeedbackRecord:
     """A free label such as `wrong-policy` or `rude`."""
     rule: str | None = None
     rule_version: str | None = None
+    caller: str | None = None
+    """Who sent it, as a short non-secret id (`proxy.core.caller_id`: `app:…`, `app:…/user:…` or
+    `addr:…`); the judge counts at most a few corrections per caller. None: stored before
+    callers were."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,10 @@ import orjson
 
 from proxy.config import MirrorgateConfig
 from proxy.core import (
+    FEEDBACK_TOKEN_HEADER,
     Arm,
     Endpoint,
+    FeedbackTokens,
     GatewayError,
     RecordSink,
     RequestError,
@@ -72,6 +74,7 @@ class ProxyHandler:
         sinks: Sequence[RecordSink] = (),
         observers: Sequence[ExchangeObserver] = (),
         rule_tracker: RuleTracker | None = None,
+        feedback_tokens: FeedbackTokens | None = None,
     ) -> None:
         self.config = config
         self.routes = routes
@@ -85,6 +88,8 @@ class ProxyHandler:
         self.rules = RuleResolver(config)
         self.rule_tracker = rule_tracker
         """Records each rule version's first exchange (None: no rule is tracked)."""
+        self.feedback_tokens = feedback_tokens
+        """Signs each answer's feedback token (None: answers carry none)."""
 
     # --- entry ------------------------------------------------------------------------------------
 
@@ -170,6 +175,8 @@ class ProxyHandler:
             rule=match.rule if match else None, rule_version=match.version if match else None,
             system_prompt=match.system_prompt if match else None,
         )  # fmt: skip
+        if self.feedback_tokens is not None:
+            ctx.feedback_token = self.feedback_tokens.issue(request_id, time.time())
         return ctx, plan
 
     # --- client -----------------------------------------------------------------------------------
@@ -306,6 +313,8 @@ def _ids(ctx: CallContext, attempt: Attempt) -> Headers:
     ]
     if ctx.rule_version is not None:
         ids.append((b"x-mirrorgate-rule-version", ctx.rule_version.encode("latin-1", "replace")))
+    if ctx.feedback_token is not None:
+        ids.append((FEEDBACK_TOKEN_HEADER.encode(), ctx.feedback_token.encode()))
     return ids
 
 

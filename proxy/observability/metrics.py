@@ -97,6 +97,13 @@ class GatewayMetrics:
             "mirrorgate_feedback", "User feedback joined to exchanges.",
             (*arm, "kind"), registry=registry,
         )  # fmt: skip
+        self.feedback_rejected = Counter(
+            "mirrorgate_feedback_rejected", "Feedback posts refused before they were stored.",
+            ("reason",), registry=registry,
+        )  # fmt: skip
+        """reason: `unauthenticated` (no token), `bad_token` (an application token that is not
+        one, a signed token forged or for another request), `expired` (a signed token past its
+        expiry), `rate_limited` (the caller is over `server.feedback_rate_per_s`)."""
         self.rollout_weight = Gauge(
             "mirrorgate_rollout_weight_percent", "Share of live traffic sent to the canary.",
             ("route", "target"), registry=registry,

@@ -333,7 +333,9 @@ class RolloutController:
         arms = Arms(state.route, state.baseline, state.candidate)
         since = max(state.started_at, state.step_started_at or state.started_at)
         warnings: list[str] = []
-        primary, candidate = traffic_windows(self.windows, arms, since)
+        primary, candidate = traffic_windows(
+            self.windows, arms, since, corrections_per_caller=analysis.max_corrections_per_caller
+        )
         if "disagreement" in wanted:
             agreement, noise = agreement_tallies(self.windows, arms, spec.agreement.mode, since)
             primary = replace(primary, noise=noise)

@@ -46,14 +46,15 @@ def _served(exchanges: Iterable[ArmExchange], arm: Arm) -> ArmWindow:
 
 
 def traffic_windows(
-    windows: JudgeWindows, arms: Arms, since: datetime
+    windows: JudgeWindows, arms: Arms, since: datetime, *, corrections_per_caller: int | None = None
 ) -> tuple[ArmWindow, ArmWindow]:
     """(primary, candidate) windows of errors, latency, TTFT, cost and corrections of the
     exchanges that started since `since` (no rule checks: those are judged per epoch by
-    `check_windows`). Corrections are `(corrected, requests)` of the same exchanges; (0, 0) when
-    neither arm has any (the route gathers no feedback, or none yet)."""
+    `check_windows`). Corrections are `(corrected, requests)` of the same exchanges, at most
+    `corrections_per_caller` of them from any one caller; (0, 0) when neither arm has any (the
+    route gathers no feedback, or none yet)."""
     exchanges = windows.exchanges(arms, since)
-    corrected = windows.corrections(arms, since)
+    corrected = windows.corrections(arms, since, per_caller=corrections_per_caller)
 
     def window(arm: Arm) -> ArmWindow:
         served = _served(exchanges, arm)

@@ -1,10 +1,10 @@
 """Every table and every query: the engine, migrations, the recorder (batched, bounded, off the
 event loop), redaction, and one query object per domain — `Store` (exchanges, pairs, checks),
-`FeedbackStore`, `RuleEventStore`, `RolloutStore`, `JudgeWindows` (the rollout judge's reads) and
-`Leadership` (the decider's advisory lock). The only package that imports sqlalchemy or sqlmodel:
-the rest of mirrorgate asks these objects, built from one `Store` by the wiring, and never holds an
-engine or a connection. Imports `proxy.observability` (the recorder's metric families),
-`proxy.core` and `proxy.config`.
+`FeedbackStore`, `RuleEventStore`, `RolloutStore`, `JudgeWindows` (the rollout judge's reads),
+`SigningKeyStore` (keys the replicas share) and `Leadership` (the decider's advisory lock). The
+only package that imports sqlalchemy or sqlmodel: the rest of mirrorgate asks these objects, built
+from one `Store` by the wiring, and never holds an engine or a connection. Imports
+`proxy.observability` (the recorder's metric families), `proxy.core` and `proxy.config`.
 
 Every failure leaves the store as one of its own errors, translated from the database's in one
 place (`errors.translated`) and chained to the original:
@@ -46,6 +46,7 @@ from .redaction import apply_bodies_policy, redact
 from .retry import WriteRetry
 from .rollouts import RolloutStore
 from .rule_events import RuleEvent, RuleEventStore, VersionTraffic
+from .signing_keys import SigningKeyStore
 
 __all__ = [
     "ArmExchange",
@@ -64,6 +65,7 @@ __all__ = [
     "RuleEvent",
     "RuleEventStore",
     "SchemaVersionError",
+    "SigningKeyStore",
     "Store",
     "StoreError",
     "StoreUnavailableError",

@@ -15,7 +15,7 @@ from .exchanges import Store
 
 
 class FeedbackRow(SQLModel, table=True):
-    """One row of `feedback` (schema: migration 3)."""
+    """One row of `feedback` (schema: migrations 3 and 11)."""
 
     __tablename__ = "feedback"
 
@@ -32,6 +32,7 @@ class FeedbackRow(SQLModel, table=True):
     label: str | None = None
     rule: str | None = None
     rule_version: str | None = None
+    caller: str | None = None
 
 
 _table: sa.Table = FeedbackRow.__table__  # type: ignore[attr-defined]
@@ -71,6 +72,7 @@ class FeedbackStore:
             "label": record.label,
             "rule": record.rule,
             "rule_version": record.rule_version,
+            "caller": record.caller,
         }
         try:
             with translated("storing feedback", writing=True), self._engine.begin() as conn:
@@ -104,6 +106,7 @@ class FeedbackStore:
                 label=r["label"],
                 rule=r["rule"],
                 rule_version=r["rule_version"],
+                caller=r["caller"],
             )
             for r in rows
         ]

@@ -145,23 +145,34 @@ class JudgeWindows:
         )
         return int(self._rows("counting traffic", statement)[0][0])
 
-    def corrections(self, arms: Arms, since: datetime) -> dict[Arm, int]:
+    def corrections(
+        self, arms: Arms, since: datetime, *, per_caller: int | None = None
+    ) -> dict[Arm, int]:
         """Corrected exchanges per compared arm: of the exchanges that started at or after
         `since` (client disconnects left out, as in the judge's denominator), how many have a
         correction (`proxy.core.is_correction`), whenever it arrived. Feedback is joined to its
         exchange by request id, arm and target, so a correction counts for the arm and the time
-        of the answer it is about. Arms without any: absent."""
+        of the answer it is about. Arms without any: absent.
+
+        `per_caller` caps what one caller (the feedback's `caller`) adds to an arm's count, so
+        that one sender cannot move a rate alone; feedback stored without a caller counts each
+        exchange on its own. None: no cap."""
         e, f = _exchanges.c, _feedback.c
         about = sa.and_(f.request_id == e.request_id, f.arm == e.arm, f.target == e.target)
         statement = (
-            sa.select(e.arm, sa.func.count(sa.distinct(e.request_id)))
+            sa.select(e.arm, f.caller, sa.func.count(sa.distinct(e.request_id)))
             .select_from(_exchanges.join(_feedback, about))
             .where(_compared(_exchanges, arms), e.started_at >= since)
             .where(e.status != Status.CLIENT_DISCONNECTED.value, is_correction_clause(_feedback))
-            .group_by(e.arm)
+            .group_by(e.arm, f.caller)
         )
-        rows = self._rows("reading the judge's corrections", statement)
-        return {Arm(arm): int(count) for arm, count in rows}
+        counts: dict[Arm, int] = {}
+        for arm, caller, count in self._rows("reading the judge's corrections", statement):
+            n = int(count)
+            if per_caller is not None and caller is not None:
+                n = min(n, per_caller)
+            counts[Arm(arm)] = counts.get(Arm(arm), 0) + n
+        return counts
 
     def newest_version(self, rule: str) -> Epoch | None:
         """The version of `rule` first seen last, by any replica, and when."""

@@ -346,6 +346,18 @@ def _v10_finding_severity(conn: Connection) -> None:
     conn.execute(sa.text("CREATE INDEX ix_findings_pair_id ON findings (pair_id)"))
 
 
+def _v11_feedback_callers(conn: Connection) -> None:
+    # Feedback of before stays NULL: its sender is unknown (the judge counts each such row alone).
+    conn.execute(sa.text("ALTER TABLE feedback ADD COLUMN caller VARCHAR"))
+    sa.Table(
+        "signing_keys",
+        sa.MetaData(),
+        sa.Column("name", sa.String(), primary_key=True),
+        sa.Column("secret", sa.String(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    ).create(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "exchanges table and its indexes", _v1_exchanges),
     Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
@@ -360,6 +372,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         10,
         "findings.severity (how bad a finding is) and an index on findings.pair_id",
         _v10_finding_severity,
+    ),
+    Migration(
+        11,
+        "feedback.caller (who sent it) and signing_keys (the replicas' shared feedback key)",
+        _v11_feedback_callers,
     ),
 )
 """The schema's whole history, oldest first. Append only."""

@@ -66,6 +66,8 @@ class CallContext:
     system_prompt: str | None = None
     """The request's system prompt, when the rule resolver already extracted it (so that later
     readers do not extract it again); None when nobody needed it yet."""
+    feedback_token: str | None = None
+    """The signed token answered as `x-mirrorgate-feedback-token` (None: none is issued)."""
 
 
 @dataclass(slots=True)

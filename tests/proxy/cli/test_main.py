@@ -20,7 +20,10 @@ def test_check_config_accepts_a_good_file(
     path = tmp_path / "ok.yaml"
     path.write_text(GOOD)
     assert main(["check-config", str(path)]) == 0
-    assert "ok (1 models, 1 routes, 0 rules)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ok (1 models, 1 routes, 0 rules)" in out
+    # Loopback with no feedback token: allowed, and said.
+    assert "warning: server.feedback_tokens_env: POST /v1/feedback takes corrections" in out
 
 
 def test_check_config_warns_of_judged_metrics_it_can_never_evaluate(

@@ -6,7 +6,14 @@ from typing import Any
 
 import yaml
 
-from proxy.config import MirrorgateConfig, parse_config, unavailable_evidence
+from proxy.config import (
+    MirrorgateConfig,
+    feedback_app_tokens,
+    feedback_open,
+    feedback_warnings,
+    parse_config,
+    unavailable_evidence,
+)
 from proxy.config.checks import DOCUMENT_CHECKS, SPEC_CHECKS, check_model_keys, check_server
 
 from .documents import problems
@@ -40,6 +47,39 @@ routes: {r: {primary: prod}}
 """
     assert any(p.startswith("server.admin_token_env:") for p in problems(text, {}))
     assert parse_config(text, {"MIRRORGATE_ADMIN_TOKEN": "t"}).server.host == "0.0.0.0"
+
+
+def test_feedback_secrets_must_be_long_enough_to_be_secrets() -> None:
+    text = """
+models: {prod: {provider: openai, base_url: "http://h/v1", model: m}}
+routes: {r: {primary: prod}}
+"""
+    found = problems(text, {"MIRRORGATE_FEEDBACK_TOKENS": "a-long-enough-token-1, short",
+                            "MIRRORGATE_FEEDBACK_SIGNING_KEY": "too-short"})  # fmt: skip
+    assert any(p.startswith("server.feedback_tokens_env:") for p in found)
+    assert any(p.startswith("server.feedback_signing_key_env:") for p in found)
+    env = {"MIRRORGATE_FEEDBACK_TOKENS": " a-long-enough-token-1 ,, another-long-token-2 "}
+    assert feedback_app_tokens(env["MIRRORGATE_FEEDBACK_TOKENS"]) == [
+        "a-long-enough-token-1", "another-long-token-2"]  # fmt: skip
+    assert parse_config(text, env).server.feedback_tokens_env == "MIRRORGATE_FEEDBACK_TOKENS"
+
+
+def test_feedback_is_open_only_on_loopback_with_nothing_configured_and_that_is_a_warning() -> None:
+    loopback = parse_config("""
+models: {prod: {provider: openai, base_url: "http://h/v1", model: m}}
+routes: {r: {primary: prod}}
+""", {})  # fmt: skip
+    public = loopback.model_copy(
+        update={"server": loopback.server.model_copy(update={"host": "0.0.0.0"})}
+    )
+    assert feedback_open(loopback, {})
+    (warning,) = feedback_warnings(loopback, {})
+    assert warning.path == "server.feedback_tokens_env" and "sidecar" in warning.message
+    assert not feedback_open(public, {}) and feedback_warnings(public, {}) == []
+    for configured in ({"MIRRORGATE_FEEDBACK_TOKENS": "x" * 20},
+                       {"MIRRORGATE_FEEDBACK_SIGNING_KEY": "y" * 40}):  # fmt: skip
+        assert not feedback_open(loopback, configured)
+        assert feedback_warnings(loopback, configured) == []
 
 
 MODEL = {"provider": "openai", "base_url": "http://h/v1", "model": "m"}

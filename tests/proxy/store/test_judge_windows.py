@@ -120,6 +120,37 @@ def test_corrections_count_each_arms_corrected_exchanges_that_started_in_the_win
     assert JudgeWindows(store).corrections(ARMS, T0) == {Arm.CANARY: 2, Arm.PRIMARY: 1}
 
 
+def test_one_caller_adds_at_most_the_cap_to_an_arms_corrections(
+    open_store: Callable[..., Store],
+) -> None:
+    store = open_store()
+    feedback = FeedbackStore(store)
+
+    def corrected_by(caller: str | None, arm: Arm = Arm.CANARY, target: str = "cand") -> None:
+        record = make_record(target=target, arm=arm, started_at=AT)
+        store.write_batch([record])
+        assert feedback.add(
+            correction(request_id=record.request_id, arm=arm, target=target, caller=caller)
+        )
+
+    for _ in range(71):  # the attack: one caller corrects every canary answer
+        corrected_by("addr:0badc0de")
+    for caller in ("app:1/user:a", "app:1/user:b", "app:1/user:c"):
+        corrected_by(caller)
+        corrected_by(caller)
+    corrected_by(None)  # stored before callers were: counted alone
+    corrected_by(None)
+    for _ in range(7):
+        corrected_by("addr:0badc0de", Arm.PRIMARY, "prod")
+    windows = JudgeWindows(store)
+    assert windows.corrections(ARMS, T0, per_caller=5) == {Arm.CANARY: 5 + 3 * 2 + 2,
+                                                           Arm.PRIMARY: 5}  # fmt: skip
+    assert windows.corrections(ARMS, T0, per_caller=1) == {Arm.CANARY: 1 + 3 + 2, Arm.PRIMARY: 1}
+    assert windows.corrections(ARMS, T0) == {Arm.CANARY: 71 + 6 + 2, Arm.PRIMARY: 7}
+    (stored,) = feedback.query(request_id=store.query(route="support-bot", limit=1)[0].request_id)
+    assert stored.caller is not None and stored.caller.startswith(("addr:", "app:"))
+
+
 def test_a_correction_counts_for_the_arm_that_served_the_answer(
     open_store: Callable[..., Store],
 ) -> None:
