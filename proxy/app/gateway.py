@@ -29,6 +29,7 @@ from proxy.api import (
     AdminAuth,
     FeedbackService,
     RecentExchanges,
+    StateChangeGuard,
     build_admin_router,
     build_feedback_router,
     build_public_router,
@@ -259,16 +260,19 @@ class Gateway:
                 self.routes, self.registry, started=lambda: self.ready, store_ok=self.store.ping
             )
         )
+        admin_auth = AdminAuth(
+            self.config.server.admin_token_env, self.env, StateChangeGuard(self.config)
+        )
         api.include_router(
             build_admin_router(
-                AdminAuth(self.config.server.admin_token_env, self.env),
+                admin_auth,
                 self.routes,
                 self.rule_events,
             )
         )
         api.include_router(
             build_rollout_router(
-                AdminAuth(self.config.server.admin_token_env, self.env),
+                admin_auth,
                 self.rollouts,
                 self.routes,
                 replica=f"{socket.gethostname()}:{os.getpid()}",

@@ -45,6 +45,11 @@ class ServerSpec(Spec):
     replica is applied within this delay plus one query)."""
     external_url: str | None = None
     """How people reach this gateway (alert links point at its admin API); default: host:port."""
+    allowed_hosts: tuple[str, ...] = ()
+    """More names this gateway answers state-changing admin and webhook calls under (`Host`,
+    and `Origin` when sent), each `name` (any port) or `name:port`: a Service's DNS name, the
+    name Alertmanager's webhook URL uses. Loopback names on the listening port and
+    `external_url`'s host are always allowed; any other is refused with 403 (DNS rebinding)."""
     shadow_shed_lag_ms: float = Field(10.0, ge=0, le=10_000)
     """Overload by lag: once the event loop runs ready work this late on average (about the last
     second of wake-ups), new shadow and noise-floor calls are dropped (`reason="overload"`) until
@@ -53,6 +58,23 @@ class ServerSpec(Spec):
     """Overload by CPU: once the event loop's thread is on the CPU this share of the time (over
     about half a second), new shadow and noise-floor calls are dropped (`reason="overload"`)
     until it is 10 points lower. 0 leaves it out."""
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for host in value:
+            if not re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(:[0-9]{1,5})?", host):
+                raise ValueError(
+                    f"'{host[:100]}' is not a host name or host:port (no scheme, no path)"
+                )
+        return tuple(host.lower() for host in value)
+
+    @field_validator("external_url")
+    @classmethod
+    def _external_http_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
 
     @field_validator("shadow_shed_lag_ms")
     @classmethod
