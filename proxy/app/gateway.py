@@ -36,7 +36,7 @@ from proxy.api import (
     build_rollout_router,
     install_error_handling,
 )
-from proxy.config import MirrorgateConfig, rollout_warnings
+from proxy.config import MirrorgateConfig, credential_warnings, rollout_warnings
 from proxy.core import ENDPOINTS, RecordSink, TaskSet
 from proxy.gateway import (
     ExchangeObserver,
@@ -185,7 +185,7 @@ class Gateway:
             Leadership(self.store),
             self.metrics,
         )
-        for warning in rollout_warnings(config):
+        for warning in [*rollout_warnings(config), *credential_warnings(config)]:
             log.warning("config: %s", warning)
         self.background = TaskSet("gateway")
         self.api = self._build_api()

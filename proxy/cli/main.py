@@ -13,7 +13,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from proxy.config import ConfigError, MirrorgateConfig, load_config, rollout_warnings
+from proxy.config import (
+    ConfigError,
+    MirrorgateConfig,
+    credential_warnings,
+    load_config,
+    rollout_warnings,
+)
 from proxy.core import OPERATOR_ACTIONS, Action
 
 if TYPE_CHECKING:
@@ -48,7 +54,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     print(
         f"{path}: ok ({len(cfg.models)} models, {len(cfg.routes)} routes, {len(cfg.rules)} rules)"
     )
-    for warning in rollout_warnings(cfg):
+    for warning in [*rollout_warnings(cfg), *credential_warnings(cfg)]:
         print(f"  warning: {warning}")
     return 0
 

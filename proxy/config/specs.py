@@ -125,7 +125,14 @@ class ModelSpec(Spec):
     model: str = Field(min_length=1)
     """Model name sent upstream."""
     api_key_env: str | None = None
-    """Variable holding the upstream key. Unset: the client's own credentials are passed through."""
+    """Variable holding the upstream key; set, it replaces the client's credentials on every call
+    to this model. Unset: see `pass_client_key`."""
+    pass_client_key: bool | None = None
+    """For a model without `api_key_env`: whether the client's own credentials (`Authorization`,
+    `x-api-key`, `api-key`) go to it. Unset: only when it is on the same origin (scheme, host,
+    port) as the primary the request's route is configured with — the host the client meant —
+    so never to a shadow, canary, fallback, judge or noise-floor call on another host. `true`:
+    always; `false`: never. Cookies never go upstream."""
     timeout_s: float = Field(60.0, gt=0)
     """Longest wait for the response headers and between two chunks of a stream."""
     connect_timeout_s: float = Field(5.0, gt=0)
@@ -140,6 +147,25 @@ class ModelSpec(Spec):
         if not re.match(r"^https?://[^/\s]+", value):
             raise ValueError("must be an http:// or https:// URL")
         return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _one_source_of_key(self) -> ModelSpec:
+        if self.api_key_env and self.pass_client_key:
+            raise ValueError(
+                "pass_client_key: true and api_key_env exclude each other (a model with its own "
+                "key never sends the client's)"
+            )
+        return self
+
+    @property
+    def origin(self) -> str:
+        """`scheme://host:port` of `base_url`, the port spelled out: what decides whether two
+        models are the same host to a client's credentials."""
+        scheme, _, rest = self.base_url.partition("://")
+        netloc = rest.split("/", 1)[0].rpartition("@")[2].lower()
+        if not netloc.endswith("]") and ":" in netloc.rsplit("]", 1)[-1]:
+            return f"{scheme.lower()}://{netloc}"
+        return f"{scheme.lower()}://{netloc}:{443 if scheme.lower() == 'https' else 80}"
 
 
 class ShadowSpec(Spec):

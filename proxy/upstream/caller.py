@@ -66,6 +66,9 @@ class CallContext:
     system_prompt: str | None = None
     """The request's system prompt, when the rule resolver already extracted it (so that later
     readers do not extract it again); None when nobody needed it yet."""
+    credentials_for: str | None = None
+    """The upstream origin the client's credentials were meant for: its route's configured
+    primary's (`ModelSpec.origin`). None: no upstream's (the judge's and replays' calls)."""
 
 
 @dataclass(slots=True)
@@ -134,7 +137,9 @@ class ModelCaller:
         attempt = Attempt(target, arm, upstream_body, started, datetime.now(UTC), time.time_ns())
         try:
             with gateway_errors(target):
-                response = await client.send(ctx.endpoint.upstream_path, upstream_body, ctx.headers)
+                response = await client.send(
+                    ctx.endpoint.upstream_path, upstream_body, ctx.headers, ctx.credentials_for
+                )
         except UpstreamError as exc:
             attempt.fail(exc)
             return attempt

@@ -71,7 +71,7 @@ def test_allowed_hosts_must_be_bare_names() -> None:
         with pytest.raises(ConfigError) as refused:
             guard(allowed_hosts=[bad])
         assert "server.allowed_hosts" in str(refused.value), bad
-    with pytest.raises(ConfigError, match="server.external_url"):
+    with pytest.raises(ConfigError, match=r"server\.external_url"):
         guard(external_url="gw.example.org")
 
 
