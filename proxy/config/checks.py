@@ -358,9 +358,15 @@ def credential_warnings(cfg: MirrorgateConfig) -> list[ConfigProblem]:
                         f"{primary.origin} (the primary '{route.primary}'), at {model.origin}",
                     )
                 )
-            elif model.pass_client_key is False or (
-                model.pass_client_key is None and not same_origin
-            ):
+            elif model.pass_client_key is False:
+                found.append(
+                    ConfigProblem(
+                        f"models.{name}",
+                        f"the {role} of route '{rname}' sends no key to {model.origin}: it has no "
+                        "api_key_env and pass_client_key is false",
+                    )
+                )
+            elif model.pass_client_key is None and not same_origin:
                 found.append(
                     ConfigProblem(
                         f"models.{name}",
