@@ -184,7 +184,8 @@ def rollout_gateway(
 
 
 CSRF_SHAPES: list[tuple[str, dict[str, str], bytes, int]] = [
-    ("text/plain form post", {"content-type": "text/plain"}, b'{"to": "fallback"}', 415),
+    # A `<form enctype="text/plain">` can spell a JSON object: only the type gives it away.
+    ("text/plain form post", {"content-type": "text/plain"}, b'{"reason": "csrf"}', 415),
     ("urlencoded form", {"content-type": "application/x-www-form-urlencoded"}, b"to=x", 415),
     ("multipart form", {"content-type": "multipart/form-data; boundary=x"}, b"--x--\r\n", 415),
     ("bodiless fetch", {}, b"", 415),
