@@ -4,6 +4,10 @@
 #   docker run --rm -p 8080:8080 -v "$PWD/mirrorgate.yaml:/etc/mirrorgate/mirrorgate.yaml:ro" \
 #     -e OPENAI_API_KEY -e MIRRORGATE_ADMIN_TOKEN mirrorgate:0.1.0
 #
+# Listening beyond loopback (server.host in the file, or `serve --host 0.0.0.0`) needs the admin
+# token (MIRRORGATE_ADMIN_TOKEN, the variable of server.admin_token_env): without it the gateway
+# refuses to start.
+#
 # The root filesystem may be read-only: the gateway writes only to /data (the default SQLite
 # location in the chart) and /tmp. Bytecode is compiled at build time.
 

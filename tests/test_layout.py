@@ -107,8 +107,6 @@ COVERED_ELSEWHERE: dict[str, str] = {
     # check verdicts and feedback, stored by the gateway and read back by the report
     "proxy/store/checks.py": "tests/proxy/report/test_checks.py",
     "proxy/store/feedback.py": "tests/proxy/api/test_feedback.py",
-    # calling a model: keys, every failure of a call and its record
-    "proxy/upstream/client.py": "tests/proxy/gateway/test_exchange_faults.py",
     # the connection pool, with a fake clock, at the end of the HTTP/1.1 client's tests
     "proxy/upstream/pool.py": "tests/proxy/upstream/test_http11.py",
     # every check type passing, failing and refusing bad config, through compile_check

@@ -5,6 +5,7 @@ it answers). Imports everything below it; only the app's wiring imports it.
 """
 
 from .admin import AdminAuth, build_admin_router
+from .doors import StateChangeGuard
 from .errors import install_error_handling
 from .feedback import FeedbackService, RecentExchanges, build_feedback_router
 from .feedback_auth import FeedbackAuth
@@ -17,6 +18,7 @@ __all__ = [
     "FeedbackAuth",
     "FeedbackService",
     "RecentExchanges",
+    "StateChangeGuard",
     "TokenBuckets",
     "build_admin_router",
     "build_feedback_router",

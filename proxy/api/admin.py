@@ -2,7 +2,9 @@
 
 Every admin call needs `Authorization: Bearer <token>`, the token being the value of the variable
 named by `server.admin_token_env`. Without that variable the admin API is open, which the config
-loader allows only on a loopback address. Tokens are compared in constant time.
+loader allows only on a loopback address. Tokens are compared in constant time. A call that
+changes something also passes `StateChangeGuard` (proxy/api/doors.py), token or not: its `Host`
+and `Origin` name this gateway (else 403), and its body is JSON (else 415).
 """
 
 from __future__ import annotations
@@ -18,16 +20,26 @@ from proxy.core import AuthError, ForbiddenError
 from proxy.gateway import RouteTable, read_body
 from proxy.store import RuleEventStore
 
+from .doors import StateChangeGuard
+
 
 class AdminAuth:
-    """Checks the bearer token of admin calls."""
+    """Checks admin and webhook calls: `guard`'s `Host` and `Origin` check first (a rebound
+    name is refused even when it carries a token), then the bearer token, then `guard`'s JSON
+    check."""
 
-    def __init__(self, token_env: str, env: Mapping[str, str]) -> None:
+    def __init__(self, token_env: str, env: Mapping[str, str], guard: StateChangeGuard) -> None:
         token = env.get(token_env) or ""
         self._token = token.encode()
         self.token_env = token_env
+        self.guard = guard
 
     def __call__(self, request: Request) -> None:
+        self.guard.refuse_foreign(request, reads=True)
+        self._check_token(request)
+        self.guard.refuse_non_json(request)
+
+    def _check_token(self, request: Request) -> None:
         if not self._token:
             return
         header = request.headers.get("authorization", "")

@@ -1,5 +1,6 @@
 """The rollout part of the HTTP surface (docs/reference.md): `/admin/rollouts/...` and the
-Alertmanager webhook `/hooks/alertmanager`. Both need the admin bearer token.
+Alertmanager webhook `/hooks/alertmanager`. Both need the admin bearer token; every POST also
+passes the `Host`, `Origin` and JSON checks of `proxy.api.doors`.
 
     GET  /admin/rollouts                       every route's rollout state, whether the store
                                                is reachable, and this replica: its `replica`
@@ -12,7 +13,7 @@ Alertmanager webhook `/hooks/alertmanager`. Both need the admin bearer token.
                                                traffic (?since=1h), how long each takes, advice
     POST /admin/rollouts/{route}/{action}      start | pause | resume | promote | abort | rollback
                                                | restore
-                                               optional JSON body {"reason": "..."}; a rollback
+                                               JSON body {} or {"reason": "..."}; a rollback
                                                also takes "to": "primary" | "fallback" (default:
                                                the route's canary.rollback_to)
 
@@ -47,7 +48,6 @@ from proxy.core import (
     RequestError,
     RolloutState,
     Unavailable,
-    UnsupportedMediaType,
     parse_since,
 )
 from proxy.gateway import RouteTable
@@ -253,8 +253,6 @@ def build_rollout_router(
 
     @router.post("/hooks/alertmanager")
     async def alertmanager(request: Request) -> dict[str, Any]:
-        if "json" not in request.headers.get("content-type", "json"):
-            raise UnsupportedMediaType("content-type must be application/json")
         raw = await read_limited(request, MAX_ALERTMANAGER_BODY, "the Alertmanager payload")
         try:
             payload = parse_payload(raw)
@@ -322,7 +320,7 @@ async def _body(request: Request, action: Action) -> tuple[str, RollbackTarget |
     """The optional JSON body of an action: its reason, and a rollback's target."""
     raw = await read_limited(request, MAX_REASON_BODY, "the request body")
     if not raw.strip():
-        return "", None
+        raise RequestError("the body is empty: send {} for an action with nothing to say")
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -331,7 +329,7 @@ async def _body(request: Request, action: Action) -> tuple[str, RollbackTarget |
     allowed = {"reason", "to"} if rollback else {"reason"}
     if not isinstance(body, dict) or set(body) - allowed:
         shape = '{"reason": "...", "to": "primary|fallback"}' if rollback else '{"reason": "..."}'
-        raise RequestError(f"the body must be {shape} or empty")
+        raise RequestError(f"the body must be {shape} or {{}}")
     reason = body.get("reason", "")
     if not isinstance(reason, str) or len(reason) > 1000:
         raise RequestError("'reason' must be a string of at most 1000 characters")

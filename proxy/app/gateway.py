@@ -30,6 +30,7 @@ from proxy.api import (
     FeedbackAuth,
     FeedbackService,
     RecentExchanges,
+    StateChangeGuard,
     TokenBuckets,
     build_admin_router,
     build_feedback_router,
@@ -39,6 +40,7 @@ from proxy.api import (
 )
 from proxy.config import (
     MirrorgateConfig,
+    credential_warnings,
     feedback_app_tokens,
     feedback_open,
     feedback_warnings,
@@ -207,7 +209,12 @@ class Gateway:
             Leadership(self.store),
             self.metrics,
         )
-        for warning in [*rollout_warnings(config), *feedback_warnings(config, self.env)]:
+        warnings = [
+            *rollout_warnings(config),
+            *credential_warnings(config),
+            *feedback_warnings(config, self.env),
+        ]
+        for warning in warnings:
             log.warning("config: %s", warning)
         self.background = TaskSet("gateway")
         self.api = self._build_api()
@@ -290,16 +297,19 @@ class Gateway:
                 self.routes, self.registry, started=lambda: self.ready, store_ok=self.store.ping
             )
         )
+        admin_auth = AdminAuth(
+            self.config.server.admin_token_env, self.env, StateChangeGuard(self.config)
+        )
         api.include_router(
             build_admin_router(
-                AdminAuth(self.config.server.admin_token_env, self.env),
+                admin_auth,
                 self.routes,
                 self.rule_events,
             )
         )
         api.include_router(
             build_rollout_router(
-                AdminAuth(self.config.server.admin_token_env, self.env),
+                admin_auth,
                 self.rollouts,
                 self.routes,
                 replica=f"{socket.gethostname()}:{os.getpid()}",

@@ -10,12 +10,13 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from proxy.config import (
     ConfigError,
     MirrorgateConfig,
+    credential_warnings,
     feedback_warnings,
     load_config,
     rollout_warnings,
@@ -34,9 +35,11 @@ def _config_path(value: str | None) -> str:
     return value or os.environ.get("MIRRORGATE_CONFIG") or "mirrorgate.yaml"
 
 
-def _load(path: str) -> MirrorgateConfig | None:
+def _load(
+    path: str, overrides: Mapping[str, Mapping[str, Any]] | None = None
+) -> MirrorgateConfig | None:
     try:
-        return load_config(path)
+        return load_config(path, overrides=overrides)
     except ConfigError as exc:
         print(f"mirrorgate: {path}: {len(exc.problems)} problem(s)", file=sys.stderr)
         for problem in exc.problems:
@@ -52,22 +55,24 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     print(
         f"{path}: ok ({len(cfg.models)} models, {len(cfg.routes)} routes, {len(cfg.rules)} rules)"
     )
-    for warning in rollout_warnings(cfg):
-        print(f"  warning: {warning}")
-    for warning in feedback_warnings(cfg, os.environ):
+    warnings = [
+        *rollout_warnings(cfg),
+        *credential_warnings(cfg),
+        *feedback_warnings(cfg, os.environ),
+    ]
+    for warning in warnings:
         print(f"  warning: {warning}")
     return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     path = _config_path(args.config)
-    cfg = _load(path)
+    # The flags go through the loader with the file, so every check (a listener beyond loopback
+    # needs the admin token) holds for the address actually served, not only the file's.
+    server = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    cfg = _load(path, {"server": server})
     if cfg is None:
         return 1
-    server = cfg.server.model_copy(
-        update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
-    )
-    cfg = cfg.model_copy(update={"server": server})
     from proxy.app import run_gateway
 
     return run_gateway(cfg)

@@ -81,9 +81,10 @@ def _exchange(client: httpx.Client, args: argparse.Namespace, *, has_token: bool
         since = quote(args.since or "1h", safe="")
         response = _send(client, "GET", f"{_route_path(args.route)}/plan?since={since}", None)
     else:
-        payload: dict[str, str] | None = {"reason": args.reason} if args.reason else None
+        # Always a JSON object, `{}` at least: the gateway takes state changes only as JSON.
+        payload: dict[str, str] = {"reason": args.reason} if args.reason else {}
         if getattr(args, "to", None) is not None:
-            payload = {**(payload or {}), "to": args.to}
+            payload["to"] = args.to
         response = _send(client, "POST", f"{_route_path(args.route)}/{args.action}", payload)
     if response.status_code != 200:
         raise RolloutCommandError(_refusal(response, args, has_token=has_token))

@@ -4,7 +4,13 @@ section, `errors` the one error. The bottom layer: imports nothing of the gatewa
 `analyzers`, for check and agreement specs).
 """
 
-from .checks import feedback_app_tokens, feedback_open, feedback_warnings, rollout_warnings
+from .checks import (
+    credential_warnings,
+    feedback_app_tokens,
+    feedback_open,
+    feedback_warnings,
+    rollout_warnings,
+)
 from .errors import ConfigError, ConfigProblem
 from .loader import load_config, parse_config
 from .specs import (
@@ -38,6 +44,7 @@ __all__ = [
     "StoreSpec",
     "TelemetrySpec",
     "agreement_spec",
+    "credential_warnings",
     "feedback_app_tokens",
     "feedback_open",
     "feedback_warnings",

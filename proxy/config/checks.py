@@ -19,6 +19,10 @@ undefined model or route and every unset key variable is named even when a secti
 
 `feedback_warnings` says what is allowed but worth knowing (feedback open on loopback).
 
+Warnings, not errors (`check-config` prints them and exits 0): `rollout_warnings` (judged metrics
+that cannot be evaluated) and `credential_warnings` (models that send no key, or the client's to
+another host).
+
 Every check returns the problems it found, in document order; the loader runs the lists as they
 are. A new section's check is a function here and one entry in a list.
 """
@@ -387,4 +391,63 @@ def rollout_warnings(cfg: MirrorgateConfig, route: str | None = None) -> list[Co
                     "check_pass_rate is left out: no rule set applies to this route",
                 )
             )
+    return found
+
+
+def credential_warnings(cfg: MirrorgateConfig) -> list[ConfigProblem]:
+    """Models whose calls will carry no key, or the client's key to another host (see
+    `ModelSpec.pass_client_key`): a shadow, canary, fallback or judge without `api_key_env` on
+    another origin than its route's primary sends no credentials (and will likely get 401); a
+    `pass_client_key: true` model on another origin receives credentials the client meant for
+    the primary's host. Not errors: `check-config` prints them and the gateway logs them."""
+    found: list[ConfigProblem] = []
+    for rname, route in cfg.routes.items():
+        primary = cfg.models.get(route.primary)
+        if primary is None:
+            continue
+        roles = [(s.model, "shadow") for s in route.shadows]
+        if route.canary is not None:
+            roles.append((route.canary.model, "canary"))
+        if route.fallback is not None:
+            roles.append((route.fallback, "fallback"))
+        for name, role in roles:
+            model = cfg.models.get(name)
+            if model is None or name == route.primary or model.api_key_env:
+                continue
+            same_origin = model.origin == primary.origin
+            if model.pass_client_key is True and not same_origin:
+                found.append(
+                    ConfigProblem(
+                        f"models.{name}.pass_client_key",
+                        f"the {role} of route '{rname}' gets the client's credentials, meant for "
+                        f"{primary.origin} (the primary '{route.primary}'), at {model.origin}",
+                    )
+                )
+            elif model.pass_client_key is False:
+                found.append(
+                    ConfigProblem(
+                        f"models.{name}",
+                        f"the {role} of route '{rname}' sends no key to {model.origin}: it has no "
+                        "api_key_env and pass_client_key is false",
+                    )
+                )
+            elif model.pass_client_key is None and not same_origin:
+                found.append(
+                    ConfigProblem(
+                        f"models.{name}",
+                        f"the {role} of route '{rname}' sends no key to {model.origin}: it has no "
+                        "api_key_env, and the client's credentials go only to the primary's "
+                        f"origin ({primary.origin}); set api_key_env (or pass_client_key: true "
+                        "to send them there too)",
+                    )
+                )
+    judge = cfg.models.get(cfg.judge.model) if cfg.judge is not None else None
+    if cfg.judge is not None and judge is not None and not judge.api_key_env:
+        found.append(
+            ConfigProblem(
+                f"models.{cfg.judge.model}",
+                "the judge's calls send no key: they carry no client's credentials; set "
+                "api_key_env",
+            )
+        )
     return found

@@ -6,7 +6,9 @@ Loading runs in passes, each collecting problems instead of stopping at the firs
    past `MAX_NODES` nodes, an alias bomb, is refused);
 2. check the raw document's references and key variables (`checks.DOCUMENT_CHECKS`), before
    validation, so that every undefined name is reported even when a section is invalid;
-3. interpolate `${VAR}` / `${VAR:-default}` in every string, naming the key of a missing variable;
+3. interpolate `${VAR}` / `${VAR:-default}` in every string, naming the key of a missing variable,
+   then lay the caller's overrides over it (`serve --host/--port`), so that what runs is what is
+   validated;
 4. validate into the frozen specs of `specs.py`, then run one check per config section
    (`checks.SPEC_CHECKS`).
 
@@ -98,8 +100,15 @@ def _interpolate(
     return node
 
 
-def parse_config(text: str, env: Mapping[str, str] | None = None) -> MirrorgateConfig:
-    """Validate configuration text; raise `ConfigError` naming every problem."""
+Overrides = Mapping[str, Mapping[str, Any]]
+"""Keys that replace the file's, by section: `{"server": {"host": "0.0.0.0"}}`."""
+
+
+def parse_config(
+    text: str, env: Mapping[str, str] | None = None, overrides: Overrides | None = None
+) -> MirrorgateConfig:
+    """Validate configuration text with `overrides` laid over it; raise `ConfigError` naming
+    every problem of the result."""
     env = os.environ if env is None else env
     problems: list[ConfigProblem] = []
     loader = yaml.SafeLoader(text)
@@ -127,6 +136,9 @@ def parse_config(text: str, env: Mapping[str, str] | None = None) -> MirrorgateC
     for document_check in DOCUMENT_CHECKS:
         problems += document_check(raw, env)
     raw = _interpolate(raw, env, (), problems)
+    for section, values in (overrides or {}).items():
+        given = raw.get(section)
+        raw[section] = {**(given if isinstance(given, dict) else {}), **values}
     try:
         cfg = MirrorgateConfig.model_validate(raw)
     except ValidationError as exc:
@@ -146,8 +158,11 @@ def parse_config(text: str, env: Mapping[str, str] | None = None) -> MirrorgateC
     return cfg
 
 
-def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> MirrorgateConfig:
-    """Read and validate a configuration file; raise `ConfigError` naming every problem."""
+def load_config(
+    path: str | Path, env: Mapping[str, str] | None = None, overrides: Overrides | None = None
+) -> MirrorgateConfig:
+    """Read and validate a configuration file with `overrides` laid over it (`parse_config`);
+    raise `ConfigError` naming every problem."""
     file = Path(path)
     try:
         size = file.stat().st_size
@@ -160,4 +175,4 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Mirro
         raise ConfigError([ConfigProblem("", f"{file}: not UTF-8 text")]) from exc
     except OSError as exc:
         raise ConfigError([ConfigProblem("", f"{file}: cannot read ({exc.strerror})")]) from exc
-    return parse_config(text, env)
+    return parse_config(text, env, overrides)

@@ -60,6 +60,11 @@ class ServerSpec(Spec):
     replica is applied within this delay plus one query)."""
     external_url: str | None = None
     """How people reach this gateway (alert links point at its admin API); default: host:port."""
+    allowed_hosts: tuple[str, ...] = ()
+    """More names this gateway answers state-changing admin and webhook calls under (`Host`,
+    and `Origin` when sent), each `name` (any port) or `name:port`: a Service's DNS name, the
+    name Alertmanager's webhook URL uses. Loopback names on the listening port and
+    `external_url`'s host are always allowed; any other is refused with 403 (DNS rebinding)."""
     shadow_shed_lag_ms: float = Field(10.0, ge=0, le=10_000)
     """Overload by lag: once the event loop runs ready work this late on average (about the last
     second of wake-ups), new shadow and noise-floor calls are dropped (`reason="overload"`) until
@@ -68,6 +73,23 @@ class ServerSpec(Spec):
     """Overload by CPU: once the event loop's thread is on the CPU this share of the time (over
     about half a second), new shadow and noise-floor calls are dropped (`reason="overload"`)
     until it is 10 points lower. 0 leaves it out."""
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for host in value:
+            if not re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(:[0-9]{1,5})?", host):
+                raise ValueError(
+                    f"'{host[:100]}' is not a host name or host:port (no scheme, no path)"
+                )
+        return tuple(host.lower() for host in value)
+
+    @field_validator("external_url")
+    @classmethod
+    def _external_http_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
 
     @field_validator("shadow_shed_lag_ms")
     @classmethod
@@ -118,7 +140,14 @@ class ModelSpec(Spec):
     model: str = Field(min_length=1)
     """Model name sent upstream."""
     api_key_env: str | None = None
-    """Variable holding the upstream key. Unset: the client's own credentials are passed through."""
+    """Variable holding the upstream key; set, it replaces the client's credentials on every call
+    to this model. Unset: see `pass_client_key`."""
+    pass_client_key: bool | None = None
+    """For a model without `api_key_env`: whether the client's own credentials (`Authorization`,
+    `x-api-key`, `api-key`) go to it. Unset: only when it is on the same origin (scheme, host,
+    port) as the primary the request's route is configured with — the host the client meant —
+    so never to a shadow, canary, fallback, judge or noise-floor call on another host. `true`:
+    always; `false`: never. Cookies never go upstream."""
     timeout_s: float = Field(60.0, gt=0)
     """Longest wait for the response headers and between two chunks of a stream."""
     connect_timeout_s: float = Field(5.0, gt=0)
@@ -133,6 +162,25 @@ class ModelSpec(Spec):
         if not re.match(r"^https?://[^/\s]+", value):
             raise ValueError("must be an http:// or https:// URL")
         return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _one_source_of_key(self) -> ModelSpec:
+        if self.api_key_env and self.pass_client_key:
+            raise ValueError(
+                "pass_client_key: true and api_key_env exclude each other (a model with its own "
+                "key never sends the client's)"
+            )
+        return self
+
+    @property
+    def origin(self) -> str:
+        """`scheme://host:port` of `base_url`, the port spelled out: what decides whether two
+        models are the same host to a client's credentials."""
+        scheme, _, rest = self.base_url.partition("://")
+        netloc = rest.split("/", 1)[0].rpartition("@")[2].lower()
+        if not netloc.endswith("]") and ":" in netloc.rsplit("]", 1)[-1]:
+            return f"{scheme.lower()}://{netloc}"
+        return f"{scheme.lower()}://{netloc}:{443 if scheme.lower() == 'https' else 80}"
 
 
 class ShadowSpec(Spec):

@@ -174,6 +174,7 @@ class ProxyHandler:
             t0=ctx_clock[0], start_ns=ctx_clock[1],
             rule=match.rule if match else None, rule_version=match.version if match else None,
             system_prompt=match.system_prompt if match else None,
+            credentials_for=self.clients[plan.route.spec.primary].origin,
         )  # fmt: skip
         if self.feedback_tokens is not None:
             ctx.feedback_token = self.feedback_tokens.issue(request_id, time.time())
@@ -319,10 +320,12 @@ def _ids(ctx: CallContext, attempt: Attempt) -> Headers:
 
 
 def _response_headers(ctx: CallContext, attempt: Attempt, response: UpstreamResponse) -> Headers:
+    # No `set-cookie`: cookies never go upstream, so one set by a model (any arm's) would only
+    # plant that host's cookie on the gateway's origin.
     out: Headers = [
         (name, value)
         for name, value in response.headers
-        if name.lower().decode("latin-1") not in HOP_BY_HOP
+        if (lowered := name.lower().decode("latin-1")) not in HOP_BY_HOP and lowered != "set-cookie"
     ]
     out.extend(_ids(ctx, attempt))
     return out

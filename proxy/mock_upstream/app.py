@@ -62,6 +62,10 @@ class MockUpstreamApp:
         self.tokens = tokens or TokenCounter()
         self.faults = FaultSchedule()
         self.recorder = RequestRecorder(behavior.max_recorded_requests, behavior.record_requests)
+        self._extra_headers = tuple(
+            (k.lower().encode("latin-1"), v.encode("latin-1"))
+            for k, v in behavior.response_headers.items()
+        )
         self._formats: dict[str, WireFormat] = {
             "/v1/chat/completions": ChatCompletionsFormat(),
             "/v1/completions": CompletionsFormat(),
@@ -71,7 +75,8 @@ class MockUpstreamApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            await self._http(scope["method"], scope["path"], ClientConnection(scope, receive, send))
+            connection = ClientConnection(scope, receive, send, self._extra_headers)
+            await self._http(scope["method"], scope["path"], connection)
         elif scope["type"] == "lifespan":
             while (await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})

@@ -160,6 +160,8 @@ class BehaviorSpec(Spec):
     max_recorded_requests: int = Field(10_000, ge=1)
     api_key: str | None = None
     """If set, requests must carry it (`Authorization: Bearer` or `x-api-key`) or get 401."""
+    response_headers: dict[str, str] = Field(default_factory=dict)
+    """Extra headers on every answer (a `set-cookie`, to see what a gateway relays)."""
 
     @model_validator(mode="before")
     @classmethod

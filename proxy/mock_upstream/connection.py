@@ -33,6 +33,8 @@ class ClientConnection:
     scope: Scope
     receive: Receive
     send: Send
+    extra_headers: tuple[tuple[bytes, bytes], ...] = ()
+    """Sent with every answer (the behaviour's `response_headers`)."""
 
     async def read_body(self) -> bytes | None:
         """The whole request body, or None when the client left before sending it."""
@@ -51,13 +53,14 @@ class ClientConnection:
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
             *_request_ids(),
+            *self.extra_headers,
         ]
         await self.send({"type": "http.response.start", "status": status, "headers": headers})
         await self.send({"type": "http.response.body", "body": body})
 
     async def start_events(self) -> None:
         """Headers of a `text/event-stream` response."""
-        headers = _SSE_HEADERS + _request_ids()
+        headers = [*_SSE_HEADERS, *_request_ids(), *self.extra_headers]
         await self.send({"type": "http.response.start", "status": 200, "headers": headers})
 
     async def send_events(self, data: bytes, more: bool = True) -> None:

@@ -68,6 +68,9 @@ class CallContext:
     readers do not extract it again); None when nobody needed it yet."""
     feedback_token: str | None = None
     """The signed token answered as `x-mirrorgate-feedback-token` (None: none is issued)."""
+    credentials_for: str | None = None
+    """The upstream origin the client's credentials were meant for: its route's configured
+    primary's (`ModelSpec.origin`). None: no upstream's (the judge's and replays' calls)."""
 
 
 @dataclass(slots=True)
@@ -136,7 +139,9 @@ class ModelCaller:
         attempt = Attempt(target, arm, upstream_body, started, datetime.now(UTC), time.time_ns())
         try:
             with gateway_errors(target):
-                response = await client.send(ctx.endpoint.upstream_path, upstream_body, ctx.headers)
+                response = await client.send(
+                    ctx.endpoint.upstream_path, upstream_body, ctx.headers, ctx.credentials_for
+                )
         except UpstreamError as exc:
             attempt.fail(exc)
             return attempt

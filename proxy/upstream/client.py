@@ -2,6 +2,12 @@
 
 The client rewrites nothing in the body; it only decides the URL, swaps in the model's credentials
 and drops the headers that must not cross a proxy.
+
+Credentials go only where the client sent them. A model with its own key (`api_key_env`) sends
+that key and never the client's. A model without one sends the client's `Authorization`,
+`x-api-key` and `api-key` when `pass_client_key` is true, or, unset, when it is on the origin
+the client's credentials were meant for (`UpstreamClient.headers`' `credentials_for`: the
+route's configured primary); otherwise it sends none. `Cookie` never goes upstream.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ HOP_BY_HOP = frozenset(
 """Headers that describe one connection, not the message; never forwarded either way."""
 
 _CREDENTIALS = frozenset({"authorization", "x-api-key", "api-key"})
+_NEVER_FORWARDED = frozenset({"cookie"})
+"""A browser's cookies for the gateway are nobody upstream's business."""
 
 
 def shared_ssl_context() -> ssl.SSLContext:
@@ -53,9 +61,10 @@ class UpstreamClient:
                 if spec.provider == "anthropic"
                 else {"authorization": f"Bearer {key}"}
             )
-        self._replaced = frozenset(auth) | _CREDENTIALS if auth else frozenset()
+        self.origin = spec.origin
+        self._own_key = bool(spec.api_key_env)
         extra = {k.lower(): v for k, v in spec.headers.items()}
-        self._dropped = HOP_BY_HOP | frozenset(extra)
+        self._dropped = HOP_BY_HOP | _NEVER_FORWARDED | frozenset(extra)
         self._added = [(k.encode(), v.encode()) for k, v in {**auth, **extra}.items()]
         self._added.append((b"accept-encoding", b"identity"))
         self.http = UpstreamHTTP(
@@ -66,13 +75,25 @@ class UpstreamClient:
             ssl_context=ssl_context,
         )
 
-    def headers(self, client_headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-        """The headers to send upstream, built from the client's."""
+    def passes_client_key(self, credentials_for: str | None) -> bool:
+        """Whether the client's credentials go to this model when they were meant for the
+        origin `credentials_for` (None: for no upstream)."""
+        if self._own_key or self.spec.pass_client_key is False:
+            return False
+        return self.spec.pass_client_key is True or self.origin == credentials_for
+
+    def headers(
+        self, client_headers: Iterable[tuple[bytes, bytes]], credentials_for: str | None = None
+    ) -> list[tuple[bytes, bytes]]:
+        """The headers to send upstream, built from the client's; the client's credentials
+        stay out unless `passes_client_key(credentials_for)`."""
         out: list[tuple[bytes, bytes]] = []
-        dropped, replaced = self._dropped, self._replaced
+        dropped = self._dropped
+        if not self.passes_client_key(credentials_for):
+            dropped = dropped | _CREDENTIALS
         for raw_name, value in client_headers:
             name = raw_name.decode("latin-1").lower()
-            if name in dropped or name in replaced or name.startswith("x-mirrorgate-"):
+            if name in dropped or name.startswith("x-mirrorgate-"):
                 continue
             out.append((raw_name, value))
         out.extend(self._added)
@@ -83,10 +104,16 @@ class UpstreamClient:
         return out
 
     async def send(
-        self, upstream_path: str, body: bytes, client_headers: Iterable[tuple[bytes, bytes]]
+        self,
+        upstream_path: str,
+        body: bytes,
+        client_headers: Iterable[tuple[bytes, bytes]],
+        credentials_for: str | None = None,
     ) -> UpstreamResponse:
-        """POST `body` to the model; returns once the response head arrived."""
-        return await self.http.send("POST", upstream_path, self.headers(client_headers), body)
+        """POST `body` to the model; returns once the response head arrived (`headers` says
+        what `credentials_for` means)."""
+        headers = self.headers(client_headers, credentials_for)
+        return await self.http.send("POST", upstream_path, headers, body)
 
     async def aclose(self) -> None:
         await self.http.aclose()

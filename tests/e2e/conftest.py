@@ -285,7 +285,7 @@ class RolloutClient:
         return body
 
     def act(self, gateway: GatewayProcess, action: str) -> httpx.Response:
-        return self.http.post(gateway.url + f"/admin/rollouts/bot/{action}", headers=ADMIN)
+        return self.http.post(gateway.url + f"/admin/rollouts/bot/{action}", headers=ADMIN, json={})
 
     def metric(self, gateway: GatewayProcess, name: str, **labels: str) -> float:
         """The sum of every sample of `name` carrying `labels`."""

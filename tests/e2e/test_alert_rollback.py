@@ -114,7 +114,7 @@ def test_the_shipped_canary_error_alert_rolls_the_route_back_through_alertmanage
         )
         prometheus.wait_for_targets_up("mirrorgate")
         with httpx.Client(base_url=gateway.url, headers=AUTH, timeout=10) as admin:
-            admin.post(f"/admin/rollouts/{ROUTE}/start").raise_for_status()
+            admin.post(f"/admin/rollouts/{ROUTE}/start", json={}).raise_for_status()
             traffic = Traffic(gateway.url)
 
             def rollout() -> dict[str, Any]:

@@ -216,7 +216,9 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
         stack.append(prometheus)
         prometheus.wait_for_targets_up("mirrorgate")
         started_at = time.time()
-        httpx.post(f"{gateway.url}/admin/rollouts/{ROUTE}/start", timeout=10).raise_for_status()
+        httpx.post(
+            f"{gateway.url}/admin/rollouts/{ROUTE}/start", json={}, timeout=10
+        ).raise_for_status()
         traffic = Traffic(gateway.url)
         traffic.start()
         stack.append(traffic)

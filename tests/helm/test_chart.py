@@ -235,6 +235,11 @@ def test_rendered_config_passes_check_config(
     text = one(docs, "ConfigMap", "shop-mirrorgate")["data"]["mirrorgate.yaml"]
     config = yaml.safe_load(text)
     assert config["server"]["host"] == "0.0.0.0" and config["server"]["port"] == 8080
+    # State-changing admin calls through the Service's DNS name are answered (Host check).
+    assert config["server"]["allowed_hosts"] == [
+        "shop-mirrorgate", "shop-mirrorgate.prod", "shop-mirrorgate.prod.svc",
+        "shop-mirrorgate.prod.svc.cluster.local",
+    ]  # fmt: skip
     # The container gets every variable the config names, as the pod would from its Secrets.
     container = gateway_container(one(docs, "Deployment")["spec"]["template"]["spec"])
     given = {e["name"] for e in container["env"]}
@@ -253,6 +258,13 @@ def test_a_bad_config_value_is_named_by_check_config(
     result = check_config(text, {"OPENAI_API_KEY": "k", "MIRRORGATE_ADMIN_TOKEN": "t"})
     assert result.returncode == 1
     assert "routes.default.primary: model 'no-such-model' is not defined" in result.stderr
+
+
+def test_your_allowed_hosts_are_kept_beside_the_service_names(chart: helm_python.Chart) -> None:
+    values = {"config": {"server": {"allowed_hosts": ["gw.example.org"]}}}
+    text = one(render(chart, values), "ConfigMap", "shop-mirrorgate")["data"]["mirrorgate.yaml"]
+    hosts = yaml.safe_load(text)["server"]["allowed_hosts"]
+    assert hosts[0] == "gw.example.org" and "shop-mirrorgate.prod.svc" in hosts
 
 
 def test_config_changes_roll_the_pods(chart: helm_python.Chart) -> None:

@@ -89,7 +89,9 @@ class Client:
         return [v for v in rows if v["metric"] == "correction_rate"]
 
     def start_rollout(self) -> None:
-        self.http.post(f"/admin/rollouts/{ROUTE}/start", headers=ADMIN_AUTH).raise_for_status()
+        self.http.post(
+            f"/admin/rollouts/{ROUTE}/start", headers=ADMIN_AUTH, json={}
+        ).raise_for_status()
 
 
 def canary_ones(answers: list[httpx.Response]) -> list[httpx.Response]:

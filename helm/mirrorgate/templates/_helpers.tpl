@@ -45,13 +45,20 @@ app.kubernetes.io/component: gateway
 {{- end }}
 
 {{/* mirrorgate.yaml: the `config` values with the listening address, port and admin token
-variable that the container is given. */}}
+variable that the container is given, and (standalone) the Service's DNS names in
+server.allowed_hosts. */}}
 {{- define "mirrorgate.configYaml" -}}
 {{- $config := deepCopy .Values.config }}
 {{- $server := deepCopy (get $config "server" | default dict) }}
 {{- $_ := set $server "host" "0.0.0.0" }}
 {{- $_ = set $server "port" (int .Values.port) }}
 {{- $_ = set $server "admin_token_env" .Values.adminToken.env }}
+{{- if eq .Values.mode "standalone" }}
+{{- /* State-changing admin calls are answered only under a name of the gateway: add the Service's. */}}
+{{- $svc := include "mirrorgate.fullname" . }}
+{{- $names := list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace) }}
+{{- $_ = set $server "allowed_hosts" (concat (get $server "allowed_hosts" | default list) $names | uniq) }}
+{{- end }}
 {{- $_ = set $config "server" $server }}
 {{- toYaml $config }}
 {{- end }}

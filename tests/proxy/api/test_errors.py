@@ -91,7 +91,7 @@ def test_a_store_outage_is_503_and_no_bug(
     assert read.json()["error"]["message"] == f"the store cannot be read: {down}"
 
     monkeypatch.setattr(gateway.rollouts.store, "load", raising(down))
-    act = call(gateway, "POST", "/admin/rollouts/bot/start")
+    act = call(gateway, "POST", "/admin/rollouts/bot/start", json={})
     assert act.status_code == 503
     assert act.json()["error"]["message"] == f"nothing changed: {down}"
     assert call(gateway, "GET", "/admin/rollouts").json()["store_reachable"] is False
@@ -99,7 +99,7 @@ def test_a_store_outage_is_503_and_no_bug(
 
 
 def test_an_illegal_action_is_409_naming_the_phase(gateway: Gateway) -> None:
-    response = call(gateway, "POST", "/admin/rollouts/bot/pause")
+    response = call(gateway, "POST", "/admin/rollouts/bot/pause", json={})
     assert response.status_code == 409
     error = response.json()["error"]
     assert error["phase"] == "pending" and error["type"] == "invalid_request_error"

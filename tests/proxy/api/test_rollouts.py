@@ -20,6 +20,7 @@ from tests.webhook_receiver import WebhookReceiver
 
 TOKEN = "t0ken-for-tests"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
+AUTH_JSON = {**AUTH, "content-type": "application/json"}
 ENV = {"MIRRORGATE_ADMIN_TOKEN": TOKEN}
 
 pytestmark = pytest.mark.usefixtures("quick_rollout_ticks")
@@ -129,11 +130,11 @@ def test_admin_calls_need_the_token_and_a_known_route(start_gateway: StartGatewa
         assert (
             client.get("/admin/rollouts", headers={"authorization": "Basic x"}).status_code == 401
         )
-        missing = client.post("/admin/rollouts/nope/start", headers=AUTH)
+        missing = client.post("/admin/rollouts/nope/start", headers=AUTH, json={})
         assert missing.status_code == 404 and "nope" in missing.json()["error"]["message"]
-        assert client.post("/admin/rollouts/bot/explode", headers=AUTH).status_code == 404
-        assert client.post("/admin/rollouts/bot/advance", headers=AUTH).status_code == 404
-        bad = client.post("/admin/rollouts/bot/pause", headers=AUTH, content=b"{not json")
+        assert client.post("/admin/rollouts/bot/explode", headers=AUTH, json={}).status_code == 404
+        assert client.post("/admin/rollouts/bot/advance", headers=AUTH, json={}).status_code == 404
+        bad = client.post("/admin/rollouts/bot/pause", headers=AUTH_JSON, content=b"{not json")
         assert bad.status_code == 400
         huge = client.post("/admin/rollouts/bot/pause", headers=AUTH, json={"reason": "x" * 20_000})
         assert huge.status_code == 413
@@ -151,7 +152,7 @@ def test_operator_drives_the_rollout_and_every_arm_follows(start_gateway: StartG
     gw = start_gateway(extra=rollout_config(steps=[30, 60]), env=ENV)
     with gw.client() as client:
         assert ask(client, "u1").headers["x-mirrorgate-arm"] == "primary"
-        illegal = client.post("/admin/rollouts/bot/pause", headers=AUTH)
+        illegal = client.post("/admin/rollouts/bot/pause", headers=AUTH, json={})
         assert illegal.status_code == 409
         assert illegal.json()["error"]["phase"] == "pending"
         started = client.post("/admin/rollouts/bot/start", headers=AUTH, json={"reason": "go"})
@@ -159,7 +160,7 @@ def test_operator_drives_the_rollout_and_every_arm_follows(start_gateway: StartG
         body = started.json()["rollout"]
         assert (body["phase"], body["step"], body["weight_percent"]) == ("progressing", 0, 30.0)
         assert body["serving"]["canary"] == "stale"
-        again = client.post("/admin/rollouts/bot/start", headers=AUTH)
+        again = client.post("/admin/rollouts/bot/start", headers=AUTH, json={})
         assert again.status_code == 200 and again.json()["changed"] is False
 
         # Sticky: each user's arm is the same on every request; about 30 % are on the canary.
@@ -173,16 +174,21 @@ def test_operator_drives_the_rollout_and_every_arm_follows(start_gateway: StartG
         answer = ask(client, on_canary[0]).json()["choices"][0]["message"]["content"]
         assert answer == '{"max_weight": 100}'  # the stale candidate's answer
 
-        assert client.post("/admin/rollouts/bot/pause", headers=AUTH).json()["changed"] is True
-        paused = client.post("/admin/rollouts/bot/pause", headers=AUTH)
+        assert (
+            client.post("/admin/rollouts/bot/pause", headers=AUTH, json={}).json()["changed"]
+            is True
+        )
+        paused = client.post("/admin/rollouts/bot/pause", headers=AUTH, json={})
         assert paused.status_code == 200 and paused.json()["changed"] is False
         assert ask(client, on_canary[0]).headers["x-mirrorgate-arm"] == "canary"  # paused holds
-        resumed = client.post("/admin/rollouts/bot/resume", headers=AUTH).json()["rollout"]
+        resumed = client.post("/admin/rollouts/bot/resume", headers=AUTH, json={}).json()["rollout"]
         assert resumed["phase"] == "progressing"
         assert metric(client, "mirrorgate_rollout_weight_percent", route="bot") == 30.0
         assert metric(client, "mirrorgate_rollout_phase", route="bot", phase="progressing") == 1
 
-        promoted = client.post("/admin/rollouts/bot/promote", headers=AUTH).json()["rollout"]
+        promoted = client.post("/admin/rollouts/bot/promote", headers=AUTH, json={}).json()[
+            "rollout"
+        ]
         assert promoted["phase"] == "promoted"
         assert promoted["override"] == {
             "model": "stale", "arm": "primary", "config_primary": "rule-follower"
@@ -195,7 +201,9 @@ def test_operator_drives_the_rollout_and_every_arm_follows(start_gateway: StartG
         assert (bot["primary"], bot["overridden"], bot["phase"]) == ("stale", True, "promoted")
 
         # Reversible: a rollback gives the route back to the baseline it started from.
-        rolled = client.post("/admin/rollouts/bot/rollback", headers=AUTH).json()["rollout"]
+        rolled = client.post("/admin/rollouts/bot/rollback", headers=AUTH, json={}).json()[
+            "rollout"
+        ]
         assert (rolled["phase"], rolled["rolled_back_to"], rolled["override"]) == (
             "rolled_back",
             "primary",
@@ -210,7 +218,7 @@ def test_operator_drives_the_rollout_and_every_arm_follows(start_gateway: StartG
         assert served.json()["choices"][0]["message"]["content"] == '{"max_weight": 150}'
         assert metric(client, "mirrorgate_rollbacks_total", route="bot", reason="operator") == 1
         for body in (b'{"to": "elsewhere"}', b'{"to": "fallback", "extra": 1}'):
-            bad = client.post("/admin/rollouts/bot/rollback", headers=AUTH, content=body)
+            bad = client.post("/admin/rollouts/bot/rollback", headers=AUTH_JSON, content=body)
             assert bad.status_code == 400 and "to" in bad.json()["error"]["message"]
         wrong = client.post("/admin/rollouts/bot/pause", headers=AUTH, json={"to": "fallback"})
         assert wrong.status_code == 400
@@ -229,7 +237,9 @@ def test_operator_drives_the_rollout_and_every_arm_follows(start_gateway: StartG
         ]  # fmt: skip
         assert history[-1]["reason"] == "go" and history[0]["actor"] == "operator"
         assert history[0]["reason"] == "5xx"
-        restored = client.post("/admin/rollouts/bot/restore", headers=AUTH).json()["rollout"]
+        restored = client.post("/admin/rollouts/bot/restore", headers=AUTH, json={}).json()[
+            "rollout"
+        ]
         assert (restored["phase"], restored["rolled_back_to"], restored["override"]) == (
             "pending",
             None,
@@ -243,7 +253,7 @@ def test_a_rollback_to_a_missing_fallback_is_refused(start_gateway: StartGateway
     del extra["routes"]["bot"]["fallback"]
     gw = start_gateway(extra=extra, env=ENV)
     with gw.client() as client:
-        client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
+        client.post("/admin/rollouts/bot/start", headers=AUTH, json={}).raise_for_status()
         refused = client.post("/admin/rollouts/bot/rollback", headers=AUTH, json={"to": "fallback"})
         assert refused.status_code == 409 and "no fallback" in refused.json()["error"]["message"]
         assert refused.json()["error"]["phase"] == "progressing"
@@ -260,8 +270,8 @@ def test_rollout_state_survives_a_restart(start_gateway: StartGateway, tmp_path:
     db = f"sqlite:///{tmp_path / 'persist.db'}"
     gw = start_gateway(db, extra=rollout_config(steps=[20, 40, 80]), env=ENV)
     with gw.client() as client:
-        client.post("/admin/rollouts/bot/start", headers=AUTH)
-        client.post("/admin/rollouts/bot/pause", headers=AUTH)
+        client.post("/admin/rollouts/bot/start", headers=AUTH, json={})
+        client.post("/admin/rollouts/bot/pause", headers=AUTH, json={})
         before = rollout(client)
     gw.stop()
     again = start_gateway(db, extra=rollout_config(steps=[20, 40, 80]), env=ENV)
@@ -279,7 +289,7 @@ def test_where_a_rollback_sent_the_route_survives_a_restart(
     db = f"sqlite:///{tmp_path / 'rolled.db'}"
     gw = start_gateway(db, extra=rollout_config(), env=ENV)
     with gw.client() as client:
-        client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
+        client.post("/admin/rollouts/bot/start", headers=AUTH, json={}).raise_for_status()
         client.post(
             "/admin/rollouts/bot/rollback", headers=AUTH, json={"to": to}
         ).raise_for_status()
@@ -297,7 +307,7 @@ def test_a_stale_candidate_is_rolled_back_after_the_rule_changes(
     extra = rollout_config(sinks=[{"type": "webhook", "url": webhook.url}])
     gw = start_gateway(extra=extra, env=ENV)
     with gw.client() as client:
-        client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
+        client.post("/admin/rollouts/bot/start", headers=AUTH, json={}).raise_for_status()
         for i in range(80):  # rule v1: both models answer 100, both pass
             ask(client, f"user-{i}")
         assert rollout(client)["phase"] == "progressing"
@@ -368,7 +378,7 @@ def test_a_healthy_canary_climbs_its_steps_and_is_promoted(start_gateway: StartG
     )
     gw = start_gateway(extra=extra, env=ENV)
     with gw.client() as client:
-        client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
+        client.post("/admin/rollouts/bot/start", headers=AUTH, json={}).raise_for_status()
         i = 0
         while rollout(client)["phase"] == "progressing" and i < 3000:
             ask(client, f"user-{i}")
@@ -409,7 +419,7 @@ ALERT: dict[str, Any] = {
 def test_alertmanager_rolls_the_route_back_once_per_alert(start_gateway: StartGateway) -> None:
     gw = start_gateway(extra=rollout_config(), env=ENV)
     with gw.client() as client:
-        client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
+        client.post("/admin/rollouts/bot/start", headers=AUTH, json={}).raise_for_status()
         assert client.post("/hooks/alertmanager", json=ALERT).status_code == 401
         for bad in (b"{", b"[]", json.dumps({**ALERT, "version": "3"}).encode(), b"\xff\xfe"):
             response = client.post(
@@ -448,7 +458,9 @@ def test_alertmanager_rolls_the_route_back_once_per_alert(start_gateway: StartGa
         assert rollout(client)["phase"] == "rolled_back"
         # The operator gives the route back to its primary; a late redelivery of the same firing
         # must not take it away again.
-        restored = client.post("/admin/rollouts/bot/restore", headers=AUTH).json()["rollout"]
+        restored = client.post("/admin/rollouts/bot/restore", headers=AUTH, json={}).json()[
+            "rollout"
+        ]
         assert (restored["phase"], restored["override"]) == ("pending", None)
         assert ask(client, "u").headers["x-mirrorgate-arm"] == "primary"
         late = client.post("/hooks/alertmanager", headers=AUTH, json=ALERT).json()
@@ -482,8 +494,8 @@ def test_a_sink_that_is_down_never_holds_a_rollback_back(start_gateway: StartGat
     extra["alerts"].update({"retries": 2, "backoff_initial_s": 0.01, "backoff_max_s": 0.05})
     gw = start_gateway(extra=extra, env=ENV)
     with gw.client() as client:
-        client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
-        rolled = client.post("/admin/rollouts/bot/rollback", headers=AUTH)
+        client.post("/admin/rollouts/bot/start", headers=AUTH, json={}).raise_for_status()
+        rolled = client.post("/admin/rollouts/bot/rollback", headers=AUTH, json={})
         assert rolled.status_code == 200 and rolled.json()["rollout"]["phase"] == "rolled_back"
         assert ask(client, "u").headers["x-mirrorgate-arm"] == "primary"
         wait_until(
@@ -502,7 +514,7 @@ def test_disagreement_above_the_noise_floor_is_judged_from_shadow_pairs(
     )
     gw = start_gateway(extra=extra, env=ENV)
     with gw.client() as client:
-        client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
+        client.post("/admin/rollouts/bot/start", headers=AUTH, json={}).raise_for_status()
         for i in range(200):  # under v2 the stale candidate's answers differ from the primary's
             ask(client, f"user-{i}", version="v2", weight=150)
             if rollout(client)["phase"] == "rolled_back":
@@ -522,7 +534,7 @@ def test_disagreement_above_the_noise_floor_is_judged_from_shadow_pairs(
 def test_an_alert_labelled_fallback_leaves_the_primary(start_gateway: StartGateway) -> None:
     gw = start_gateway(extra=rollout_config(), env=ENV)
     with gw.client() as client:
-        client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
+        client.post("/admin/rollouts/bot/start", headers=AUTH, json={}).raise_for_status()
         alert = copy.deepcopy(ALERT)
         alert["alerts"][0]["labels"]["mirrorgate_action"] = "fallback"
         answer = client.post("/hooks/alertmanager", headers=AUTH, json=alert).json()
@@ -536,7 +548,7 @@ def test_an_alert_labelled_fallback_leaves_the_primary(start_gateway: StartGatew
 def test_a_plain_alert_rolls_the_canary_back_to_the_primary(start_gateway: StartGateway) -> None:
     gw = start_gateway(extra=rollout_config(), env=ENV)
     with gw.client() as client:
-        client.post("/admin/rollouts/bot/start", headers=AUTH).raise_for_status()
+        client.post("/admin/rollouts/bot/start", headers=AUTH, json={}).raise_for_status()
         answer = client.post("/hooks/alertmanager", headers=AUTH, json=ALERT).json()
         assert answer["rollbacks"][0]["rolled_back_to"] == "primary"
         assert {ask(client, f"user-{i}").headers["x-mirrorgate-arm"] for i in range(20)} == {
@@ -552,9 +564,11 @@ def test_a_second_rollback_of_the_route_alerts_again(
     with gw.client() as client:
         ids = []
         for _ in range(2):  # two rollouts, rolled back seconds apart: inside the dedupe window
-            started = client.post("/admin/rollouts/bot/start", headers=AUTH).json()["rollout"]
+            started = client.post("/admin/rollouts/bot/start", headers=AUTH, json={}).json()[
+                "rollout"
+            ]
             ids.append(started["rollout_id"])
-            client.post("/admin/rollouts/bot/rollback", headers=AUTH).raise_for_status()
+            client.post("/admin/rollouts/bot/rollback", headers=AUTH, json={}).raise_for_status()
         alerts = wait_until(
             lambda: len(webhook.bodies) >= 2 and webhook.bodies, what="both rollback alerts"
         )

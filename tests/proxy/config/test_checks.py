@@ -8,6 +8,7 @@ import yaml
 
 from proxy.config import (
     MirrorgateConfig,
+    credential_warnings,
     feedback_app_tokens,
     feedback_open,
     feedback_warnings,
@@ -217,3 +218,43 @@ def test_rollback_to_fallback_needs_a_fallback_and_defaults_to_primary() -> None
     fine = parse_config(yaml.safe_dump(doc), env={})
     assert fine.routes["bot"].canary is not None
     assert fine.routes["bot"].canary.rollback_to == "fallback"
+
+
+def test_credential_warnings_name_keyless_arms_on_other_hosts_and_opt_ins() -> None:
+    primary = {"provider": "openai", "base_url": "https://primary.example/v1", "model": "p"}
+    elsewhere = {"provider": "openai", "base_url": "https://other.example/v1", "model": "o"}
+    doc: dict[str, Any] = {
+        "models": {
+            "prod": primary,
+            "same-host": {**primary, "model": "s"},  # the primary's origin: gets the client's key
+            "keyless": elsewhere,
+            "keyed": {**elsewhere, "api_key_env": "OTHER_KEY"},
+            "opted-in": {**elsewhere, "pass_client_key": True},
+            "opted-out": {**primary, "pass_client_key": False},
+        },
+        "routes": {
+            "bot": {
+                "primary": "prod",
+                "fallback": "keyless",
+                "shadows": [{"model": "same-host"}, {"model": "keyed"}, {"model": "opted-in"}],
+                "canary": {"model": "opted-out"},
+            }
+        },
+        "judge": {"model": "keyless"},
+    }
+    cfg = parse_config(yaml.safe_dump(doc), env={"OTHER_KEY": "k"})
+    found = [(p.path, p.message) for p in credential_warnings(cfg)]
+    assert [path for path, _ in found] == [
+        "models.opted-in.pass_client_key", "models.opted-out", "models.keyless", "models.keyless",
+    ]  # fmt: skip
+    messages = dict(found[:2])
+    assert "https://other.example:443" in messages["models.opted-in.pass_client_key"]
+    assert "canary of route 'bot'" in messages["models.opted-out"]
+    assert "fallback of route 'bot' sends no key" in found[2][1]
+    assert "judge" in found[3][1]
+    judged = credential_warnings(
+        parse_config(
+            yaml.safe_dump({**doc, "routes": {"bot": {"primary": "prod"}}}), {"OTHER_KEY": "k"}
+        )
+    )
+    assert [(p.path, "judge" in p.message) for p in judged] == [("models.keyless", True)]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import ConfigError, load_config
+from proxy.config import ConfigError, load_config, parse_config
 
 from .documents import GOOD, problems
 
@@ -88,3 +88,19 @@ def test_file_errors_are_clear(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00bad")
     with pytest.raises(ConfigError, match="not UTF-8"):
         load_config(binary)
+
+
+def test_overrides_are_validated_with_the_file() -> None:
+    """`serve --host/--port` go through the loader: the loopback-only rule holds for the
+    address actually served, with the error a bad file gets."""
+    text = "models: {m: {provider: openai, base_url: 'http://127.0.0.1:1/v1', model: x}}\n"
+    text += "routes: {r: {primary: m}}\nserver: {host: 127.0.0.1, port: 8080}\n"
+    with pytest.raises(ConfigError) as refused:
+        parse_config(text, env={}, overrides={"server": {"host": "0.0.0.0"}})
+    assert [p.path for p in refused.value.problems] == ["server.admin_token_env"]
+    assert "listening on 0.0.0.0" in str(refused.value)
+    token = {"MIRRORGATE_ADMIN_TOKEN": "t"}
+    served = parse_config(text, env=token, overrides={"server": {"host": "0.0.0.0", "port": 9}})
+    assert (served.server.host, served.server.port) == ("0.0.0.0", 9)
+    with pytest.raises(ConfigError, match=r"server\.port"):
+        parse_config(text, env={}, overrides={"server": {"port": 70000}})
