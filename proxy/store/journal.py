@@ -80,17 +80,18 @@ Key = tuple[str, str, str]
 
 
 def directory_for(spec: StoreSpec) -> Path:
-    """The journal directory of a store: one per store URL (a digest of it: the URL may hold a
-    password), under `spec.journal_dir`, or next to the SQLite file, or in the temp directory."""
+    """The journal directory of a store: one per store URL, password aside (a digest of it, so
+    a rotated password still finds its journal), under `spec.journal_dir`, or next to the SQLite
+    file, or in the temporary directory."""
+    url = make_url(spec.url)
     if spec.journal_dir is not None:
         base = Path(spec.journal_dir)
+    elif url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        base = Path(f"{url.database}.journal")
     else:
-        url = make_url(spec.url)
-        if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-            base = Path(f"{url.database}.journal")
-        else:
-            base = Path(tempfile.gettempdir()) / "mirrorgate-journal"
-    return base / hashlib.sha256(spec.url.encode()).hexdigest()[:16]
+        base = Path(tempfile.gettempdir()) / "mirrorgate-journal"
+    identity = url.render_as_string(hide_password=True)  # the password as "***"
+    return base / hashlib.sha256(identity.encode()).hexdigest()[:16]
 
 
 def encode(record: ExchangeRecord) -> bytes:

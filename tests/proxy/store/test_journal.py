@@ -360,6 +360,8 @@ def test_the_directory_is_next_to_the_sqlite_file_or_in_the_temp_directory(
     pg_b = directory_for(StoreSpec(url="postgresql+psycopg://u:secret@h/db?a=2"))
     assert pg_a.parent == pg_b.parent and pg_a != pg_b
     assert "secret" not in str(pg_a)
+    rotated = directory_for(StoreSpec(url="postgresql+psycopg://u:other@h/db?a=1"))
+    assert rotated == pg_a  # a new password finds the same journal
     chosen = directory_for(StoreSpec(url="sqlite:///y.db", journal_dir=str(tmp_path / "j")))
     assert chosen.parent == tmp_path / "j"
     assert Journal.from_spec(StoreSpec(journal=False), registry=CollectorRegistry()) is None
