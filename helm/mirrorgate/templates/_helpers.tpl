@@ -45,7 +45,7 @@ app.kubernetes.io/component: gateway
 {{- end }}
 
 {{/* mirrorgate.yaml: the `config` values with the listening address, port and admin token
-variable that the container is given. */}}
+variable that the container is given, and the crash journal in its own emptyDir. */}}
 {{- define "mirrorgate.configYaml" -}}
 {{- $config := deepCopy .Values.config }}
 {{- $server := deepCopy (get $config "server" | default dict) }}
@@ -53,6 +53,9 @@ variable that the container is given. */}}
 {{- $_ = set $server "port" (int .Values.port) }}
 {{- $_ = set $server "admin_token_env" .Values.adminToken.env }}
 {{- $_ = set $config "server" $server }}
+{{- $store := deepCopy (get $config "store" | default dict) }}
+{{- $_ = set $store "journal_dir" "/var/lib/mirrorgate/journal" }}
+{{- $_ = set $config "store" $store }}
 {{- toYaml $config }}
 {{- end }}
 
