@@ -60,6 +60,7 @@ from proxy.config import StoreSpec
 from proxy.core import Arm, ExchangeRecord, Status, StoredRecord, Usage
 from proxy.observability import JournalMetrics
 
+from .errors import StoreError
 from .exchanges import Store
 from .redaction import apply_bodies_policy
 
@@ -73,10 +74,14 @@ _MAX_FRAME = 64 * 1024 * 1024
 _SEGMENT = re.compile(r"^(?P<owner>\d+-[0-9a-f]+)-(?P<n>\d{6})\.seg$")
 _REPLAY_BATCH = 500
 SEGMENT_BYTES = 64 * 1024 * 1024
+_RECYCLE_BYTES = 1024 * 1024
+"""A segment being written is replaced by a new one once the store has all of it and it is
+this large, so a steady journal holds about this much, not up to a whole segment."""
 REPLAYED_TAG = "journal"
 """Added to the tags of a record the store got from the journal at start."""
 
 Key = tuple[str, str, str]
+_FIELDS = frozenset(f.name for f in dataclasses.fields(ExchangeRecord))
 
 
 def directory_for(spec: StoreSpec) -> Path:
@@ -103,9 +108,10 @@ def encode(record: ExchangeRecord) -> bytes:
 def decode(payload: bytes) -> ExchangeRecord:
     """The record `encode` wrote. Raises ValueError (or KeyError, TypeError) on anything else."""
     data: dict[str, Any] = orjson.loads(payload)
+    known = {k: v for k, v in data.items() if k in _FIELDS}  # written by another version
     return ExchangeRecord(
         **{
-            **data,
+            **known,
             "arm": Arm(data["arm"]),
             "status": Status(data["status"]),
             "started_at": datetime.fromisoformat(data["started_at"]),
@@ -197,7 +203,7 @@ class Journal:
         registry: CollectorRegistry,
         bodies_policy: str,
         fsync_interval_s: float = 1.0,
-        max_body_bytes: int = 16_384,
+        max_body_bytes: int = 0,
         max_bytes: int = 1 << 30,
         segment_bytes: int = SEGMENT_BYTES,
     ) -> None:
@@ -251,20 +257,19 @@ class Journal:
         delete those journals. Blocking (call it off the loop); a journal whose records cannot
         be written (the store is unavailable) is kept for the next start and logged."""
         report = ReplayReport()
-        if not self.directory.is_dir():
+        try:
+            if not self.directory.is_dir():
+                return report
+            owners = sorted(self._owners())
+        except OSError as exc:  # unreadable: `open` names the problem
+            log.error("journal: cannot read %s: %s", self.directory, exc)
             return report
-        for owner in sorted(self._owners()):
-            with self._orphan(owner) as lock_fd:
-                if lock_fd is None:
-                    continue  # its process is alive
-                report.owners += 1
-                try:
-                    self._replay_owner(owner, store, report)
-                except Exception as exc:
-                    log.error("journal: could not replay %s (kept for the next start): %s",
-                              owner, exc)  # fmt: skip
-                    continue
-                self._remove_owner(owner)
+        for owner in owners:
+            try:
+                self._replay_orphan(owner, store, report)
+            except Exception as exc:
+                log.error("journal: could not replay %s (kept for the next start): %s",
+                          owner, exc)  # fmt: skip
         if report.owners:
             self.metrics.unclean.inc(report.owners)
             self.metrics.replayed.inc(report.replayed)
@@ -278,6 +283,14 @@ class Journal:
                 report.corrupt, report.lost,
             )  # fmt: skip
         return report
+
+    def _replay_orphan(self, owner: str, store: Store, report: ReplayReport) -> None:
+        with self._orphan(owner) as lock_fd:
+            if lock_fd is None:
+                return  # its process is alive
+            report.owners += 1
+            self._replay_owner(owner, store, report)
+            self._remove_owner(owner)
 
     def _owners(self) -> set[str]:
         owners = set()
@@ -350,16 +363,23 @@ class Journal:
         (self.directory / f"{owner}.lock").unlink(missing_ok=True)
 
     def open(self) -> None:
-        """Take this process's lock, open its first segment, start the flush thread."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        # Locked under another name, then renamed: a replay starting elsewhere never sees this
-        # lock file unlocked and takes it for an orphan's.
-        fresh = self.directory / f"{self.owner}.lock-new"
-        self._lock_fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.replace(fresh, self.directory / f"{self.owner}.lock")
-        with self._lock:
-            self._rotate()
+        """Take this process's lock, open its first segment, start the flush thread. Raises
+        `StoreError` naming the directory when it cannot be written."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            # Locked under another name, then renamed: a replay starting elsewhere never sees
+            # this lock file unlocked and takes it for an orphan's.
+            fresh = self.directory / f"{self.owner}.lock-new"
+            self._lock_fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.replace(fresh, self.directory / f"{self.owner}.lock")
+            with self._lock:
+                self._rotate()
+        except OSError as exc:
+            raise StoreError(
+                f"the crash journal cannot be written in {self.directory} ({exc}): set "
+                "store.journal_dir to a writable local directory, or store.journal: false"
+            ) from exc
         self._thread = threading.Thread(target=self._run, name="mirrorgate-journal", daemon=True)
         self._thread.start()
 
@@ -448,8 +468,12 @@ class Journal:
         if segment is None:
             return
         segment.waiting -= 1
-        if segment.waiting <= 0 and segment is not self._current:
+        if segment.waiting > 0:
+            return
+        if segment is not self._current:
             self._delete_locked(segment)
+        elif segment.size >= _RECYCLE_BYTES:
+            self._rotate()  # everything in it is stored: start afresh, and the old one goes
 
     def _delete_locked(self, segment: _Segment) -> None:
         self._segments.pop(segment.number, None)

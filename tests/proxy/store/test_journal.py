@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from proxy.config.specs import StoreSpec
 from proxy.core.records import Arm, ExchangeRecord, Status, Usage
+from proxy.store.errors import StoreError
 from proxy.store.exchanges import Store
 from proxy.store.journal import (
     REPLAYED_TAG,
@@ -134,6 +135,13 @@ def test_a_record_comes_back_equal_from_its_journal_entry() -> None:
         response_text="ok",
     )
     assert decode(encode(record)) == record
+
+
+def test_an_entry_written_by_another_version_still_reads() -> None:
+    record = fresh()
+    data = orjson.loads(encode(record))
+    data["a_field_from_a_newer_version"] = 1
+    assert decode(orjson.dumps(data)) == record
 
 
 def test_a_segment_cut_anywhere_in_its_last_frame_gives_every_earlier_entry() -> None:
@@ -261,6 +269,19 @@ def test_segments_are_deleted_once_the_store_has_every_record_in_them(
     assert owner_files(journal.directory) == []
 
 
+def test_a_steady_journal_holds_about_a_megabyte_not_a_whole_segment(
+    make_journal: Callable[..., Any],
+) -> None:
+    journal, registry = make_journal()
+    journal.open()
+    for _ in range(3000):  # about 2 MB of entries, each stored at once
+        record = fresh()
+        journal.append(record)
+        journal.settled((record,))
+    assert metric(registry, "mirrorgate_journal_bytes") < 1024 * 1024
+    assert len(list(journal.directory.glob("*.seg"))) == 1
+
+
 def test_a_close_with_records_the_store_lacks_keeps_them_for_the_next_start(
     open_store: Callable[..., Store], make_journal: Callable[..., Any]
 ) -> None:
@@ -349,6 +370,15 @@ def test_beyond_its_size_cap_the_journal_counts_what_it_skips(
     appended = metric(registry, "mirrorgate_journal_appended_total")
     assert 0 < appended < 10
     assert metric(registry, "mirrorgate_journal_skipped_total", reason="full") == 10 - appended
+
+
+def test_a_journal_that_cannot_be_written_names_its_directory_and_the_keys(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "journal").write_text("a file where the directory should be")
+    journal = Journal(tmp_path / "journal", registry=CollectorRegistry(), bodies_policy="none")
+    with pytest.raises(StoreError, match=r"journal.*store\.journal_dir.*store\.journal: false"):
+        journal.open()
 
 
 def test_the_directory_is_next_to_the_sqlite_file_or_in_the_temp_directory(
