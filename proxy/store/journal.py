@@ -73,6 +73,7 @@ _MAX_FRAME = 64 * 1024 * 1024
 """A length beyond this is a corrupt header, not a record."""
 _SEGMENT = re.compile(r"^(?P<owner>\d+-[0-9a-f]+)-(?P<n>\d{6})\.seg$")
 _REPLAY_BATCH = 500
+_SETTLE_CHUNK = 64
 SEGMENT_BYTES = 64 * 1024 * 1024
 _RECYCLE_BYTES = 1024 * 1024
 """A segment being written is replaced by a new one once the store has all of it and it is
@@ -454,11 +455,13 @@ class Journal:
 
     def settled(self, records: Sequence[StoredRecord]) -> None:
         """The store committed (or refused for good) `records`: their entries are no longer
-        needed. Records the journal never held are ignored."""
-        with self._lock:
-            for record in records:
-                if isinstance(record, ExchangeRecord):
-                    self._settle_locked(key_of(record))
+        needed. Records the journal never held are ignored. The lock is taken for a few dozen
+        records at a time, so that an append on the event loop never waits for a whole batch."""
+        keys = [key_of(r) for r in records if isinstance(r, ExchangeRecord)]
+        for start in range(0, len(keys), _SETTLE_CHUNK):
+            with self._lock:
+                for key in keys[start : start + _SETTLE_CHUNK]:
+                    self._settle_locked(key)
 
     def _settle_locked(self, key: Key) -> None:
         number = self._waiting.pop(key, None)
