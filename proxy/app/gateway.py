@@ -67,6 +67,7 @@ from proxy.observability import (
 from proxy.rollout import RolloutController, RolloutManager
 from proxy.store import (
     FeedbackStore,
+    Journal,
     JudgeWindows,
     Leadership,
     Recorder,
@@ -117,7 +118,13 @@ class Gateway:
             name: UpstreamClient(name, spec, self.env, tls) for name, spec in config.models.items()
         }
         self.store = Store(config.store.url)
-        self.recorder = Recorder.from_spec(self.store, config.store, registry=self.registry)
+        self.journal = Journal.from_spec(config.store, registry=self.registry)
+        self.recorder = Recorder.from_spec(
+            self.store,
+            config.store,
+            registry=self.registry,
+            on_settled=self.journal.settled if self.journal is not None else None,
+        )
         self.recent = RecentExchanges()
         self.sinks: tuple[RecordSink, ...] = (self.recorder.submit, self.recent)
         self.caller = ModelCaller(self.clients, keep_bodies=config.store.bodies != "none")
@@ -172,6 +179,7 @@ class Gateway:
             observers=observers,
             rule_tracker=self.rule_tracker,
             feedback_tokens=self.feedback_tokens,
+            journal=self.journal.append if self.journal is not None else None,
         )
         self.feedback = FeedbackService(
             self.store,
@@ -234,6 +242,9 @@ class Gateway:
     async def lifespan(self, _app: Any = None) -> AsyncIterator[None]:
         await asyncio.to_thread(self.store.migrate)
         await asyncio.to_thread(self._load_feedback_key)
+        if self.journal is not None:  # before serving: what a killed process left, then ours
+            await asyncio.to_thread(self.journal.replay, self.store)
+            await asyncio.to_thread(self.journal.open)
         await asyncio.to_thread(self.rule_tracker.load)
         await self.rollouts.refresh()  # come back in the phase and step that were persisted
         if self.analysis is not None:
@@ -276,6 +287,8 @@ class Gateway:
         for client in self.clients.values():
             await client.aclose()
         await asyncio.to_thread(self.recorder.stop, self.config.server.drain_timeout_s)
+        if self.journal is not None:
+            await asyncio.to_thread(self.journal.close)
         await asyncio.to_thread(self.store.close)
         if self.tracer_provider is not None:
             self.tracer_provider.shutdown()

@@ -110,6 +110,21 @@ class StoreSpec(Spec):
     """Records waiting to be written; beyond it records are dropped and counted."""
     batch_size: int = Field(500, ge=1)
     flush_interval_ms: int = Field(200, ge=10, le=200)
+    journal: bool = True
+    """Append each answered client exchange to a local crash journal before its last byte is
+    sent, and replay what the store never committed at the next start (SIGKILL, OOM kill)."""
+    journal_dir: str | None = None
+    """Where the journal's segment files live. None: next to the SQLite file
+    (`<file>.journal/`), or `mirrorgate-journal/` in the temporary directory for PostgreSQL and
+    in-memory SQLite. Each store URL gets its own sub-directory there."""
+    journal_fsync_interval_s: float = Field(1.0, gt=0, le=60)
+    """How often the journal is flushed to disk: a machine crash loses at most this much."""
+    journal_max_body_bytes: int = Field(0, ge=0, le=16 * 1024 * 1024)
+    """Bodies (request, response, text together) journaled up to this size, as `bodies` says;
+    a larger record is journaled without them. 0 (the default): the journal keeps no bodies, so
+    the event loop never serialises or redacts one (redacting costs about 12 µs per KB)."""
+    journal_max_bytes: int = Field(1 << 30, ge=1 << 20)
+    """Disk the journal may hold; beyond it records are not journaled (and counted)."""
 
     @field_validator("url")
     @classmethod

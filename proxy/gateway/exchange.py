@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import orjson
 
@@ -22,6 +23,7 @@ from proxy.core import (
     FEEDBACK_TOKEN_HEADER,
     Arm,
     Endpoint,
+    ExchangeRecord,
     FeedbackTokens,
     GatewayError,
     RecordSink,
@@ -60,7 +62,9 @@ class ProxyHandler:
 
     `sinks` receive every record of the client path (the recorder, the recent-answers index);
     `observers` hear the hooks of `proxy.gateway.hooks` (shadows, analysis). Both are fixed at
-    construction, in the order given.
+    construction, in the order given. `journal` (the crash journal's append) gets each answer's
+    record just before the answer's last byte is sent, so that a crash of the process after the
+    client has its answer cannot lose the record.
     """
 
     def __init__(
@@ -75,8 +79,10 @@ class ProxyHandler:
         observers: Sequence[ExchangeObserver] = (),
         rule_tracker: RuleTracker | None = None,
         feedback_tokens: FeedbackTokens | None = None,
+        journal: RecordSink | None = None,
     ) -> None:
         self.config = config
+        self.journal = journal
         self.routes = routes
         self.caller = caller
         self.clients = caller.clients
@@ -223,11 +229,12 @@ class ProxyHandler:
             status = response.status_code
             headers = _response_headers(ctx, attempt, response)
             body = attempt.body or b""
+        journaled = self._journal(ctx, attempt, status)
         try:
             await send_bytes(send, status, body, headers)
         except OSError:
             attempt.status, attempt.error_class = Status.CLIENT_DISCONNECTED, "client_disconnected"
-        self._emit(ctx, attempt, http_status=status, ended=time.perf_counter())
+        self._emit(ctx, attempt, http_status=status, ended=time.perf_counter(), prebuilt=journaled)
 
     async def _stream(
         self,
@@ -241,7 +248,14 @@ class ProxyHandler:
         observer = attempt.observer = StreamObserver(ctx.endpoint.name, ctx.strip_usage)
         headers = _response_headers(ctx, attempt, response)
         headers.append((b"x-accel-buffering", b"no"))
-        pump = asyncio.ensure_future(_pump(attempt, observer, send, headers, ctx.endpoint.wire))
+        journaled: list[ExchangeRecord | None] = [None]
+
+        def before_last(outcome: tuple[Status, str | None]) -> None:
+            journaled[0] = self._journal(ctx, attempt, response.status_code, outcome)
+
+        pump = asyncio.ensure_future(
+            _pump(attempt, observer, send, headers, ctx.endpoint.wire, before_last)
+        )
         watcher = asyncio.ensure_future(_wait_disconnect(receive))
         try:
             await asyncio.wait((pump, watcher), return_when=asyncio.FIRST_COMPLETED)
@@ -260,7 +274,9 @@ class ProxyHandler:
             attempt.status, attempt.error_class = _pump_outcome(pump)
         ended = time.perf_counter()
         ctx.waited += ended - attempt.t_sent
-        self._emit(ctx, attempt, http_status=response.status_code, ended=ended)
+        self._emit(
+            ctx, attempt, http_status=response.status_code, ended=ended, prebuilt=journaled[0]
+        )
 
     # --- records ----------------------------------------------------------------------------------
 
@@ -272,11 +288,22 @@ class ProxyHandler:
         ended: float,
         *,
         final: bool = True,
+        prebuilt: ExchangeRecord | None = None,
     ) -> None:
         """Build the record for one client-path attempt and hand it to the metrics, the tracer,
-        the sinks and the observers. Never raises."""
+        the sinks and the observers. Never raises. `prebuilt`: the record journaled before the
+        last byte, reused (retimed) when the exchange ended as it said."""
         try:
-            record = self.caller.record(ctx, attempt, http_status, ended, own_clock=False)
+            if prebuilt is not None and (prebuilt.status, prebuilt.error_class) == (
+                attempt.status,
+                attempt.error_class,
+            ):
+                duration = ended - ctx.t0
+                record = dataclasses.replace(
+                    prebuilt, duration_s=duration, overhead_s=max(0.0, duration - ctx.waited)
+                )
+            else:
+                record = self.caller.record(ctx, attempt, http_status, ended, own_clock=False)
         except Exception:
             log.exception("could not build the record for request %s", ctx.request_id)
             self.metrics.internal_errors.labels("exchange").inc()
@@ -301,6 +328,37 @@ class ProxyHandler:
                     observer.exchange_finished(done)
                 except Exception:
                     self._observer_failed(observer, "exchange_finished")
+
+    def _journal(
+        self,
+        ctx: CallContext,
+        attempt: Attempt,
+        http_status: int,
+        outcome: tuple[Status, str | None] | None = None,
+    ) -> ExchangeRecord | None:
+        """The record as it stands before the last byte, handed to the journal (None without
+        one). `outcome`: how a stream ended, which the attempt learns only afterwards. The
+        store keeps the record `_emit` hands it later; the journal's copy matters only if the
+        process dies first. Never raises."""
+        if self.journal is None:
+            return None
+        try:
+            now = time.perf_counter()
+            record = self.caller.record(ctx, attempt, http_status, now, own_clock=False)
+            if outcome is not None:
+                waited = ctx.waited + (now - attempt.t_sent)  # the stream's time upstream
+                record = dataclasses.replace(
+                    record,
+                    status=outcome[0],
+                    error_class=outcome[1],
+                    overhead_s=max(0.0, record.duration_s - waited),
+                )
+            self.journal(record)
+        except Exception:
+            log.exception("could not journal the record of request %s", ctx.request_id)
+            self.metrics.internal_errors.labels("journal").inc()
+            return None
+        return record
 
     def _observer_failed(self, observer: ExchangeObserver, hook: str) -> None:
         log.exception("observer %s failed in %s", type(observer).__name__, hook)
@@ -337,8 +395,10 @@ async def _pump(
     send: Send,
     headers: Headers,
     wire: str,
+    before_last: Callable[[tuple[Status, str | None]], object] | None = None,
 ) -> tuple[Status, str | None]:
-    """Forward the stream to the client; return how it ended."""
+    """Forward the stream to the client; return how it ended. `before_last` hears how it
+    ended just before the last chunk is sent."""
     response = attempt.response
     assert response is not None
     await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
@@ -349,9 +409,14 @@ async def _pump(
                 await send({"type": "http.response.body", "body": out, "more_body": True})
     except UpstreamError as exc:  # the upstream broke off: the client hears it in the stream
         tail = observer.close() + _stream_error_event(wire, exc)
+        if before_last is not None:
+            before_last(failure_outcome(exc))
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         return failure_outcome(exc)
-    await send({"type": "http.response.body", "body": observer.close(), "more_body": False})
+    tail = observer.close()
+    if before_last is not None:
+        before_last(stream_outcome(observer))
+    await send({"type": "http.response.body", "body": tail, "more_body": False})
     return stream_outcome(observer)
 
 

@@ -3,13 +3,14 @@ tracing with the GenAI conventions. Imports only `proxy.core` and `proxy.config`
 below the store and the upstream client so that both can count into the one catalogue.
 """
 
-from .metrics import AlertDeliveryMetrics, GatewayMetrics, RecorderMetrics
+from .metrics import AlertDeliveryMetrics, GatewayMetrics, JournalMetrics, RecorderMetrics
 from .tracing import ExchangeTracer, build_tracer_provider
 
 __all__ = [
     "AlertDeliveryMetrics",
     "ExchangeTracer",
     "GatewayMetrics",
+    "JournalMetrics",
     "RecorderMetrics",
     "build_tracer_provider",
 ]

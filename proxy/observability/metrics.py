@@ -236,6 +236,57 @@ class RecorderMetrics:
         )  # fmt: skip
 
 
+class JournalMetrics:
+    """The crash journal's families (`proxy.store.Journal`), on the registry it is given."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.appended = Counter(
+            "mirrorgate_journal_appended",
+            "Exchange records appended to the crash journal before their answer's last byte.",
+            registry=registry,
+        )  # fmt: skip
+        self.skipped = Counter(
+            "mirrorgate_journal_skipped",
+            "Exchange records not journaled, by reason (full: journal_max_bytes; error: the "
+            "write failed).",
+            ("reason",), registry=registry,
+        )  # fmt: skip
+        self.bodies_omitted = Counter(
+            "mirrorgate_journal_bodies_omitted",
+            "Exchange records journaled without their bodies (over journal_max_body_bytes).",
+            registry=registry,
+        )  # fmt: skip
+        self.replayed = Counter(
+            "mirrorgate_journal_replayed",
+            "Journaled records written to the store at start (a previous process never did).",
+            registry=registry,
+        )  # fmt: skip
+        self.torn = Counter(
+            "mirrorgate_journal_torn",
+            "Journal frames found incomplete or corrupt at start (a write cut by the crash).",
+            registry=registry,
+        )  # fmt: skip
+        self.lost = Counter(
+            "mirrorgate_journal_lost",
+            "Journal entries known to have been flushed to disk but missing at start.",
+            registry=registry,
+        )  # fmt: skip
+        self.unclean = Counter(
+            "mirrorgate_journal_unclean",
+            "Journals of processes that ended without closing them, found at start.",
+            registry=registry,
+        )  # fmt: skip
+        self.unsynced = Gauge(
+            "mirrorgate_journal_unsynced",
+            "Journal entries written but not yet flushed to disk (a machine crash loses these).",
+            registry=registry,
+        )  # fmt: skip
+        self.bytes = Gauge(
+            "mirrorgate_journal_bytes", "Bytes held in the crash journal's segment files.",
+            registry=registry,
+        )  # fmt: skip
+
+
 class AlertDeliveryMetrics:
     """The alert dispatcher's families (`alerts.AlertDispatcher` takes them: alerts never import
     the gateway, so their definitions live here with the rest of the catalogue)."""

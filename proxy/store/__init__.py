@@ -1,10 +1,12 @@
 """Every table and every query: the engine, migrations, the recorder (batched, bounded, off the
-event loop), redaction, and one query object per domain — `Store` (exchanges, pairs, checks),
-`FeedbackStore`, `RuleEventStore`, `RolloutStore`, `JudgeWindows` (the rollout judge's reads),
-`SigningKeyStore` (keys the replicas share) and `Leadership` (the decider's advisory lock). The
-only package that imports sqlalchemy or sqlmodel: the rest of mirrorgate asks these objects, built
-from one `Store` by the wiring, and never holds an engine or a connection. Imports
-`proxy.observability` (the recorder's metric families), `proxy.core` and `proxy.config`.
+event loop), the crash journal (`Journal`: answered exchanges on local disk until the store
+commits them, replayed at start), redaction, and one query object per domain — `Store`
+(exchanges, pairs, checks), `FeedbackStore`, `RuleEventStore`, `RolloutStore`, `JudgeWindows`
+(the rollout judge's reads), `SigningKeyStore` (keys the replicas share) and `Leadership` (the
+decider's advisory lock). The only package that imports sqlalchemy or sqlmodel: the rest of
+mirrorgate asks these objects, built from one `Store` by the wiring, and never holds an engine or
+a connection. Imports `proxy.observability` (the recorder's metric families), `proxy.core` and
+`proxy.config`.
 
 Every failure leaves the store as one of its own errors, translated from the database's in one
 place (`errors.translated`) and chained to the original:
@@ -31,6 +33,7 @@ from .errors import (
 )
 from .exchanges import Store
 from .feedback import FeedbackStore
+from .journal import Journal, ReplayReport
 from .judge_windows import (
     ArmExchange,
     Arms,
@@ -56,11 +59,13 @@ __all__ = [
     "Epoch",
     "FeedbackStore",
     "FindingCount",
+    "Journal",
     "JudgeWindows",
     "Leadership",
     "PairCount",
     "RecordRejectedError",
     "Recorder",
+    "ReplayReport",
     "RolloutStore",
     "RuleEvent",
     "RuleEventStore",

@@ -240,6 +240,18 @@ class Store:
             if findings:
                 conn.execute(sa.insert(findings_table), findings)
 
+    def exchange_keys(self, request_ids: Sequence[str]) -> set[tuple[str, str, str]]:
+        """(request_id, arm, target) of every stored exchange of `request_ids`: what the crash
+        journal's replay checks before inserting, so that a record is never stored twice."""
+        if not request_ids:
+            return set()
+        c = _exchanges.c
+        statement = sa.select(c.request_id, c.arm, c.target).where(
+            c.request_id.in_(list(request_ids))
+        )
+        with translated("reading exchange keys"), self._engine.connect() as conn:
+            return {(row[0], row[1], row[2]) for row in conn.execute(statement)}
+
     def count(
         self,
         *,

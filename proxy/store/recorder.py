@@ -38,7 +38,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Literal
@@ -146,7 +146,10 @@ class Recorder:
         retry_max_s: float = 5.0,
         retention_interval_s: float = 3600.0,
         retention_chunk: int = 5000,
+        on_settled: Callable[[Sequence[StoredRecord]], object] | None = None,
     ) -> None:
+        """`on_settled` hears, on the writer thread, every batch committed and every record
+        the database refused for good (the crash journal forgets them)."""
         if queue_size < 1 or batch_size < 1 or flush_interval_s <= 0:
             raise ValueError("queue_size and batch_size must be >= 1, flush_interval_s > 0")
         if bodies_policy not in ("full", "redacted", "none"):
@@ -160,6 +163,7 @@ class Recorder:
         self._batch_size = batch_size
         self._flush_interval_s = flush_interval_s
         self._bodies_policy = bodies_policy
+        self._on_settled = on_settled
         self._retention = (
             Retention(
                 store,
@@ -198,6 +202,7 @@ class Recorder:
         *,
         registry: CollectorRegistry,
         clock: Callable[[], datetime] = _utc_now,
+        on_settled: Callable[[Sequence[StoredRecord]], object] | None = None,
     ) -> Recorder:
         """A recorder configured by the `store:` section of the configuration."""
         return cls(
@@ -209,6 +214,7 @@ class Recorder:
             bodies_policy=spec.bodies,
             retention_days=spec.retention_days,
             clock=clock,
+            on_settled=on_settled,
         )
 
     # --- event loop side ------------------------------------------------------------------------
@@ -389,6 +395,7 @@ class Recorder:
             log.warning("recorder: the store refused a batch of %d, isolating: %s", len(batch), exc)
             return self._write_one_by_one(batch)
         self._settle_written(len(batch))
+        self._notify_settled(batch)
         return []
 
     def _write_one_by_one(self, batch: list[StoredRecord]) -> list[StoredRecord]:
@@ -408,7 +415,16 @@ class Recorder:
                 self._settled += 1
             else:
                 self._settle_written(1)
+            self._notify_settled((record,))
         return []
+
+    def _notify_settled(self, records: Sequence[StoredRecord]) -> None:
+        if self._on_settled is None:
+            return
+        try:
+            self._on_settled(records)
+        except Exception:  # the journal must never stop the writer thread
+            log.exception("recorder: on_settled failed")
 
     def _settle_written(self, count: int) -> None:
         self._written += count

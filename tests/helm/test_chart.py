@@ -131,7 +131,8 @@ def test_defaults_render_a_standalone_gateway(chart: helm_python.Chart) -> None:
 
 
 def test_probes_resources_and_restricted_security(chart: helm_python.Chart) -> None:
-    pod = one(render(chart), "Deployment")["spec"]["template"]["spec"]
+    docs = render(chart)
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
     container = gateway_container(pod)
     port = container["ports"][0]["name"]
     assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": port}
@@ -145,10 +146,14 @@ def test_probes_resources_and_restricted_security(chart: helm_python.Chart) -> N
     assert security["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["automountServiceAccountToken"] is False
-    # The only writable paths are emptyDirs: the SQLite file's folder and /tmp.
+    # The only writable paths are emptyDirs: the SQLite file's folder, the journal and /tmp.
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert "emptyDir" in volumes[mounts["/data"]] and "emptyDir" in volumes[mounts["/tmp"]]
+    journal = "/var/lib/mirrorgate/journal"  # outlives a container restart (an OOM kill)
+    assert "emptyDir" in volumes[mounts[journal]]
+    config = yaml.safe_load(one(docs, "ConfigMap", "shop-mirrorgate")["data"]["mirrorgate.yaml"])
+    assert config["store"]["journal_dir"] == journal
     assert volumes[mounts["/etc/mirrorgate"]]["configMap"]["name"] == "shop-mirrorgate"
 
 

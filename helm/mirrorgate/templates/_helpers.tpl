@@ -45,8 +45,8 @@ app.kubernetes.io/component: gateway
 {{- end }}
 
 {{/* mirrorgate.yaml: the `config` values with the listening address, port and admin token
-variable that the container is given, and (standalone) the Service's DNS names in
-server.allowed_hosts. */}}
+variable that the container is given, (standalone) the Service's DNS names in
+server.allowed_hosts, and the crash journal in its own emptyDir. */}}
 {{- define "mirrorgate.configYaml" -}}
 {{- $config := deepCopy .Values.config }}
 {{- $server := deepCopy (get $config "server" | default dict) }}
@@ -60,6 +60,9 @@ server.allowed_hosts. */}}
 {{- $_ = set $server "allowed_hosts" (concat (get $server "allowed_hosts" | default list) $names | uniq) }}
 {{- end }}
 {{- $_ = set $config "server" $server }}
+{{- $store := deepCopy (get $config "store" | default dict) }}
+{{- $_ = set $store "journal_dir" "/var/lib/mirrorgate/journal" }}
+{{- $_ = set $config "store" $store }}
 {{- toYaml $config }}
 {{- end }}
 

@@ -71,6 +71,8 @@ docs/helm.md has the whole example.
       readOnly: true
     - name: mirrorgate-data
       mountPath: /data
+    - name: mirrorgate-journal
+      mountPath: /var/lib/mirrorgate/journal
     - name: mirrorgate-tmp
       mountPath: /tmp
 {{- end }}
@@ -82,6 +84,9 @@ docs/helm.md has the whole example.
 - name: mirrorgate-data
   emptyDir:
     sizeLimit: {{ .Values.dataVolume.sizeLimit }}
+- name: mirrorgate-journal
+  emptyDir:
+    sizeLimit: {{ .Values.journalVolume.sizeLimit }}
 - name: mirrorgate-tmp
   emptyDir:
     sizeLimit: {{ .Values.tmpVolume.sizeLimit }}
