@@ -62,6 +62,8 @@ class MockUpstreamApp:
         self.tokens = tokens or TokenCounter()
         self.faults = FaultSchedule()
         self.recorder = RequestRecorder(behavior.max_recorded_requests, behavior.record_requests)
+        self.abandoned = 0
+        """Non-streamed requests whose client hung up while the answer was being delayed."""
         self._formats: dict[str, WireFormat] = {
             "/v1/chat/completions": ChatCompletionsFormat(),
             "/v1/completions": CompletionsFormat(),
@@ -122,9 +124,10 @@ class MockUpstreamApp:
             await _stream(list(fmt.frames(turn)), spec, fault, client)
         elif isinstance(fault, GarbageFault):
             await client.send_json(200, fault.body.encode())
-        else:
-            await _pause(_body_delay_s(spec, turn.output_tokens))
+        elif await _delay_unless_gone(_body_delay_s(spec, turn.output_tokens), client):
             await client.send_json(200, fmt.body(turn))
+        else:
+            self.abandoned += 1
 
     async def _embed(self, body: dict[str, Any], client: ClientConnection) -> None:
         request = read_embedding_request(body)
@@ -144,13 +147,19 @@ class MockUpstreamApp:
         if method == "POST" and path == "/_mock/reset":
             self.recorder.clear()
             self.faults.reset()
+            self.abandoned = 0
             payload = {"reset": True}
         elif method == "GET" and path == "/_mock/requests":
             payload = self.recorder.requests()
         elif method == "GET" and path == "/_mock/stats":
             paths = dict(self.recorder.paths)
             faults = dict(self.faults.injected)
-            payload = {"total": sum(paths.values()), "paths": paths, "faults": faults}
+            payload = {
+                "total": sum(paths.values()),
+                "paths": paths,
+                "faults": faults,
+                "abandoned": self.abandoned,
+            }
         elif method == "GET" and path == "/_mock/behavior":
             payload = self.behavior.model_dump(mode="json")
         elif method == "GET" and path == "/healthz":
@@ -247,6 +256,18 @@ def _body_delay_s(spec: ModelBehaviorSpec, output_tokens: int) -> float:
         return spec.latency_ms / 1000
     pace = output_tokens / spec.tokens_per_second if spec.tokens_per_second > 0 else 0.0
     return spec.ttft_ms / 1000 + pace
+
+
+async def _delay_unless_gone(seconds: float, client: ClientConnection) -> bool:
+    """Wait `seconds` before answering; False (at once) if the client hangs up meanwhile."""
+    if seconds <= 0:  # the zero-delay path must not even enter the event loop's timer heap
+        return True
+    try:
+        async with asyncio.timeout(seconds):
+            await client.wait_gone()
+    except TimeoutError:
+        return True
+    return False
 
 
 async def _pause(seconds: float) -> None:
