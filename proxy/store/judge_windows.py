@@ -157,7 +157,10 @@ class JudgeWindows:
             sa.select(e.arm, sa.func.count(sa.distinct(e.request_id)))
             .select_from(_exchanges.join(_feedback, about))
             .where(_compared(_exchanges, arms), e.started_at >= since)
-            .where(e.status != Status.CLIENT_DISCONNECTED.value, is_correction_clause(_feedback))
+            .where(
+                e.status.not_in((Status.CLIENT_DISCONNECTED.value, Status.SHUTDOWN.value)),
+                is_correction_clause(_feedback),
+            )
             .group_by(e.arm)
         )
         rows = self._rows("reading the judge's corrections", statement)
