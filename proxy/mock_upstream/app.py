@@ -221,7 +221,7 @@ async def _stream(
     """Send SSE frames, paced as `spec` says, with the mid-stream faults applied.
 
     Unpaced streams go out in one write (the same SSE events, without a syscall per event);
-    paced ones event by event, so the client sees each delta arrive on time.
+    paced ones event by event, so the client sees each delta arrive on time, until it hangs up.
     """
     if isinstance(fault, MalformedChunkFault):
         broken = Frame(b"data: " + fault.data.encode() + b"\n\n", False)
@@ -231,12 +231,18 @@ async def _stream(
         frames = frames[: fault.after_chunks]
     await client.start_events()
     if spec.ttft_ms > 0 or spec.tokens_per_second > 0:
-        first_text = True
-        for frame in frames:
-            if frame.text:
-                await _pause(_gap_s(spec, first_text))
-                first_text = False
-            await client.send_events(frame.data)
+        gone = asyncio.ensure_future(client.wait_gone())
+        try:
+            first_text = True
+            for frame in frames:
+                if frame.text:
+                    await _pause(_gap_s(spec, first_text))
+                    first_text = False
+                if gone.done():  # nobody reads the rest of a long paced stream
+                    return
+                await client.send_events(frame.data)
+        finally:
+            gone.cancel()
         frames = []
     await client.send_events(b"".join(frame.data for frame in frames), more=cut)
     if cut:
