@@ -122,7 +122,12 @@ class _DrainingServer(uvicorn.Server):
             connection.shutdown()
         proxy = self.gateway.proxy
         drain_s = self.gateway.config.server.drain_timeout_s
-        await proxy.drained(drain_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + drain_s
+        # In slices, so that a second Ctrl-C (uvicorn's force_exit) cuts at once.
+        while not self.force_exit and loop.time() < deadline:
+            if await proxy.drained(min(0.1, deadline - loop.time())):
+                break
         cut = proxy.cut()
         if cut:
             log.warning(

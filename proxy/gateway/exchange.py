@@ -246,7 +246,8 @@ class ProxyHandler:
             await self._answer(ex, plan)
         except _Ended as end:
             await self._end(ex, end.status)
-        except ClientGone:
+        except ClientGone as gone_while_sending:
+            log.info("request %s: the client is gone (%s)", ctx.request_id, gone_while_sending)
             await self._end(ex, Status.CLIENT_DISCONNECTED)
         except asyncio.CancelledError:  # uvicorn's own drain deadline, or the loop going away
             ex.end(Status.SHUTDOWN if self.closing else Status.CLIENT_DISCONNECTED)
