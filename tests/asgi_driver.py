@@ -364,7 +364,11 @@ def _transports(http: Any) -> tuple[type, type]:
             inbox: queue.Queue[Event] = queue.Queue()
             timeout = read_timeout(request)
             call = self.app_thread.open(request_scope(request), chunks, inbox.put)
-            first = next_sync(inbox, timeout, request)
+            try:
+                first = next_sync(inbox, timeout, request)
+            except BaseException:  # a client that gives up hangs up, as the async one does
+                call.hang_up()
+                raise
             return response(request, first, SyncBody(inbox, call, timeout, request))
 
     class AsyncTransport(http.AsyncBaseTransport):  # type: ignore[misc,name-defined]

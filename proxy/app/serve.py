@@ -1,20 +1,61 @@
-"""Running a gateway under uvicorn: as the `serve` command, or in a background thread."""
+"""Running a gateway under uvicorn: as the `serve` command, or in a background thread.
+
+Stopping (SIGTERM, SIGINT, SIGHUP, or `GatewayServer.stop`) drains: the listening socket closes
+and idle connections with it, in-flight exchanges get `server.drain_timeout_s` to finish, then
+the gateway cuts the rest (each recorded as `shutdown`, its client told in its wire format),
+uvicorn gets `CUT_GRACE_S` for what is left, and the lifespan drains the recorder.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import signal
+import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from analyzers.errors import PluginError
 from proxy.config import MirrorgateConfig
 
 from .gateway import Gateway
+
+log = logging.getLogger("mirrorgate")
+
+CUT_GRACE_S = 5
+"""After the cut, how long uvicorn still waits for connections and tasks (the cut exchanges'
+last words, admin calls) before it cancels them."""
+
+
+class _PipelineAwareProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, except that a client hanging up is told to the request
+    being served even when the client pipelined more requests behind it.
+
+    uvicorn tells only its newest cycle, which for a pipelining client is a queued request that
+    never runs; the one being served would see no `http.disconnect` and write into a closed
+    transport (a RuntimeError under uvloop, silently lost bytes under asyncio's loop).
+    """
+
+    _serving: RequestResponseCycle | None = None
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        self._serving = cycle
+        super()._start_asgi_task(cycle, app)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        cycle = self._serving
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True
+            cycle.message_event.set()
 
 
 def _uvicorn_config(
@@ -25,7 +66,7 @@ def _uvicorn_config(
         host=host,
         port=port,
         loop="uvloop",
-        http="httptools",
+        http=_PipelineAwareProtocol,
         lifespan="on",
         interface="asgi3",
         proxy_headers=False,
@@ -34,25 +75,72 @@ def _uvicorn_config(
         date_header=False,
         access_log=False,
         log_level=log_level,
-        timeout_graceful_shutdown=int(gateway.config.server.drain_timeout_s),
+        timeout_graceful_shutdown=CUT_GRACE_S,
         timeout_keep_alive=75,
     )
 
 
 class _DrainingServer(uvicorn.Server):
-    """uvicorn, except that a shutdown by SIGTERM/SIGINT that drained cleanly exits with 0.
+    """uvicorn, draining the gateway's exchanges before it stops (see the module docstring),
+    on SIGHUP as on SIGTERM, and exiting 0 after a signal.
 
     uvicorn re-raises the captured signal after shutting down, so the process would die by it
-    (status -15) even though nothing was lost; orchestrators and scripts read that as a crash.
+    (status -15) even though every exchange was recorded; orchestrators and scripts read that
+    as a crash.
     """
+
+    def __init__(self, config: uvicorn.Config, gateway: Gateway) -> None:
+        super().__init__(config)
+        self.gateway = gateway
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
         self._captured_signals.clear()
 
+    def handle_hangup(self, sig: int, frame: FrameType | None) -> None:
+        """SIGHUP: stop and drain, exactly as SIGTERM does (the place where it will reload the
+        configuration instead)."""
+        self.handle_exit(sig, frame)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        with super().capture_signals():
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = signal.signal(signal.SIGHUP, self.handle_hangup)
+            try:
+                yield
+            finally:
+                signal.signal(signal.SIGHUP, previous)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # Stop accepting and close idle connections (uvicorn does both again, harmlessly).
+        for server in self.servers:
+            server.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
+        proxy = self.gateway.proxy
+        drain_s = self.gateway.config.server.drain_timeout_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + drain_s
+        # In slices, so that a second Ctrl-C (uvicorn's force_exit) cuts at once.
+        while not self.force_exit and loop.time() < deadline:
+            if await proxy.drained(min(0.1, deadline - loop.time())):
+                break
+        cut = proxy.cut()
+        if cut:
+            log.warning(
+                "stopping: %d exchange(s) still running after %gs were cut (recorded as shutdown)",
+                cut,
+                drain_s,
+            )
+        await super().shutdown(sockets)
+
 
 def run_gateway(config: MirrorgateConfig) -> int:
-    """Serve until SIGINT/SIGTERM; on either, stop accepting, finish in-flight requests, drain."""
+    """Serve until SIGINT, SIGTERM or SIGHUP; on each, stop accepting, give in-flight requests
+    `server.drain_timeout_s`, cut and record the rest, drain the recorder; then exit 0."""
     try:
         # Alone in this process: all its CPU is the gateway's (see `Gateway`'s `cpu_clock`).
         gateway = Gateway(config, cpu_clock=time.process_time)
@@ -60,7 +148,7 @@ def run_gateway(config: MirrorgateConfig) -> int:
         print(f"mirrorgate: analyzers: {exc}", file=sys.stderr)
         return 1
     server = _DrainingServer(
-        _uvicorn_config(gateway, config.server.host, config.server.port, "info")
+        _uvicorn_config(gateway, config.server.host, config.server.port, "info"), gateway
     )
     server.run()
     return 0 if server.started else 1
@@ -70,12 +158,15 @@ class GatewayServer:
     """A real gateway on 127.0.0.1 in a background thread (for tests, the demo and benchmarks).
 
     `with GatewayServer(config) as gw:` blocks until it listens; `gw.url` is its base URL and
-    `gw.gateway` the running `Gateway`. Leaving the block shuts it down the way SIGTERM would.
+    `gw.gateway` the running `Gateway`. Leaving the block shuts it down the way SIGTERM would
+    (on asyncio's own loop, not uvloop: this runs in a thread, beside whatever else does).
     """
 
     def __init__(self, config: MirrorgateConfig, **gateway_kwargs: Any) -> None:
         self.gateway = Gateway(config, **gateway_kwargs)
-        self.server = uvicorn.Server(_uvicorn_config(self.gateway, "127.0.0.1", config.server.port))
+        self.server = _DrainingServer(
+            _uvicorn_config(self.gateway, "127.0.0.1", config.server.port), self.gateway
+        )
         self._thread = threading.Thread(target=self._run, name="mirrorgate-gateway", daemon=True)
         self._failure: BaseException | None = None
         self.port = 0
@@ -104,7 +195,7 @@ class GatewayServer:
 
     def stop(self) -> None:
         self.server.should_exit = True
-        self._thread.join(60)
+        self._thread.join(60 + 2 * self.gateway.config.server.drain_timeout_s)
 
     def __exit__(
         self,

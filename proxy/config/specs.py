@@ -37,7 +37,8 @@ class ServerSpec(Spec):
     admin_token_env: str = "MIRRORGATE_ADMIN_TOKEN"
     """Environment variable holding the bearer token for /admin and /hooks."""
     drain_timeout_s: float = Field(10.0, gt=0)
-    """On SIGTERM: how long to wait for in-flight requests and the recorder queue."""
+    """On SIGTERM or SIGHUP: how long in-flight requests may still finish (the rest are cut
+    and recorded as `shutdown`); then as long again for the recorder queue."""
     feedback_tokens_env: str = "MIRRORGATE_FEEDBACK_TOKENS"
     """Environment variable holding the application tokens of `POST /v1/feedback`, comma
     separated (`Authorization: Bearer <token>`); each token is one caller. Unset or empty: no
@@ -165,6 +166,9 @@ class ModelSpec(Spec):
     always; `false`: never. Cookies never go upstream."""
     timeout_s: float = Field(60.0, gt=0)
     """Longest wait for the response headers and between two chunks of a stream."""
+    total_timeout_s: float | None = Field(None, gt=0)
+    """Longest a call may take from sending the request to the whole answer (non-streams) or to
+    the response headers (streams); past it the client gets a 504. Unset: 10 times `timeout_s`."""
     connect_timeout_s: float = Field(5.0, gt=0)
     max_connections: int = Field(256, ge=1)
     headers: dict[str, str] = Field(default_factory=dict)

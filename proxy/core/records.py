@@ -35,11 +35,16 @@ class Status(enum.StrEnum):
     CONNECT_ERROR = "connect_error"
     """The upstream could not be reached, or reset the connection."""
     TIMEOUT = "timeout"
-    """The upstream did not answer (or stalled mid-stream) within the model's `timeout_s`."""
+    """The upstream did not answer (or stalled mid-stream) within the model's `timeout_s`, or
+    a non-streamed answer took longer than its `total_timeout_s`."""
     INVALID_RESPONSE = "invalid_response"
     """The upstream answered 2xx with a body that is not the wire format (garbage, bad chunk)."""
     CLIENT_DISCONNECTED = "client_disconnected"
     """The client went away before the answer was complete; the upstream call was cancelled."""
+    SHUTDOWN = "shutdown"
+    """The gateway was stopping (SIGTERM, SIGHUP) and the exchange outlasted
+    `server.drain_timeout_s`: the upstream call was cancelled and the client, if still there,
+    got the provider's error event (streams) or a 503 (non-streams)."""
 
 
 @dataclass(frozen=True, slots=True)

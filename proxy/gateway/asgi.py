@@ -19,7 +19,28 @@ Headers = list[tuple[bytes, bytes]]
 
 
 class ClientGone(Exception):
-    """The client disconnected before its request was read."""
+    """The client disconnected: before its request was read, or while the answer was sent."""
+
+
+class ClientSend:
+    """A request's `send`, for a client that may be gone: whatever the server raises when it
+    cannot write any more (uvloop's RuntimeError on a closed transport, an OSError) becomes
+    `ClientGone`, so that the exchange records the hang-up instead of dying of it. `started`
+    says whether the response head went out."""
+
+    __slots__ = ("_send", "started")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        try:
+            await self._send(message)
+        except Exception as exc:
+            raise ClientGone(f"{type(exc).__name__}: {exc}") from exc
+        if message["type"] == "http.response.start":
+            self.started = True
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:

@@ -4,6 +4,11 @@ The client path is: read and validate the body → plan the route → call the u
 the fallback if the primary fails before any byte was sent) → forward the answer (streams event by
 event) → hand the record to the recorder, metrics and tracer. Nothing after the last byte is sent
 delays the client; nothing before it waits on the store.
+
+Every planned request ends in exactly one final record (`_serve`), however it ends: the answer,
+an upstream failure, the client hanging up (noticed while the upstream call runs, while a stream
+is forwarded, or when a write fails: `client_disconnected`, the call cancelled), the gateway
+stopping (`cut`: `shutdown`, the client told in its wire format), cancellation, or a bug.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from proxy.core import (
     RequestError,
     RouteNotFound,
     Status,
+    Unavailable,
     UnsupportedMediaType,
     UpstreamError,
     WrongWireFormat,
@@ -47,13 +53,27 @@ from proxy.upstream import (
     stream_outcome,
 )
 
-from .asgi import ClientGone, Headers, Receive, Scope, Send, header, read_body, send_bytes
+from .asgi import (
+    ClientGone,
+    ClientSend,
+    Headers,
+    Receive,
+    Scope,
+    Send,
+    header,
+    read_body,
+    send_bytes,
+)
 from .asgi import send_error as send_gateway_error
 from .hooks import ExchangeObserver, FinishedExchange
 from .routing import RoutePlan, RouteTable
 from .rules import RuleResolver, RuleTracker
 
 log = logging.getLogger("mirrorgate.exchange")
+
+LAST_WORDS_S = 1.0
+"""How long a cut exchange may take to tell its client (a client that stopped reading gets no
+more)."""
 
 
 class ProxyHandler:
@@ -96,6 +116,12 @@ class ProxyHandler:
         """Records each rule version's first exchange (None: no rule is tracked)."""
         self.feedback_tokens = feedback_tokens
         """Signs each answer's feedback token (None: answers carry none)."""
+        self.closing = False
+        """True once `cut` was called: the gateway is stopping."""
+        self._cuts: set[asyncio.Future[None]] = set()
+        """One future per exchange in flight; `cut` completes them."""
+        self._idle: asyncio.Future[None] | None = None
+        """Completed when the last exchange in flight ends (`drained` waits for it)."""
 
     # --- entry ------------------------------------------------------------------------------------
 
@@ -104,13 +130,16 @@ class ProxyHandler:
     ) -> None:
         request_id = uuid.uuid4().hex
         ids = [(b"x-mirrorgate-request-id", request_id.encode())]
+        out = ClientSend(send)
         self.metrics.inflight.inc()
         try:
             try:
                 ctx, plan = await self._prepare(scope, receive, endpoint, request_id)
+                attempt = self.caller.prepare(ctx, plan.target, plan.arm)
             except GatewayError as exc:
                 self.metrics.rejected.labels(endpoint.name, str(exc.status)).inc()
-                await send_gateway_error(send, exc, endpoint.wire, ids)
+                with contextlib.suppress(ClientGone):
+                    await send_gateway_error(out, exc, endpoint.wire, ids)
                 return
             except ClientGone:
                 return
@@ -120,7 +149,7 @@ class ProxyHandler:
                 except Exception:
                     self._observer_failed(observer, "request_planned")
             try:
-                await self._serve(ctx, plan, receive, send)
+                await self._serve(ctx, attempt, out, plan, receive)
             finally:
                 for observer in self.observers:
                     try:
@@ -186,25 +215,75 @@ class ProxyHandler:
             ctx.feedback_token = self.feedback_tokens.issue(request_id, time.time())
         return ctx, plan
 
+    # --- shutdown ---------------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Exchanges past their planning and not yet recorded."""
+        return len(self._cuts)
+
+    async def drained(self, timeout_s: float) -> bool:
+        """Wait until no exchange is in flight, at most `timeout_s`; True if none is."""
+        if self._cuts:
+            self._idle = asyncio.get_running_loop().create_future()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._idle), timeout_s)
+        return not self._cuts
+
+    def cut(self) -> int:
+        """The gateway is stopping and its drain time is over: end every exchange still in
+        flight now, and any that starts later. Each is recorded as `shutdown`; a stream's client
+        gets the provider's error event, a non-stream's a 503. Returns how many were cut."""
+        self.closing = True
+        cut = 0
+        for future in self._cuts:
+            if not future.done():
+                future.set_result(None)
+                cut += 1
+        return cut
+
     # --- client -----------------------------------------------------------------------------------
 
-    async def _open(self, ctx: CallContext, target: str, arm: Arm) -> Attempt:
-        attempt = await self.caller.open(ctx, target, arm)
-        if not attempt.streaming:
-            ctx.waited += time.perf_counter() - attempt.t_sent
-        return attempt
-
     async def _serve(
-        self,
-        ctx: CallContext,
-        plan: RoutePlan,
-        receive: Receive,
-        send: Send,
+        self, ctx: CallContext, attempt: Attempt, out: ClientSend, plan: RoutePlan, receive: Receive
     ) -> None:
-        attempt = await self._open(ctx, plan.target, plan.arm)
+        """Serve one planned request and record how it ended, whatever ends it: the answer, the
+        client hanging up (`receive` says so, or `send` fails), the gateway cutting it (`cut`),
+        cancellation, or a bug. `_emit` of the final record happens here and only here."""
+        cut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._cuts.add(cut)
+        if self.closing:
+            cut.set_result(None)
+        gone = asyncio.ensure_future(_wait_disconnect(receive))
+        ex = _Exchange(ctx, attempt, out, gone, cut)
+        try:
+            await self._answer(ex, plan)
+        except _Ended as end:
+            await self._end(ex, end.status)
+        except ClientGone as gone_while_sending:
+            log.info("request %s: the client is gone (%s)", ctx.request_id, gone_while_sending)
+            await self._end(ex, Status.CLIENT_DISCONNECTED)
+        except asyncio.CancelledError:  # uvicorn's own drain deadline, or the loop going away
+            ex.end(Status.SHUTDOWN if self.closing else Status.CLIENT_DISCONNECTED)
+            raise
+        except BaseException as exc:  # a bug: recorded all the same, then uvicorn logs it
+            ex.attempt.error_class = f"internal:{type(exc).__name__}"
+            self.metrics.internal_errors.labels("exchange").inc()
+            raise
+        finally:
+            self._cuts.discard(cut)
+            if not self._cuts and self._idle is not None and not self._idle.done():
+                self._idle.set_result(None)
+            gone.cancel()
+            self._finish(ex)
+
+    async def _answer(self, ex: _Exchange, plan: RoutePlan) -> None:
+        ctx = ex.ctx
+        await self._call(ex)
         fallback = plan.route.fallback
         if plan.arm is Arm.CANARY:
             fallback = fallback or plan.route.primary  # the client never sees the canary fail
+        attempt = ex.attempt
         if attempt.retryable and fallback is not None and fallback != attempt.target:
             # Recorded with the status the client would have seen, though it never did.
             abandoned = (
@@ -215,9 +294,10 @@ class ProxyHandler:
                 else 0
             )
             self._emit(ctx, attempt, http_status=abandoned, ended=time.perf_counter(), final=False)
-            attempt = await self._open(ctx, fallback, Arm.FALLBACK)
+            ex.attempt = attempt = self.caller.prepare(ctx, fallback, Arm.FALLBACK)
+            await self._call(ex)
         if attempt.streaming:
-            await self._stream(ctx, attempt, receive, send)
+            await self._stream(ex)
             return
         if attempt.error is not None:
             status = attempt.error.status
@@ -229,53 +309,95 @@ class ProxyHandler:
             status = response.status_code
             headers = _response_headers(ctx, attempt, response)
             body = attempt.body or b""
-        journaled = self._journal(ctx, attempt, status)
-        try:
-            await send_bytes(send, status, body, headers)
-        except OSError:
-            attempt.status, attempt.error_class = Status.CLIENT_DISCONNECTED, "client_disconnected"
-        self._emit(ctx, attempt, http_status=status, ended=time.perf_counter(), prebuilt=journaled)
+        if ex.gone.done():  # hung up while the answer came: nobody to send it to
+            raise _Ended(Status.CLIENT_DISCONNECTED)
+        ex.http_status = status
+        # The record is complete here: what follows only says whether the client got it.
+        ex.journaled = self._journal(ctx, attempt, status)
+        await send_bytes(ex.out, status, body, headers)
+        ex.ended = time.perf_counter()
 
-    async def _stream(
-        self,
-        ctx: CallContext,
-        attempt: Attempt,
-        receive: Receive,
-        send: Send,
-    ) -> None:
+    async def _call(self, ex: _Exchange) -> None:
+        """Make `ex.attempt`'s upstream call, unless the client hangs up or the gateway cuts the
+        exchange first: then the call is cancelled (its connection closed) and `_Ended` says
+        why."""
+        attempt = ex.attempt
+        call = asyncio.ensure_future(self.caller.call(ex.ctx, attempt))
+        try:
+            await asyncio.wait((call, ex.gone, ex.cut), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not call.done():
+                call.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await call
+        if call.cancelled():
+            raise _Ended(Status.SHUTDOWN if ex.cut.done() else Status.CLIENT_DISCONNECTED)
+        call.result()  # a bug in the caller is raised here
+        if not attempt.streaming:
+            ex.ctx.waited += time.perf_counter() - attempt.t_sent
+
+    async def _stream(self, ex: _Exchange) -> None:
+        ctx, attempt = ex.ctx, ex.attempt
         response = attempt.response
         assert response is not None
         observer = attempt.observer = StreamObserver(ctx.endpoint.name, ctx.strip_usage)
         headers = _response_headers(ctx, attempt, response)
         headers.append((b"x-accel-buffering", b"no"))
-        journaled: list[ExchangeRecord | None] = [None]
+        ex.http_status = response.status_code
 
         def before_last(outcome: tuple[Status, str | None]) -> None:
-            journaled[0] = self._journal(ctx, attempt, response.status_code, outcome)
+            ex.journaled = self._journal(ctx, attempt, response.status_code, outcome)
 
         pump = asyncio.ensure_future(
-            _pump(attempt, observer, send, headers, ctx.endpoint.wire, before_last)
+            _pump(attempt, observer, ex.out, headers, ctx.endpoint.wire, before_last)
         )
-        watcher = asyncio.ensure_future(_wait_disconnect(receive))
         try:
-            await asyncio.wait((pump, watcher), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((pump, ex.gone, ex.cut), return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not pump.done():
                 pump.cancel()
-                attempt.status, attempt.error_class = (
-                    Status.CLIENT_DISCONNECTED,
-                    "client_disconnected",
-                )
-            watcher.cancel()
             with contextlib.suppress(BaseException):
                 await pump
             await response.aclose()  # closes the upstream connection unless the answer was complete
-        if attempt.status is Status.OK:
+            ctx.waited += time.perf_counter() - attempt.t_sent
+        if not pump.cancelled():
             attempt.status, attempt.error_class = _pump_outcome(pump)
-        ended = time.perf_counter()
-        ctx.waited += ended - attempt.t_sent
+            ex.ended = time.perf_counter()
+        elif ex.cut.done():
+            raise _Ended(Status.SHUTDOWN)
+        else:
+            raise _Ended(Status.CLIENT_DISCONNECTED)
+
+    async def _end(self, ex: _Exchange, status: Status) -> None:
+        """The exchange was cut short (`client_disconnected` or `shutdown`): tell a client that
+        is still there in its wire format, then mark the attempt."""
+        if status is Status.SHUTDOWN and not ex.gone.done():
+            error = Unavailable("the gateway is shutting down; retry the request")
+            wire = ex.ctx.endpoint.wire
+            try:
+                async with asyncio.timeout(LAST_WORDS_S):  # a client that reads no more
+                    if ex.out.started:
+                        tail = _stream_error_event(wire, error)
+                        if ex.attempt.observer is not None:
+                            tail = ex.attempt.observer.close() + tail
+                        body = {"type": "http.response.body", "body": tail, "more_body": False}
+                        await ex.out(body)
+                    else:
+                        ex.http_status = error.status
+                        await send_gateway_error(ex.out, error, wire, _ids(ex.ctx, ex.attempt))
+            except (ClientGone, TimeoutError):
+                pass
+        ex.end(status)
+
+    def _finish(self, ex: _Exchange) -> None:
+        """The exchange's final record (once per exchange, from `_serve`)."""
+        status = ex.attempt.status
+        if status in (Status.CLIENT_DISCONNECTED, Status.SHUTDOWN):
+            self.metrics.exchanges_cut.labels(ex.ctx.route, status.value).inc()
+            log.debug("request %s ended early: %s", ex.ctx.request_id, status.value)
+        ended = ex.ended if ex.ended is not None else time.perf_counter()
         self._emit(
-            ctx, attempt, http_status=response.status_code, ended=ended, prebuilt=journaled[0]
+            ex.ctx, ex.attempt, http_status=ex.http_status, ended=ended, prebuilt=ex.journaled
         )
 
     # --- records ----------------------------------------------------------------------------------
@@ -413,6 +535,7 @@ async def _pump(
             before_last(failure_outcome(exc))
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         return failure_outcome(exc)
+    # The record is complete here (but for whether this last write reaches the client).
     tail = observer.close()
     if before_last is not None:
         before_last(stream_outcome(observer))
@@ -424,10 +547,50 @@ def _pump_outcome(pump: asyncio.Future[tuple[Status, str | None]]) -> tuple[Stat
     exc = pump.exception()
     if exc is None:
         return pump.result()
-    if isinstance(exc, OSError):  # the server could not write to the client any more
+    if isinstance(exc, ClientGone):  # the server could not write to the client any more
         return Status.CLIENT_DISCONNECTED, "client_disconnected"
     log.error("stream forwarding failed", exc_info=exc)
     return Status.INVALID_RESPONSE, type(exc).__name__
+
+
+class _Ended(Exception):
+    """The exchange was cut short before its answer was complete (`status` says why)."""
+
+    def __init__(self, status: Status) -> None:
+        super().__init__(status.value)
+        self.status = status
+
+
+class _Exchange:
+    """One planned client request in flight: the attempt serving it (the fallback replaces the
+    primary), the client's side (`out`, and `gone`: done once the client hung up), `cut` (done
+    once the gateway cuts it), and what its record says the client got."""
+
+    __slots__ = ("attempt", "ctx", "cut", "ended", "gone", "http_status", "journaled", "out")
+
+    def __init__(
+        self,
+        ctx: CallContext,
+        attempt: Attempt,
+        out: ClientSend,
+        gone: asyncio.Future[None],
+        cut: asyncio.Future[None],
+    ) -> None:
+        self.ctx = ctx
+        self.attempt = attempt
+        self.out = out
+        self.gone = gone
+        self.cut = cut
+        self.http_status = 0
+        """The status the client received (0: none was sent)."""
+        self.ended: float | None = None
+        """When the last byte went out (None: it did not)."""
+        self.journaled: ExchangeRecord | None = None
+        """The record handed to the crash journal before the last byte (None: none was)."""
+
+    def end(self, status: Status) -> None:
+        """Record the exchange as cut short: `client_disconnected` or `shutdown`."""
+        self.attempt.status, self.attempt.error_class = status, status.value
 
 
 async def _wait_disconnect(receive: Receive) -> None:

@@ -66,6 +66,8 @@ class MockUpstreamApp:
             (k.lower().encode("latin-1"), v.encode("latin-1"))
             for k, v in behavior.response_headers.items()
         )
+        self.abandoned = 0
+        """Non-streamed requests whose client hung up while the answer was being delayed."""
         self._formats: dict[str, WireFormat] = {
             "/v1/chat/completions": ChatCompletionsFormat(),
             "/v1/completions": CompletionsFormat(),
@@ -127,9 +129,10 @@ class MockUpstreamApp:
             await _stream(list(fmt.frames(turn)), spec, fault, client)
         elif isinstance(fault, GarbageFault):
             await client.send_json(200, fault.body.encode())
-        else:
-            await _pause(_body_delay_s(spec, turn.output_tokens))
+        elif await _delay_unless_gone(_body_delay_s(spec, turn.output_tokens), client):
             await client.send_json(200, fmt.body(turn))
+        else:
+            self.abandoned += 1
 
     async def _embed(self, body: dict[str, Any], client: ClientConnection) -> None:
         request = read_embedding_request(body)
@@ -149,13 +152,19 @@ class MockUpstreamApp:
         if method == "POST" and path == "/_mock/reset":
             self.recorder.clear()
             self.faults.reset()
+            self.abandoned = 0
             payload = {"reset": True}
         elif method == "GET" and path == "/_mock/requests":
             payload = self.recorder.requests()
         elif method == "GET" and path == "/_mock/stats":
             paths = dict(self.recorder.paths)
             faults = dict(self.faults.injected)
-            payload = {"total": sum(paths.values()), "paths": paths, "faults": faults}
+            payload = {
+                "total": sum(paths.values()),
+                "paths": paths,
+                "faults": faults,
+                "abandoned": self.abandoned,
+            }
         elif method == "GET" and path == "/_mock/behavior":
             payload = self.behavior.model_dump(mode="json")
         elif method == "GET" and path == "/healthz":
@@ -217,7 +226,7 @@ async def _stream(
     """Send SSE frames, paced as `spec` says, with the mid-stream faults applied.
 
     Unpaced streams go out in one write (the same SSE events, without a syscall per event);
-    paced ones event by event, so the client sees each delta arrive on time.
+    paced ones event by event, so the client sees each delta arrive on time, until it hangs up.
     """
     if isinstance(fault, MalformedChunkFault):
         broken = Frame(b"data: " + fault.data.encode() + b"\n\n", False)
@@ -227,12 +236,18 @@ async def _stream(
         frames = frames[: fault.after_chunks]
     await client.start_events()
     if spec.ttft_ms > 0 or spec.tokens_per_second > 0:
-        first_text = True
-        for frame in frames:
-            if frame.text:
-                await _pause(_gap_s(spec, first_text))
-                first_text = False
-            await client.send_events(frame.data)
+        gone = asyncio.ensure_future(client.wait_gone())
+        try:
+            first_text = True
+            for frame in frames:
+                if frame.text:
+                    await _pause(_gap_s(spec, first_text))
+                    first_text = False
+                if gone.done():  # nobody reads the rest of a long paced stream
+                    return
+                await client.send_events(frame.data)
+        finally:
+            gone.cancel()
         frames = []
     await client.send_events(b"".join(frame.data for frame in frames), more=cut)
     if cut:
@@ -252,6 +267,18 @@ def _body_delay_s(spec: ModelBehaviorSpec, output_tokens: int) -> float:
         return spec.latency_ms / 1000
     pace = output_tokens / spec.tokens_per_second if spec.tokens_per_second > 0 else 0.0
     return spec.ttft_ms / 1000 + pace
+
+
+async def _delay_unless_gone(seconds: float, client: ClientConnection) -> bool:
+    """Wait `seconds` before answering; False (at once) if the client hangs up meanwhile."""
+    if seconds <= 0:  # the zero-delay path must not even enter the event loop's timer heap
+        return True
+    try:
+        async with asyncio.timeout(seconds):
+            await client.wait_gone()
+    except TimeoutError:
+        return True
+    return False
 
 
 async def _pause(seconds: float) -> None:

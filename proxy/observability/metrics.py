@@ -158,6 +158,12 @@ class GatewayMetrics:
         self.inflight = Gauge(
             "mirrorgate_inflight_requests", "Client requests being served now.", registry=registry
         )
+        self.exchanges_cut = Counter(
+            "mirrorgate_exchanges_cut",
+            "Client requests ended before their answer was complete, by reason: the client went "
+            "away (client_disconnected) or the gateway stopped (shutdown). Each has its record.",
+            ("route", "reason"), registry=registry,
+        )  # fmt: skip
         self._children: dict[tuple[str, str, str], _ArmChildren] = {}
         self._overhead: dict[str, Histogram] = {}
 

@@ -30,12 +30,15 @@ from proxy.store import ArmExchange, Arms, Epoch, JudgeWindows
 from .plan import TrafficProfile
 
 _NOT_ERRORS = (Status.OK.value, Status.CLIENT_DISCONNECTED.value)
+_NOT_SERVED = (Status.CLIENT_DISCONNECTED.value, Status.SHUTDOWN.value)
+"""Exchanges ended by someone else than the arm: the client leaving, the gateway stopping."""
 
 
 def _served(exchanges: Iterable[ArmExchange], arm: Arm) -> ArmWindow:
-    """The window of `arm`'s exchanges: errors, latency, TTFT and cost (client disconnects are
-    neither requests nor errors: the client chose to leave)."""
-    mine = [e for e in exchanges if e.arm is arm and e.status != Status.CLIENT_DISCONNECTED.value]
+    """The window of `arm`'s exchanges: errors, latency, TTFT and cost (client disconnects and
+    shutdown cuts are neither requests nor errors: the client chose to leave, the gateway to
+    stop)."""
+    mine = [e for e in exchanges if e.arm is arm and e.status not in _NOT_SERVED]
     return ArmWindow(
         requests=len(mine),
         errors=sum(e.status not in _NOT_ERRORS for e in mine),

@@ -163,7 +163,10 @@ class JudgeWindows:
             sa.select(e.arm, f.caller, sa.func.count(sa.distinct(e.request_id)))
             .select_from(_exchanges.join(_feedback, about))
             .where(_compared(_exchanges, arms), e.started_at >= since)
-            .where(e.status != Status.CLIENT_DISCONNECTED.value, is_correction_clause(_feedback))
+            .where(
+                e.status.not_in((Status.CLIENT_DISCONNECTED.value, Status.SHUTDOWN.value)),
+                is_correction_clause(_feedback),
+            )
             .group_by(e.arm, f.caller)
         )
         counts: dict[Arm, int] = {}

@@ -10,6 +10,7 @@ measured the same way. Every call into the transport goes through `errors` (`gat
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -39,6 +40,9 @@ from .tokens import count_tokens
 from .usage import prompt_text, response_text, response_usage
 
 Headers = list[tuple[bytes, bytes]]
+
+TOTAL_TIMEOUT_FACTOR = 10
+"""A model without `total_timeout_s` gives a call this many times its `timeout_s` in all."""
 
 
 @dataclass(slots=True)
@@ -127,39 +131,77 @@ class ModelCaller:
         self.keep_bodies = keep_bodies
 
     async def open(self, ctx: CallContext, target: str, arm: Arm) -> Attempt:
-        """Send the request to `target`. Non-streamed (and error) answers are read whole; a 2xx
-        stream is returned unread. Never raises for upstream failures: the attempt says."""
+        """Send the request to `target`: `prepare`, then `call`. Never raises for upstream
+        failures: the attempt says."""
+        attempt = self.prepare(ctx, target, arm)
+        await self.call(ctx, attempt)
+        return attempt
+
+    def prepare(self, ctx: CallContext, target: str, arm: Arm) -> Attempt:
+        """The attempt of a call to `target`, its body encoded and its clock started, before
+        anything is sent: whoever cancels `call` still holds what to record. Raises
+        `RequestError` when the body cannot be encoded."""
         client = self.clients[target]
         ctx.payload["model"] = client.spec.model
         try:
             upstream_body = orjson.dumps(ctx.payload)
         except TypeError as exc:  # e.g. an integer beyond 64 bits
             raise RequestError(f"request body cannot be forwarded: {exc}") from None
-        started = time.perf_counter()
-        attempt = Attempt(target, arm, upstream_body, started, datetime.now(UTC), time.time_ns())
+        return Attempt(
+            target, arm, upstream_body, time.perf_counter(), datetime.now(UTC), time.time_ns()
+        )
+
+    async def call(self, ctx: CallContext, attempt: Attempt) -> None:
+        """Make the prepared call, within the model's total deadline. Non-streamed (and error)
+        answers are read whole; a 2xx stream is left unread in `attempt.response`. Never raises
+        for upstream failures: the attempt says (a deadline that ran out is `UpstreamTimeout`
+        with `error_class` "UpstreamTotalTimeout")."""
+        spec = self.clients[attempt.target].spec
+        total = spec.total_timeout_s or TOTAL_TIMEOUT_FACTOR * spec.timeout_s
+        try:
+            async with asyncio.timeout(total):
+                await self._call(ctx, attempt)
+        except TimeoutError:
+            if attempt.response is not None:
+                await attempt.response.aclose()
+                attempt.response = None
+            attempt.body = None
+            attempt.fail(
+                UpstreamTimeout(
+                    f"upstream model '{attempt.target}' did not answer within {total:g}s",
+                    error_class="UpstreamTotalTimeout",
+                )
+            )
+
+    async def _call(self, ctx: CallContext, attempt: Attempt) -> None:
+        target = attempt.target
+        client = self.clients[target]
         try:
             with gateway_errors(target):
                 response = await client.send(
-                    ctx.endpoint.upstream_path, upstream_body, ctx.headers, ctx.credentials_for
+                    ctx.endpoint.upstream_path,
+                    attempt.upstream_body,
+                    ctx.headers,
+                    ctx.credentials_for,
                 )
         except UpstreamError as exc:
             attempt.fail(exc)
-            return attempt
+            return
         attempt.response = response
         if ctx.stream and response.status_code < 300:
-            return attempt
+            return
         try:
             with gateway_errors(target):
                 attempt.body = await response.aread()
         except UpstreamError as exc:
             attempt.fail(exc)
-            return attempt
+            return
         finally:
             await response.aclose()
         if response.status_code >= 300:
             attempt.status = Status.UPSTREAM_ERROR
             attempt.error_class = f"http_{response.status_code}"
-            return attempt
+            return
         try:
             parsed = orjson.loads(attempt.body)
         except orjson.JSONDecodeError:
@@ -170,7 +212,6 @@ class ModelCaller:
             attempt.error = UpstreamError(f"upstream model '{target}' returned an invalid response")
         else:
             attempt.parsed = parsed
-        return attempt
 
     async def consume(self, ctx: CallContext, attempt: Attempt) -> None:
         """Read a streamed answer to its end without a client (shadows, replays)."""
@@ -216,7 +257,7 @@ class ModelCaller:
             usage = response_usage(endpoint, parsed) if parsed else None
             text = response_text(endpoint, parsed) if parsed else ""
             raw = attempt.body
-        if usage is None and attempt.status in (Status.OK, Status.CLIENT_DISCONNECTED):
+        if usage is None and attempt.status in _BILLED_UNREPORTED:
             usage = Usage(
                 input_tokens=count_tokens(prompt_text(endpoint, ctx.payload)),
                 output_tokens=count_tokens(text),
@@ -252,6 +293,10 @@ class ModelCaller:
             response_body=raw.decode("utf-8", "replace") if keep and raw else None,
             response_text=text if keep else None,
         )
+
+
+_BILLED_UNREPORTED = (Status.OK, Status.CLIENT_DISCONNECTED, Status.SHUTDOWN)
+"""Ends of a call the upstream bills whether or not it said how much: counted when unreported."""
 
 
 def failure_outcome(error: UpstreamError) -> tuple[Status, str | None]:

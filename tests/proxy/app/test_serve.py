@@ -8,7 +8,7 @@ import signal
 from prometheus_client import CollectorRegistry
 
 from proxy.app.gateway import Gateway
-from proxy.app.serve import _DrainingServer, _uvicorn_config
+from proxy.app.serve import CUT_GRACE_S, _DrainingServer, _PipelineAwareProtocol, _uvicorn_config
 from tests.conftest import gateway_config
 
 
@@ -18,19 +18,30 @@ def gateway(drain_timeout_s: float = 7) -> Gateway:
     return Gateway(config, registry=CollectorRegistry(), env={})
 
 
-def test_uvicorn_adds_no_headers_of_its_own_and_drains_for_the_configured_time() -> None:
+def test_uvicorn_adds_no_headers_of_its_own_and_cancels_only_after_the_gateways_cut() -> None:
     config = _uvicorn_config(gateway(drain_timeout_s=7), "127.0.0.1", 8080)
     assert (config.host, config.port) == ("127.0.0.1", 8080)
     # Proxied answers carry the upstream's own date and server headers.
     assert config.server_header is False and config.date_header is False
     assert config.lifespan == "on" and config.access_log is False
-    assert config.timeout_graceful_shutdown == 7
+    # The gateway drains its exchanges for drain_timeout_s and cuts the rest itself; uvicorn's
+    # own deadline (it cancels, leaving no error event) only bounds what is left after the cut.
+    assert config.timeout_graceful_shutdown == CUT_GRACE_S
+    assert config.http is _PipelineAwareProtocol
     assert config.proxy_headers is False
 
 
 def test_a_signal_that_drained_cleanly_is_not_re_raised() -> None:
-    server = _DrainingServer(_uvicorn_config(gateway(), "127.0.0.1", 0))
+    gw = gateway()
+    server = _DrainingServer(_uvicorn_config(gw, "127.0.0.1", 0), gw)
     server.handle_exit(signal.SIGTERM, None)
     assert server.should_exit
     # uvicorn re-raises what it captured after shutting down: nothing is left to re-raise.
     assert server._captured_signals == []
+
+
+def test_sighup_stops_the_server_as_sigterm_does() -> None:
+    gw = gateway()
+    server = _DrainingServer(_uvicorn_config(gw, "127.0.0.1", 0), gw)
+    server.handle_hangup(signal.SIGHUP, None)
+    assert server.should_exit and server._captured_signals == []

@@ -38,6 +38,7 @@ BEHAVIOR: dict[str, Any] = {
         "reset": {"reset": {}},
         "hang": {"timeout": {}},
         "late": {"timeout": {"stall_s": 0.05}},
+        "slow": {"latency_ms": 600_000},
     },
 }
 

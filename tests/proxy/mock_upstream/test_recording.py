@@ -8,6 +8,7 @@ import pytest
 
 from proxy.mock_upstream.behavior import parse_behavior
 from proxy.mock_upstream.server import MockUpstreamServer
+from tests.conftest import wait_until
 
 
 def test_requests_are_recorded_with_lowercased_headers_and_parsed_body(
@@ -41,10 +42,21 @@ def test_stats_count_per_path_and_reset_clears_everything(
         "total": 3,
         "paths": {"/v1/embeddings": 2, "/v1/completions": 1},
         "faults": {},
+        "abandoned": 0,
     }
     assert raw.post("/_mock/reset").json() == {"reset": True}
     assert raw.get("/_mock/requests").json() == []
     assert raw.get("/_mock/stats").json()["total"] == 0
+
+
+def test_a_client_that_hangs_up_on_a_delayed_answer_is_counted_as_abandoned(
+    raw: httpx.Client,
+) -> None:
+    raw.post("/_mock/reset")
+    body = {"model": "slow", "messages": [{"role": "user", "content": "hi"}]}
+    with pytest.raises(httpx.ReadTimeout):  # httpx closes the connection: the mock sees it go
+        raw.post("/v1/chat/completions", json=body, timeout=0.2)
+    wait_until(lambda: raw.get("/_mock/stats").json()["abandoned"] == 1, what="abandoned")
 
 
 def test_unparseable_bodies_are_recorded_as_text(raw: httpx.Client) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import MutableMapping
 from pathlib import Path
@@ -32,7 +33,10 @@ async def body_messages(behavior: dict[str, Any], request: dict[str, Any]) -> li
     sent: list[bytes] = []
 
     async def receive() -> dict[str, Any]:
-        return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+        if incoming:
+            return incoming.pop(0)
+        await asyncio.Event().wait()  # as a server: the client stays until the answer ends
+        return {"type": "http.disconnect"}
 
     async def send(message: MutableMapping[str, Any]) -> None:
         if message["type"] == "http.response.body":

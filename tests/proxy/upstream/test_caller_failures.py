@@ -30,14 +30,21 @@ async def read_request(reader: asyncio.StreamReader) -> None:
     await reader.readexactly(length)
 
 
-async def call(handler: Handler, *, stream: bool, read: Callable[..., Awaitable[Any]]) -> Any:
+async def call(
+    handler: Handler,
+    *,
+    stream: bool,
+    read: Callable[..., Awaitable[Any]],
+    total_timeout_s: float | None = None,
+) -> Any:
     """Serve `handler` on a loopback port, call it once through a ModelCaller, and return what
     `read(caller, ctx, attempt)` makes of the attempt."""
     server = await asyncio.start_server(handler, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     spec = ModelSpec(
-        provider="openai", base_url=f"http://127.0.0.1:{port}/v1", model="m", timeout_s=0.2
-    )
+        provider="openai", base_url=f"http://127.0.0.1:{port}/v1", model="m", timeout_s=0.2,
+        total_timeout_s=total_timeout_s,
+    )  # fmt: skip
     caller = ModelCaller({"cand": UpstreamClient("cand", spec, env={})}, keep_bodies=False)
     payload = {"model": "bot", "messages": [], "stream": stream}
     ctx = CallContext("req-1", "bot", CHAT, payload, stream, False, [])
@@ -67,6 +74,21 @@ async def break_mid_stream(reader: asyncio.StreamReader, writer: asyncio.StreamW
         writer.close()  # the chunked body never ends
 
 
+async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A head, then one byte of body every 20 ms, for ever: no single wait is ever long."""
+    try:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 1000000\r\n\r\n")
+        while True:
+            writer.write(b" ")
+            await writer.drain()
+            await asyncio.sleep(0.02)
+    except ConnectionError:
+        pass
+    finally:
+        writer.close()
+
+
 async def attempt_of(caller: ModelCaller, ctx: CallContext, attempt: Any) -> Any:
     return attempt
 
@@ -78,6 +100,14 @@ def test_a_stalled_upstream_is_the_gateways_timeout_caused_by_the_transports() -
     assert attempt.error.message == "upstream model 'cand' timed out"
     assert isinstance(attempt.error.__cause__, UpstreamReadTimeout)
     assert attempt.retryable  # the client path may still fall back
+
+
+def test_a_drip_fed_answer_ends_at_the_calls_total_deadline() -> None:
+    attempt = asyncio.run(call(drip, stream=False, read=attempt_of, total_timeout_s=0.3))
+    assert (attempt.status, attempt.error_class) == (Status.TIMEOUT, "UpstreamTotalTimeout")
+    assert type(attempt.error) is UpstreamTimeout and attempt.error.status == 504
+    assert attempt.error.message == "upstream model 'cand' did not answer within 0.3s"
+    assert attempt.response is None and attempt.body is None
 
 
 def test_a_stream_broken_off_raises_the_gateways_error_from_the_chunks() -> None:
