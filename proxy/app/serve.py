@@ -14,6 +14,7 @@ import uvicorn
 from analyzers.errors import PluginError
 from proxy.config import MirrorgateConfig
 
+from .connection import limited_protocol
 from .gateway import Gateway
 
 
@@ -25,7 +26,7 @@ def _uvicorn_config(
         host=host,
         port=port,
         loop="uvloop",
-        http="httptools",
+        http=limited_protocol(gateway.config.server.limits, gateway.connection_metrics),
         lifespan="on",
         interface="asgi3",
         proxy_headers=False,
@@ -35,7 +36,7 @@ def _uvicorn_config(
         access_log=False,
         log_level=log_level,
         timeout_graceful_shutdown=int(gateway.config.server.drain_timeout_s),
-        timeout_keep_alive=75,
+        timeout_keep_alive=gateway.config.server.limits.keep_alive_s,
     )
 
 

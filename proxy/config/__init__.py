@@ -10,6 +10,7 @@ from .loader import load_config, parse_config
 from .specs import (
     CanarySpec,
     JudgeSpec,
+    LimitsSpec,
     MirrorgateConfig,
     ModelSpec,
     PriceSpec,
@@ -28,6 +29,7 @@ __all__ = [
     "ConfigError",
     "ConfigProblem",
     "JudgeSpec",
+    "LimitsSpec",
     "MirrorgateConfig",
     "ModelSpec",
     "PriceSpec",

@@ -10,6 +10,8 @@
     ├── NotFound                      404: anything else unknown (request id, rollout)
     ├── Conflict                      409: an illegal transition
     ├── PayloadTooLarge               413: the body is over `server.max_body_bytes`
+    ├── RequestTimeout                408: headers or body not received in time (`server.limits`)
+    ├── HeadersTooLarge               431: request headers over `server.limits` (size or count)
     └── UpstreamError                 502: the upstream failed (unreachable, reset, garbage)
         └── UpstreamTimeout           504: the upstream did not answer in time
 
@@ -98,6 +100,20 @@ class PayloadTooLarge(GatewayError):
     status = 413
     openai_type = "invalid_request_error"
     anthropic_type = "request_too_large"
+
+
+class RequestTimeout(GatewayError):
+    status = 408
+    openai_type = "invalid_request_error"
+    anthropic_type = "invalid_request_error"
+    code = "request_timeout"
+
+
+class HeadersTooLarge(GatewayError):
+    status = 431
+    openai_type = "invalid_request_error"
+    anthropic_type = "invalid_request_error"
+    code = "request_header_fields_too_large"
 
 
 class UpstreamError(GatewayError):
