@@ -307,7 +307,10 @@ class _Connection(asyncio.Protocol):
             deadline, error = self._stream_deadline, UpstreamStreamTooLong
         self._timeout_error = error
         self._deadline = deadline
-        if self._timer is None:
+        timer = self._timer
+        if timer is None or timer.when() > deadline:  # later only when the stream must end
+            if timer is not None:
+                timer.cancel()
             self._timer = loop.call_at(deadline, self._on_timer)
         try:
             await waiter
