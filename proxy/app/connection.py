@@ -48,6 +48,10 @@ from proxy.observability import ConnectionMetrics
 
 UVICORN_TESTED = ("0.54.0",)
 """uvicorn versions whose `HttpToolsProtocol` this subclass was read against."""
+LINGER_S = 5.0
+"""After an answer that ends a connection, the client's further bytes are read and dropped for
+up to this long: closing a socket with unread bytes resets it, and a reset can destroy the
+answer before the client has read it (nginx's lingering close)."""
 
 
 class _Refused(Exception):
@@ -93,6 +97,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._body_last = 0.0
         self._body_started = 0.0
         self._refused = False
+        self._linger: asyncio.TimerHandle | None = None
         self._refusal: bytes | None = None
         """An answer waiting for the response in progress to end (pipelined requests)."""
         self._path = b""
@@ -110,6 +115,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.metrics.open.dec()
         self._stop_timers()
+        if self._linger is not None:
+            self._linger.cancel()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -199,8 +206,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         refusal, self._refusal = self._refusal, None
         if refusal is not None and not self.transport.is_closing():
-            self.transport.write(refusal)
-            self.transport.close()
+            self._answer_and_close(refusal)
             return
         super().on_response_complete()
 
@@ -233,8 +239,18 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._refusal = answer
             self.flow.pause_reading()
         elif not self.transport.is_closing():
-            self.transport.write(answer)
-            self.transport.close()
+            self._answer_and_close(answer)
+
+    def _answer_and_close(self, answer: bytes) -> None:
+        """Send `answer`, end our side, and drop what the client still sends (see `LINGER_S`)."""
+        transport = self.transport
+        transport.write(answer)
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        self.flow.resume_reading()
+        self._linger = self.loop.call_later(LINGER_S, transport.close)
 
     def _arm_head_timer(self) -> None:
         self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._on_head_timer)
@@ -298,8 +314,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             f"request body not received in time (no byte for {limits.body_timeout_s:g}s, "
             f"or not complete within {limits.body_total_timeout_s:g}s)"
         )
-        self.transport.write(_answer(error, _wire(self._path)))
-        self.transport.close()
+        self._answer_and_close(_answer(error, _wire(self._path)))
         # The application reading the body hears the client gone; its answer goes nowhere.
         cycle.disconnected = True
         cycle.message_event.set()
