@@ -68,6 +68,15 @@ class LimitsSpec(Spec):
     max_upstream_headers: int = Field(100, ge=8, le=10_000)
     """Most header lines in an upstream response head; beyond, as `max_upstream_header_bytes`."""
 
+    @model_validator(mode="after")
+    def _gap_within_total(self) -> LimitsSpec:
+        if self.body_timeout_s > self.body_total_timeout_s:
+            raise ValueError(
+                f"body_timeout_s ({self.body_timeout_s:g}) must not exceed "
+                f"body_total_timeout_s ({self.body_total_timeout_s:g})"
+            )
+        return self
+
 
 class ServerSpec(Spec):
     host: str = "127.0.0.1"
