@@ -92,7 +92,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._header_lines = 0
         self._head_started = False
         """A byte of the current request arrived (a silent connection is closed unanswered)."""
+        self._head_since = 0.0
+        """Loop time of the current request's first byte."""
         self._head_timer: asyncio.TimerHandle | None = None
+        """Armed at the connection's opening, and for a later request only when its head takes
+        more than one read (most arrive whole: no timer to arm and cancel)."""
+        self._in_body = False
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_last = 0.0
         self._body_started = 0.0
@@ -125,10 +130,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             return
         self._unset_keepalive_if_required()
         head_before = self._reading_head
-        if head_before:
-            self._head_started = self._head_started or bool(data.strip(b"\r\n"))
-            if self._head_timer is None:
-                self._arm_head_timer()
+        if head_before and not self._head_started and data.strip(b"\r\n"):
+            self._head_started = True
+            self._head_since = self.loop.time()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -146,11 +150,25 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             else:
                 self._unsupported_upgrade_warning()
             return
-        if head_before and self._reading_head and not self._refused:
-            # The whole read was head: count it now, before the parser holds a complete line.
-            self._head_raw += len(data)
-            if self._head_raw > self.limits.max_header_bytes:
-                self._refuse(self._too_large(), "headers_too_large")
+        if self._refused:
+            return
+        if self._reading_head and self._head_started:
+            if head_before:
+                # The whole read was head: count it now, before the parser holds a complete line.
+                self._head_raw += len(data)
+                if self._head_raw > self.limits.max_header_bytes:
+                    self._refuse(self._too_large(), "headers_too_large")
+                    return
+            if self._head_timer is None:  # a keep-alive request whose head takes more reads
+                self._head_timer = self.loop.call_at(
+                    self._head_since + self.limits.header_timeout_s, self._on_head_timer
+                )
+        elif self._in_body and self._body_timer is None:  # a body that takes more reads
+            limits = self.limits
+            self._body_timer = self.loop.call_at(
+                self._body_last + min(limits.body_timeout_s, limits.body_total_timeout_s),
+                self._on_body_timer,
+            )
 
     def _invalid(self) -> None:
         msg = "Invalid HTTP request received."
@@ -185,19 +203,15 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_raw = 0
         self._cancel_head_timer()
         super().on_headers_complete()
-        now = self.loop.time()
-        self._body_started = self._body_last = now
-        if self._body_timer is None:
-            self._body_timer = self.loop.call_at(
-                now + min(self.limits.body_timeout_s, self.limits.body_total_timeout_s),
-                self._on_body_timer,
-            )
+        self._in_body = True
+        self._body_started = self._body_last = self.loop.time()
 
     def on_body(self, body: bytes) -> None:
         self._body_last = self.loop.time()
         super().on_body(body)
 
     def on_message_complete(self) -> None:
+        self._in_body = False
         self._cancel_body_timer()
         self._reading_head = True
         self._head_bytes = 0

@@ -70,3 +70,28 @@ def test_keep_alive_requests_within_the_limits_share_a_connection(
                 if name.lower() == b"content-length":
                     length = int(value)
             assert orjson.loads(reader.read(length))["object"] == "chat.completion"
+
+
+def test_a_keep_alive_request_whose_head_stops_halfway_gets_408(
+    start_gateway_server: StartGatewayServer,
+) -> None:
+    # The second request's head starts in a read of its own and never ends: its own timer,
+    # counted from its first byte, answers it (the connection's opening timer is long gone).
+    gw = start_gateway_server(extra={"server": {"limits": {"header_timeout_s": 0.3}}})
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
+        reader = sock.makefile("rb")
+        sock.sendall(_request(CHAT))
+        assert reader.readline().startswith(b"HTTP/1.1 200")
+        length = 0
+        while (line := reader.readline()) != b"\r\n":
+            name, _, value = line.partition(b":")
+            if name.lower() == b"content-length":
+                length = int(value)
+        reader.read(length)
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
+        rest = reader.read()
+    assert rest.startswith(b"HTTP/1.1 408") and rest.endswith(b'"request_timeout"}}')
+    closed = gw.gateway.registry.get_sample_value(
+        "mirrorgate_connections_closed_total", {"reason": "header_timeout"}
+    )
+    assert closed == 1
