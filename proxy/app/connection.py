@@ -348,6 +348,24 @@ async def _over_capacity(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+FILES_KEPT_FOR_THE_REST = 256
+"""Open files the gateway needs besides client connections (upstream pools, the store, logs)."""
+
+
+def connection_cap_warning(limits: LimitsSpec, open_files: int) -> str | None:
+    """What to tell the operator when `max_connections` cannot be reached under the process's
+    open-file limit `open_files` (`ulimit -n`): beyond it, accepting fails with EMFILE instead
+    of a 503. None when the cap fits."""
+    room = open_files - FILES_KEPT_FOR_THE_REST
+    if limits.max_connections <= room:
+        return None
+    return (
+        f"server.limits.max_connections ({limits.max_connections}) is above what this process "
+        f"may open ({open_files} files, ulimit -n): connections beyond about {max(room, 0)} "
+        "fail to be accepted instead of getting a 503; raise the limit or lower the cap"
+    )
+
+
 def limited_protocol(
     limits: LimitsSpec, metrics: ConnectionMetrics
 ) -> type[LimitedHttpToolsProtocol]:

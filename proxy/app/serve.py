@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import resource
 import sys
 import threading
 import time
@@ -14,7 +16,7 @@ import uvicorn
 from analyzers.errors import PluginError
 from proxy.config import MirrorgateConfig
 
-from .connection import limited_protocol
+from .connection import connection_cap_warning, limited_protocol
 from .gateway import Gateway
 
 
@@ -60,6 +62,11 @@ def run_gateway(config: MirrorgateConfig) -> int:
     except PluginError as exc:
         print(f"mirrorgate: analyzers: {exc}", file=sys.stderr)
         return 1
+    open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if open_files != resource.RLIM_INFINITY:
+        warning = connection_cap_warning(config.server.limits, open_files)
+        if warning is not None:
+            logging.getLogger("mirrorgate").warning(warning)
     server = _DrainingServer(
         _uvicorn_config(gateway, config.server.host, config.server.port, "info")
     )

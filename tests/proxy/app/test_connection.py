@@ -10,9 +10,10 @@ import orjson
 import uvicorn
 from prometheus_client import CollectorRegistry
 
-from proxy.app.connection import UVICORN_TESTED, LimitedHttpToolsProtocol
+from proxy.app.connection import UVICORN_TESTED, LimitedHttpToolsProtocol, connection_cap_warning
 from proxy.app.gateway import Gateway
 from proxy.app.serve import GatewayServer, _uvicorn_config
+from proxy.config import LimitsSpec
 from tests.conftest import gateway_config
 
 StartGatewayServer = Callable[..., GatewayServer]
@@ -31,6 +32,13 @@ def test_serve_runs_the_limited_protocol_with_the_configured_keep_alive() -> Non
     uv = _uvicorn_config(gateway, "127.0.0.1", 0)
     assert isinstance(uv.http, type) and issubclass(uv.http, LimitedHttpToolsProtocol)
     assert uv.http.limits.max_headers == 50 and uv.timeout_keep_alive == 12
+
+
+def test_a_connection_cap_above_the_open_file_limit_is_named_at_start() -> None:
+    assert connection_cap_warning(LimitsSpec(max_connections=500), open_files=1024) is None
+    warning = connection_cap_warning(LimitsSpec(), open_files=1024)
+    assert warning is not None and "max_connections (10000)" in warning
+    assert "1024 files" in warning and "beyond about 768" in warning
 
 
 def _request(body: bytes, extra_head: bytes = b"") -> bytes:
