@@ -1,15 +1,15 @@
 """Peak memory of a gateway process while upstreams send huge answers, and what the client gets.
 
     .venv/bin/python bench/upstream_answer_memory.py [--size-mb 100] [--concurrency 1]
-        [--chunked] [--max-response-mb N] [--checkout DIR]
+        [--chunked] [--max-response-mb N] [--bodies full|redacted|none] [--checkout DIR]
 
 Starts `mirrorgate mock-upstream` (this checkout, with its `huge_body` fault) and `mirrorgate
 serve` (this checkout, or the one at `--checkout`, e.g. an export of an older commit, run with
 `PYTHONPATH=DIR`), both on 127.0.0.1; sends `--concurrency` requests at once for a
 `--size-mb` answer; prints the statuses, the seconds to the last answer, and the gateway's resident
 memory at rest and at its peak (VmHWM in /proc). `--max-response-mb` sets
-`server.limits.max_response_bytes` (leave it out for a checkout that has no such key). The store
-keeps full bodies, the worst case for memory.
+`server.limits.max_response_bytes` (leave it out for a checkout that has no such key);
+`--bodies` is `store.bodies` (default `full`, the worst case for memory).
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ def main() -> int:
     parser.add_argument("--chunked", action="store_true")
     parser.add_argument("--max-response-mb", type=float, default=None)
     parser.add_argument("--checkout", type=Path, default=None)
+    parser.add_argument("--bodies", choices=("full", "redacted", "none"), default="full")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="mirrorgate-answer-memory-"))
     behavior = {
@@ -82,7 +83,7 @@ def main() -> int:
         server["limits"] = {"max_response_bytes": int(args.max_response_mb * 2**20)}
     config = {
         "server": server,
-        "store": {"url": f"sqlite:///{folder / 'gw.db'}", "bodies": "full"},
+        "store": {"url": f"sqlite:///{folder / 'gw.db'}", "bodies": args.bodies},
         "models": {"huge": {"provider": "openai", "base_url": mock_url + "/v1", "model": "huge",
                             "timeout_s": 120}},
         "routes": {"huge": {"primary": "huge"}},
