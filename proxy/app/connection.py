@@ -5,13 +5,13 @@ for ever to send its headers or its body, send headers of any size, and open con
 without end. `limited_protocol` returns a subclass of uvicorn's `HttpToolsProtocol` (handed to
 `uvicorn.Config(http=...)`) that adds, per connection, from `server.limits`:
 
-- a header timer, armed when the connection opens and at the first byte of each later request,
-  stopped when the headers are complete: beyond `header_timeout_s` the client gets 408 and the
-  connection is closed (closed without a word when no byte of a request came);
+- a header timer, counted from the connection's opening and from the first byte of each later
+  request, stopped when the headers are complete: beyond `header_timeout_s` the client gets 408
+  and the connection is closed (closed without a word when no byte of a request came);
 - a header cap: the request line and headers over `max_header_bytes`, or over `max_headers`
   lines, get 431 and the connection is closed (also while an endless header line is still
   arriving: bytes are counted as they come, before the parser holds a complete line);
-- a body timer, armed when the headers are complete, stopped when the body is: no byte for
+- a body timer, counted from the end of the headers, stopped when the body is: no byte for
   `body_timeout_s`, or the whole body not there `body_total_timeout_s` after the headers, gets
   408 and the connection is closed; the application sees the client gone (`http.disconnect`).
   The timer waits while reading is paused because the application has not taken what came;
