@@ -7,6 +7,8 @@ the Alertmanager webhook, models, health): routers raise, `install_error_handlin
     StoreUnavailableError   503 (`Unavailable`): the call changed nothing, try again later.
                             A router that knows better what became of the call says so with
                             `store_unavailable(exc, outcome)`
+    ClientGone              nothing (the client left, or its body timed out and the connection
+                            already answered 408): not a bug, not counted
     anything else           a bug: 500 in the same format, logged with its traceback and
                             counted in `mirrorgate_internal_errors_total{component="api"}`
 
@@ -23,7 +25,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.core import Conflict, GatewayError, TooManyRequests, Unavailable, error_body
+from proxy.core import (
+    Conflict,
+    GatewayError,
+    RequestError,
+    TooManyRequests,
+    Unavailable,
+    error_body,
+)
+from proxy.gateway import ClientGone
 from proxy.observability import GatewayMetrics
 from proxy.store import StoreUnavailableError
 
@@ -65,6 +75,11 @@ def install_error_handling(app: FastAPI, metrics: GatewayMetrics) -> None:
     @app.exception_handler(GatewayError)
     async def gateway_error(_request: Request, exc: GatewayError) -> JSONResponse:
         return error_response(exc)
+
+    @app.exception_handler(ClientGone)
+    async def client_gone(_request: Request, _exc: ClientGone) -> JSONResponse:
+        # Nobody reads this answer; the server drops it.
+        return error_response(RequestError("the client left before its request was read"))
 
     @app.exception_handler(StoreUnavailableError)
     async def unavailable(_request: Request, exc: StoreUnavailableError) -> JSONResponse:

@@ -60,6 +60,7 @@ from proxy.gateway import (
 from proxy.mirror import AnalysisWorker, CompiledRules, Judge, ShadowDispatcher
 from proxy.observability import (
     AlertDeliveryMetrics,
+    ConnectionMetrics,
     ExchangeTracer,
     GatewayMetrics,
     build_tracer_provider,
@@ -105,6 +106,7 @@ class Gateway:
         self.env = os.environ if env is None else env
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = GatewayMetrics(self.registry)
+        self.connection_metrics = ConnectionMetrics(self.registry)
         provider = tracer_provider or build_tracer_provider(config.telemetry, self.env)
         self.tracer_provider = provider
         self.tracer = ExchangeTracer(provider)
@@ -115,7 +117,8 @@ class Gateway:
             else None
         )
         self.clients = {
-            name: UpstreamClient(name, spec, self.env, tls) for name, spec in config.models.items()
+            name: UpstreamClient(name, spec, self.env, tls, config.server.limits)
+            for name, spec in config.models.items()
         }
         self.store = Store(config.store.url)
         self.journal = Journal.from_spec(config.store, registry=self.registry)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import signal
 import socket
 import sys
@@ -21,11 +22,11 @@ from types import FrameType, TracebackType
 from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from analyzers.errors import PluginError
 from proxy.config import MirrorgateConfig
 
+from .connection import connection_cap_warning, limited_protocol
 from .gateway import Gateway
 
 log = logging.getLogger("mirrorgate")
@@ -33,29 +34,6 @@ log = logging.getLogger("mirrorgate")
 CUT_GRACE_S = 5
 """After the cut, how long uvicorn still waits for connections and tasks (the cut exchanges'
 last words, admin calls) before it cancels them."""
-
-
-class _PipelineAwareProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, except that a client hanging up is told to the request
-    being served even when the client pipelined more requests behind it.
-
-    uvicorn tells only its newest cycle, which for a pipelining client is a queued request that
-    never runs; the one being served would see no `http.disconnect` and write into a closed
-    transport (a RuntimeError under uvloop, silently lost bytes under asyncio's loop).
-    """
-
-    _serving: RequestResponseCycle | None = None
-
-    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
-        self._serving = cycle
-        super()._start_asgi_task(cycle, app)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
-        cycle = self._serving
-        if cycle is not None and not cycle.response_complete:
-            cycle.disconnected = True
-            cycle.message_event.set()
 
 
 def _uvicorn_config(
@@ -66,7 +44,7 @@ def _uvicorn_config(
         host=host,
         port=port,
         loop="uvloop",
-        http=_PipelineAwareProtocol,
+        http=limited_protocol(gateway.config.server.limits, gateway.connection_metrics),
         lifespan="on",
         interface="asgi3",
         proxy_headers=False,
@@ -76,7 +54,7 @@ def _uvicorn_config(
         access_log=False,
         log_level=log_level,
         timeout_graceful_shutdown=CUT_GRACE_S,
-        timeout_keep_alive=75,
+        timeout_keep_alive=gateway.config.server.limits.keep_alive_s,
     )
 
 
@@ -147,6 +125,11 @@ def run_gateway(config: MirrorgateConfig) -> int:
     except PluginError as exc:
         print(f"mirrorgate: analyzers: {exc}", file=sys.stderr)
         return 1
+    open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if open_files != resource.RLIM_INFINITY:
+        warning = connection_cap_warning(config.server.limits, open_files)
+        if warning is not None:
+            log.warning(warning)
     server = _DrainingServer(
         _uvicorn_config(gateway, config.server.host, config.server.port, "info"), gateway
     )

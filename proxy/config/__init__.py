@@ -16,6 +16,7 @@ from .loader import load_config, parse_config
 from .specs import (
     CanarySpec,
     JudgeSpec,
+    LimitsSpec,
     MirrorgateConfig,
     ModelSpec,
     PriceSpec,
@@ -34,6 +35,7 @@ __all__ = [
     "ConfigError",
     "ConfigProblem",
     "JudgeSpec",
+    "LimitsSpec",
     "MirrorgateConfig",
     "ModelSpec",
     "PriceSpec",

@@ -28,6 +28,56 @@ class Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class LimitsSpec(Spec):
+    """What one peer may push at the gateway: client connections, and upstream answers.
+
+    Client side, a connection that breaks a limit is answered in the caller's wire format where
+    HTTP still allows (408, 431, 503) and closed; upstream side, the call fails (502, or an error
+    event at the end of a stream) and is recorded. Defaults are those of a gateway on the open
+    internet (Envoy and nginx use the same orders of magnitude)."""
+
+    header_timeout_s: float = Field(10.0, gt=0, le=300)
+    """Longest time from a connection's opening (or a keep-alive request's first byte) to the
+    end of its request headers; beyond, 408 and closed (closed without an answer when not a
+    byte came)."""
+    body_timeout_s: float = Field(30.0, gt=0, le=600)
+    """Longest gap between two pieces of a request body; beyond, 408 and closed."""
+    body_total_timeout_s: float = Field(300.0, gt=0, le=3600)
+    """Longest time to receive a whole request body after its headers; beyond, 408 and closed."""
+    keep_alive_s: int = Field(75, ge=1, le=3600)
+    """An idle keep-alive connection (no request in progress) is closed after this long."""
+    max_header_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    """Largest request line plus headers of one request; beyond, 431 and closed."""
+    max_headers: int = Field(100, ge=8, le=10_000)
+    """Most header lines in one request; beyond, 431 and closed."""
+    max_connections: int = Field(10_000, ge=1, le=1_000_000)
+    """Client connections open at once; a connection beyond is answered 503 (after its headers,
+    within `header_timeout_s`) and closed. Keep it under the process's open-file limit."""
+    max_response_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    """Largest non-streamed upstream answer (error answers too); beyond, the call fails with 502
+    and is recorded as `invalid_response` / `UpstreamBodyTooLarge`, the body not kept."""
+    max_stream_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    """Largest streamed upstream answer; beyond, the stream is ended for the client with the
+    provider's error event and recorded as `invalid_response` / `UpstreamStreamTooLarge`."""
+    max_stream_duration_s: float = Field(3600.0, gt=0)
+    """Longest streamed upstream answer, from its response head; beyond, ended like
+    `max_stream_bytes` (`UpstreamStreamTooLong`)."""
+    max_upstream_header_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    """Largest upstream response head (status line and headers); beyond, the call fails (502,
+    `UpstreamHeadersTooLarge`)."""
+    max_upstream_headers: int = Field(100, ge=8, le=10_000)
+    """Most header lines in an upstream response head; beyond, as `max_upstream_header_bytes`."""
+
+    @model_validator(mode="after")
+    def _gap_within_total(self) -> LimitsSpec:
+        if self.body_timeout_s > self.body_total_timeout_s:
+            raise ValueError(
+                f"body_timeout_s ({self.body_timeout_s:g}) must not exceed "
+                f"body_total_timeout_s ({self.body_total_timeout_s:g})"
+            )
+        return self
+
+
 class ServerSpec(Spec):
     host: str = "127.0.0.1"
     """Address to listen on. Anything but loopback requires the admin token to be set."""
@@ -74,6 +124,8 @@ class ServerSpec(Spec):
     """Overload by CPU: once the event loop's thread is on the CPU this share of the time (over
     about half a second), new shadow and noise-floor calls are dropped (`reason="overload"`)
     until it is 10 points lower. 0 leaves it out."""
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)
+    """Timeouts and size caps for client connections and upstream answers (`server.limits.*`)."""
 
     @field_validator("allowed_hosts")
     @classmethod

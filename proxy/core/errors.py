@@ -11,6 +11,8 @@
     ├── Conflict                      409: an illegal transition
     ├── PayloadTooLarge               413: the body is over `server.max_body_bytes`
     ├── TooManyRequests               429: a caller over its rate (feedback); says when to retry
+    ├── RequestTimeout                408: headers or body not received in time (`server.limits`)
+    ├── HeadersTooLarge               431: request headers over `server.limits` (size or count)
     └── UpstreamError                 502: the upstream failed (unreachable, reset, garbage)
         └── UpstreamTimeout           504: the upstream did not answer in time
 
@@ -113,6 +115,20 @@ class TooManyRequests(GatewayError):
     def __init__(self, message: str, retry_after_s: float) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class RequestTimeout(GatewayError):
+    status = 408
+    openai_type = "invalid_request_error"
+    anthropic_type = "invalid_request_error"
+    code = "request_timeout"
+
+
+class HeadersTooLarge(GatewayError):
+    status = 431
+    openai_type = "invalid_request_error"
+    anthropic_type = "invalid_request_error"
+    code = "request_header_fields_too_large"
 
 
 class UpstreamError(GatewayError):

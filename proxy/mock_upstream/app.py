@@ -22,8 +22,11 @@ from proxy.mock_upstream.anthropic_format import MessagesFormat, anthropic_error
 from proxy.mock_upstream.behavior import (
     BehaviorSpec,
     DisconnectFault,
+    EndlessStreamFault,
     ErrorFault,
     GarbageFault,
+    HeaderFloodFault,
+    HugeBodyFault,
     MalformedChunkFault,
     ModelBehaviorSpec,
     ResetFault,
@@ -129,8 +132,10 @@ class MockUpstreamApp:
             await _stream(list(fmt.frames(turn)), spec, fault, client)
         elif isinstance(fault, GarbageFault):
             await client.send_json(200, fault.body.encode())
+        elif isinstance(fault, HugeBodyFault):
+            await _send_huge(fmt.body(turn), fault, client)
         elif await _delay_unless_gone(_body_delay_s(spec, turn.output_tokens), client):
-            await client.send_json(200, fmt.body(turn))
+            await client.send_json(200, fmt.body(turn), _flood(fault))
         else:
             self.abandoned += 1
 
@@ -234,7 +239,10 @@ async def _stream(
     cut = isinstance(fault, DisconnectFault)
     if isinstance(fault, DisconnectFault):
         frames = frames[: fault.after_chunks]
-    await client.start_events()
+    await client.start_events(_flood(fault))
+    if isinstance(fault, EndlessStreamFault):
+        await _endless(frames, fault, client)
+        return
     if spec.ttft_ms > 0 or spec.tokens_per_second > 0:
         gone = asyncio.ensure_future(client.wait_gone())
         try:
@@ -252,6 +260,47 @@ async def _stream(
     await client.send_events(b"".join(frame.data for frame in frames), more=cut)
     if cut:
         await client.drop(reset=False)
+
+
+async def _endless(
+    frames: list[Frame], fault: EndlessStreamFault, client: ClientConnection
+) -> None:
+    """The frames up to the first text delta, then that delta again until the client leaves."""
+    first = next((i for i, frame in enumerate(frames) if frame.text), len(frames) - 1)
+    await client.send_events(b"".join(frame.data for frame in frames[: first + 1]))
+    again = frames[first].data * max(1, 16384 // max(1, len(frames[first].data)))
+    gone = asyncio.ensure_future(client.wait_gone())
+    try:
+        while not gone.done():
+            await client.send_events(again)
+            await asyncio.sleep(fault.interval_ms / 1000)  # also lets `gone` hear the close
+    finally:
+        gone.cancel()
+
+
+async def _send_huge(body: bytes, fault: HugeBodyFault, client: ClientConnection) -> None:
+    """`body` (a JSON object) with a filler field in front, `fault.bytes` long in all."""
+    head = b'{"mock_padding":"'
+    filler = max(0, fault.bytes - len(body) - len(head) - 2)
+    if not fault.chunked:
+        await client.send_json(200, head + b"x" * filler + b'",' + body[1:])
+        return
+    await client.send({"type": "http.response.start", "status": 200,
+                       "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+    piece = b"x" * (1 << 20)
+    await client.send_events(head)
+    while filler > 0:
+        await client.send_events(piece[:filler])
+        filler -= len(piece)
+    await client.send_events(b'",' + body[1:], more=False)
+
+
+def _flood(fault: InjectedFault | None) -> list[tuple[bytes, bytes]]:
+    """The extra headers of a `header_flood` answer (none for any other)."""
+    if not isinstance(fault, HeaderFloodFault):
+        return []
+    value = b"v" * fault.value_bytes
+    return [(b"x-mock-flood-%d" % i, value) for i in range(fault.count)]
 
 
 def _gap_s(spec: ModelBehaviorSpec, first: bool) -> float:

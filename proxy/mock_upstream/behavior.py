@@ -118,6 +118,28 @@ class ResetFault(FaultSpec):
     """Close the connection before any response byte is sent."""
 
 
+class HugeBodyFault(FaultSpec):
+    """Non-streams only: a normal answer padded to `bytes` (a JSON field of filler)."""
+
+    bytes: int = Field(100 * 1024 * 1024, ge=1, le=4 * 1024 * 1024 * 1024)
+    chunked: bool = False
+    """Send it chunked, without a content-length (the client learns its size only by reading)."""
+
+
+class EndlessStreamFault(FaultSpec):
+    """Streams only: after the first text delta, repeat it until the client goes away."""
+
+    interval_ms: float = Field(0, ge=0)
+    """Pause between two repeats (0: as fast as the client reads)."""
+
+
+class HeaderFloodFault(FaultSpec):
+    """Answer normally, with `count` extra headers of `value_bytes` bytes each."""
+
+    count: int = Field(1000, ge=1, le=1_000_000)
+    value_bytes: int = Field(100, ge=1, le=64 * 1024 * 1024)
+
+
 class ModelBehaviorSpec(Spec):
     """How one model (or the default) answers."""
 
@@ -142,6 +164,9 @@ class ModelBehaviorSpec(Spec):
     malformed_chunk: MalformedChunkFault | None = None
     garbage: GarbageFault | None = None
     reset: ResetFault | None = None
+    huge_body: HugeBodyFault | None = None
+    endless_stream: EndlessStreamFault | None = None
+    header_flood: HeaderFloodFault | None = None
 
     @field_validator("answer", mode="before")
     @classmethod

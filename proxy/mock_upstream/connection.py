@@ -47,20 +47,23 @@ class ClientConnection:
             if not message.get("more_body", False):
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    async def send_json(self, status: int, body: bytes) -> None:
+    async def send_json(
+        self, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
         """A complete response; `body` is sent as `application/json` whatever it holds."""
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
             *_request_ids(),
             *self.extra_headers,
+            *(extra or ()),
         ]
         await self.send({"type": "http.response.start", "status": status, "headers": headers})
         await self.send({"type": "http.response.body", "body": body})
 
-    async def start_events(self) -> None:
+    async def start_events(self, extra: list[tuple[bytes, bytes]] | None = None) -> None:
         """Headers of a `text/event-stream` response."""
-        headers = [*_SSE_HEADERS, *_request_ids(), *self.extra_headers]
+        headers = [*_SSE_HEADERS, *_request_ids(), *self.extra_headers, *(extra or ())]
         await self.send({"type": "http.response.start", "status": 200, "headers": headers})
 
     async def send_events(self, data: bytes, more: bool = True) -> None:

@@ -2,10 +2,11 @@
 
 Every fault configured for a model keeps its own counter per (model, fault kind), advanced by each
 request the fault can apply to: `error`, `timeout` and `reset` count every request,
-`garbage` non-streamed ones, `disconnect_mid_stream` and `malformed_chunk` streamed ones. With rate
+`garbage` and `huge_body` non-streamed ones, `disconnect_mid_stream`, `malformed_chunk` and
+`endless_stream` streamed ones, `header_flood` every request. With rate
 r the n-th counted request is hit when floor(n*r) > floor((n-1)*r): 0.2 hits requests 5, 10, 15...
 When several faults are due at once the first in this order wins: reset, timeout, error, garbage,
-disconnect_mid_stream, malformed_chunk.
+disconnect_mid_stream, malformed_chunk, huge_body, endless_stream, header_flood.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from collections import Counter
 
 from proxy.mock_upstream.behavior import (
     DisconnectFault,
+    EndlessStreamFault,
     ErrorFault,
     GarbageFault,
+    HeaderFloodFault,
+    HugeBodyFault,
     MalformedChunkFault,
     ModelBehaviorSpec,
     ResetFault,
@@ -24,7 +28,15 @@ from proxy.mock_upstream.behavior import (
 )
 
 InjectedFault = (
-    ResetFault | TimeoutFault | ErrorFault | GarbageFault | DisconnectFault | MalformedChunkFault
+    ResetFault
+    | TimeoutFault
+    | ErrorFault
+    | GarbageFault
+    | DisconnectFault
+    | MalformedChunkFault
+    | HugeBodyFault
+    | EndlessStreamFault
+    | HeaderFloodFault
 )
 # Absorbs float error in n*r (0.1 * 30 = 3.0000000000000004, 0.7 * 10 = 7.000000000000001).
 _EPSILON = 1e-9
@@ -52,6 +64,9 @@ class FaultSchedule:
             ("garbage", None if stream else spec.garbage),
             ("disconnect_mid_stream", spec.disconnect_mid_stream if stream else None),
             ("malformed_chunk", spec.malformed_chunk if stream else None),
+            ("huge_body", None if stream else spec.huge_body),
+            ("endless_stream", spec.endless_stream if stream else None),
+            ("header_flood", spec.header_flood),
         )
         chosen: InjectedFault | None = None
         for kind, fault in candidates:

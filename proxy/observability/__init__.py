@@ -3,11 +3,18 @@ tracing with the GenAI conventions. Imports only `proxy.core` and `proxy.config`
 below the store and the upstream client so that both can count into the one catalogue.
 """
 
-from .metrics import AlertDeliveryMetrics, GatewayMetrics, JournalMetrics, RecorderMetrics
+from .metrics import (
+    AlertDeliveryMetrics,
+    ConnectionMetrics,
+    GatewayMetrics,
+    JournalMetrics,
+    RecorderMetrics,
+)
 from .tracing import ExchangeTracer, build_tracer_provider
 
 __all__ = [
     "AlertDeliveryMetrics",
+    "ConnectionMetrics",
     "ExchangeTracer",
     "GatewayMetrics",
     "JournalMetrics",

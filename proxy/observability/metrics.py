@@ -312,3 +312,25 @@ class AlertDeliveryMetrics:
             "Alerts not queued for delivery: queue_full (a sink's queue) or deduplicated.",
             ("reason",), registry=registry,
         )  # fmt: skip
+
+
+class ConnectionMetrics:
+    """The client connections, as the HTTP protocol (`proxy.app.connection`) sees them."""
+
+    CLOSE_REASONS = (
+        "header_timeout", "body_timeout", "headers_too_large", "over_capacity",
+    )  # fmt: skip
+    """Why mirrorgate closed a client connection by itself (a limit of `server.limits`)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.open = Gauge(
+            "mirrorgate_client_connections", "Client connections open now.", registry=registry
+        )
+        self.closed = Counter(
+            "mirrorgate_connections_closed",
+            "Client connections closed by mirrorgate because they broke a limit, by reason "
+            "(header_timeout, body_timeout, headers_too_large, over_capacity).",
+            ("reason",), registry=registry,
+        )  # fmt: skip
+        for reason in self.CLOSE_REASONS:
+            self.closed.labels(reason)

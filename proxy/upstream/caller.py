@@ -33,7 +33,7 @@ from proxy.core import (
 )
 
 from .client import UpstreamClient
-from .errors import gateway_errors, translated_stream
+from .errors import LIMIT_ERROR_CLASSES, gateway_errors, translated_stream
 from .http11 import UpstreamResponse
 from .streaming import StreamObserver
 from .tokens import count_tokens
@@ -301,7 +301,10 @@ _BILLED_UNREPORTED = (Status.OK, Status.CLIENT_DISCONNECTED, Status.SHUTDOWN)
 
 def failure_outcome(error: UpstreamError) -> tuple[Status, str | None]:
     """How a failed upstream call is recorded: a timeout, else a connection failure, with the
-    transport's error class as the cause."""
+    transport's error class as the cause. An answer that broke a size or duration limit is an
+    invalid response."""
+    if error.error_class in LIMIT_ERROR_CLASSES:
+        return Status.INVALID_RESPONSE, error.error_class
     status = Status.TIMEOUT if isinstance(error, UpstreamTimeout) else Status.CONNECT_ERROR
     return status, error.error_class
 

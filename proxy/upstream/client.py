@@ -16,9 +16,9 @@ import os
 import ssl
 from collections.abc import Iterable, Mapping
 
-from proxy.config import ModelSpec
+from proxy.config import LimitsSpec, ModelSpec
 
-from .http11 import UpstreamHTTP, UpstreamResponse
+from .http11 import ResponseLimits, UpstreamHTTP, UpstreamResponse
 
 HOP_BY_HOP = frozenset(
     {
@@ -40,6 +40,17 @@ def shared_ssl_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
+def response_limits(limits: LimitsSpec) -> ResponseLimits:
+    """The transport's caps on upstream answers, from `server.limits`."""
+    return ResponseLimits(
+        header_bytes=limits.max_upstream_header_bytes,
+        headers=limits.max_upstream_headers,
+        body_bytes=limits.max_response_bytes,
+        stream_bytes=limits.max_stream_bytes,
+        stream_s=limits.max_stream_duration_s,
+    )
+
+
 class UpstreamClient:
     """Sends requests to one configured model."""
 
@@ -49,7 +60,9 @@ class UpstreamClient:
         spec: ModelSpec,
         env: Mapping[str, str] | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        limits: LimitsSpec | None = None,
     ) -> None:
+        """`limits`: the gateway's `server.limits` (its upstream caps); defaults if None."""
         self.name = name
         self.spec = spec
         env = os.environ if env is None else env
@@ -73,6 +86,7 @@ class UpstreamClient:
             read_timeout_s=spec.timeout_s,
             max_connections=spec.max_connections,
             ssl_context=ssl_context,
+            limits=response_limits(limits or LimitsSpec()),
         )
 
     def passes_client_key(self, credentials_for: str | None) -> bool:

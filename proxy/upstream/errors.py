@@ -10,8 +10,13 @@ The HTTP/1.1 transport (`http11.py`) raises one of these for every failed exchan
     │   ├── UpstreamPoolTimeout       every connection stayed busy for read_timeout_s
     │   ├── UpstreamWriteTimeout      the upstream stopped reading the body for read_timeout_s
     │   └── UpstreamReadTimeout       no response head, or no next body byte, for read_timeout_s
-    └── UpstreamProtocolError         unparseable response, or the connection closed after the
-                                      response started but before it was complete
+    ├── UpstreamProtocolError         unparseable response, or the connection closed after the
+    │                                 response started but before it was complete
+    └── UpstreamLimitExceeded         the answer broke a `server.limits` cap (connection closed)
+        ├── UpstreamHeadersTooLarge   response head over max_upstream_header_bytes/_headers
+        ├── UpstreamBodyTooLarge      non-streamed body over max_response_bytes
+        ├── UpstreamStreamTooLarge    streamed body over max_stream_bytes
+        └── UpstreamStreamTooLong     stream still going after max_stream_duration_s
 
 None of them leaves this package: this module is the one boundary. `gateway_errors` wraps every
 call into the transport (sending, reading a whole body, reading a stream to its end) and
@@ -21,6 +26,7 @@ the most specific error of the gateway's tree (`proxy.core`), chained with `from
     UpstreamTransportTimeout (any)  →  UpstreamTimeout  504
     UpstreamProtocolError           →  UpstreamError    502  "… broke off its answer"
     UpstreamConnectError            →  UpstreamError    502  "… failed"
+    UpstreamLimitExceeded (any)     →  UpstreamError    502  "… <which limit>"
 
 The gateway error keeps the transport class's name as its `error_class` (`UpstreamReadTimeout`),
 which is what records store; the names of the leaves are therefore part of the stored data and
@@ -71,10 +77,43 @@ class UpstreamProtocolError(UpstreamTransportError):
     """The response was not valid HTTP/1.1, or ended before it was complete."""
 
 
+class UpstreamLimitExceeded(UpstreamTransportError):
+    """The answer is larger, or longer, than the gateway accepts; the message names the limit."""
+
+
+class UpstreamHeadersTooLarge(UpstreamLimitExceeded):
+    pass
+
+
+class UpstreamBodyTooLarge(UpstreamLimitExceeded):
+    pass
+
+
+class UpstreamStreamTooLarge(UpstreamLimitExceeded):
+    pass
+
+
+class UpstreamStreamTooLong(UpstreamLimitExceeded):
+    pass
+
+
+LIMIT_ERROR_CLASSES = frozenset(
+    cls.__name__
+    for cls in (
+        UpstreamHeadersTooLarge, UpstreamBodyTooLarge, UpstreamStreamTooLarge,
+        UpstreamStreamTooLong,
+    )
+)  # fmt: skip
+"""The `error_class` of a call that broke a limit (recorded as `invalid_response`)."""
+
+
 def _translate(exc: UpstreamTransportError, target: str, mid_stream: bool) -> UpstreamError:
     """The gateway's error for a transport failure (the table in the module docstring)."""
     cause = type(exc).__name__
     timed_out = isinstance(exc, UpstreamTransportTimeout)
+    if isinstance(exc, UpstreamLimitExceeded):
+        where = "upstream stream cut" if mid_stream else f"upstream model '{target}' refused"
+        return UpstreamError(f"{where}: {exc}", error_class=cause)
     if mid_stream:
         if timed_out:
             return UpstreamTimeout("upstream stalled mid-stream", error_class=cause)

@@ -17,6 +17,11 @@ gets (it asks for `accept-encoding: identity`).
 Errors: every failure of an exchange raises an `UpstreamTransportError` (the tree is drawn in
 `errors.py`, which is also where they become the gateway's errors).
 
+Limits (`ResponseLimits`): a response head over `header_bytes` or `headers` lines, a body read
+with `aread` over `body_bytes` (refused before a byte is read when its content-length says so),
+or a body read with `aiter_raw` over `stream_bytes` or still going `stream_s` after the first
+read, raise an `UpstreamLimitExceeded` and close the connection.
+
 Misuse raises built-ins instead: `ValueError` for a bad base URL or a request line or header with
 CR/LF in it, `RuntimeError` for a closed client or a body read twice.
 
@@ -38,24 +43,30 @@ import contextlib
 import socket
 import ssl
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpResponseParser
 
 from .errors import (
+    UpstreamBodyTooLarge,
     UpstreamConnectError,
     UpstreamConnectTimeout,
+    UpstreamHeadersTooLarge,
+    UpstreamLimitExceeded,
     UpstreamPoolTimeout,
     UpstreamProtocolError,
     UpstreamReadTimeout,
+    UpstreamStreamTooLarge,
+    UpstreamStreamTooLong,
     UpstreamTransportError,
     UpstreamTransportTimeout,
     UpstreamWriteTimeout,
 )
 from .pool import ConnectionPool
 
-__all__ = ["UpstreamHTTP", "UpstreamResponse"]
+__all__ = ["ResponseLimits", "UpstreamHTTP", "UpstreamResponse"]
 
 READ_BUFFER_BYTES = 1 << 20
 """Body bytes buffered for a slow `aiter_raw` consumer before the socket stops being read."""
@@ -63,6 +74,22 @@ _SMALL_BODY = 64 * 1024
 """Bodies up to this size are sent in the same write as the request head."""
 _WRITE_PIECE = 256 * 1024
 """Larger bodies are written in pieces of this size, waiting while the transport is paused."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseLimits:
+    """How much of a response the client accepts (see the module docstring)."""
+
+    header_bytes: int = 64 * 1024
+    """Status line plus header lines of one response head."""
+    headers: int = 100
+    """Header lines in one response head."""
+    body_bytes: int = 64 * 1024 * 1024
+    """A body read whole (`aread`)."""
+    stream_bytes: int = 64 * 1024 * 1024
+    """A body read as it comes (`aiter_raw`)."""
+    stream_s: float = 3600.0
+    """Seconds from the first `aiter_raw` read to the end of the body."""
 
 
 class _StaleConnectionError(UpstreamConnectError):
@@ -81,6 +108,7 @@ class _Connection(asyncio.Protocol):
     """
 
     __slots__ = (
+        "_body_bytes",
         "_buffered",
         "_chunks",
         "_closed",
@@ -88,11 +116,13 @@ class _Connection(asyncio.Protocol):
         "_deadline",
         "_error",
         "_got_bytes",
+        "_head_bytes",
         "_head_done",
         "_headers",
         "_in_exchange",
         "_interim",
         "_keep_alive",
+        "_limits",
         "_loop",
         "_must_close",
         "_needs_eof",
@@ -101,6 +131,7 @@ class _Connection(asyncio.Protocol):
         "_reading_paused",
         "_requests",
         "_status",
+        "_stream_deadline",
         "_timeout_error",
         "_timeout_s",
         "_timer",
@@ -109,9 +140,12 @@ class _Connection(asyncio.Protocol):
         "_writing_paused",
     )
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, timeout_s: float, limits: ResponseLimits
+    ) -> None:
         self._loop = loop
         self._timeout_s = timeout_s
+        self._limits = limits
         self._transport: asyncio.Transport | None = None
         self._parser = HttpResponseParser(self)
         self._requests = 0
@@ -122,7 +156,7 @@ class _Connection(asyncio.Protocol):
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._deadline = 0.0
-        self._timeout_error: type[UpstreamTransportTimeout] = UpstreamReadTimeout
+        self._timeout_error: type[UpstreamTransportError] = UpstreamReadTimeout
         self._reset()
 
     def _reset(self) -> None:
@@ -138,6 +172,10 @@ class _Connection(asyncio.Protocol):
         self._must_close = False
         self._got_bytes = False
         self._read_all = False
+        self._head_bytes = 0
+        self._body_bytes = 0
+        self._stream_deadline = 0.0
+        """Loop time the stream must end by (0: not streaming)."""
         self._error: UpstreamTransportError | None = None
 
     # --- pool interface ----------------------------------------------------------------------
@@ -210,7 +248,14 @@ class _Connection(asyncio.Protocol):
 
     async def next_chunk(self) -> bytes | None:
         """Body bytes received since the last call (waiting for some), or None at the end."""
+        if not self._stream_deadline:
+            self._stream_deadline = self._loop.time() + self._limits.stream_s
+            self._refuse(self._over_limit())
         while True:
+            if self._error is None and self._loop.time() > self._stream_deadline:
+                self._refuse(UpstreamStreamTooLong(self._too_long()))
+            if isinstance(self._error, UpstreamLimitExceeded):
+                raise self._error
             chunks = self._chunks
             if chunks:
                 data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -227,8 +272,15 @@ class _Connection(asyncio.Protocol):
             await self._wait(UpstreamReadTimeout)
 
     async def read_all(self) -> bytes:
-        """The rest of the body, unbounded (the caller asked for all of it)."""
+        """The rest of the body, up to `limits.body_bytes` (refused at once when the declared
+        content-length is larger)."""
         self._read_all = True
+        declared = _content_length(self._headers)
+        if declared is not None and declared > self._limits.body_bytes:
+            self._refuse(UpstreamBodyTooLarge(self._too_large(declared)))
+        self._refuse(self._over_limit())
+        if self._error is not None:
+            raise self._error
         if self._reading_paused and self._transport is not None:
             self._reading_paused = False
             self._transport.resume_reading()
@@ -242,15 +294,23 @@ class _Connection(asyncio.Protocol):
         return data
 
     async def _wait(self, timeout_error: type[UpstreamTransportTimeout]) -> None:
-        """Sleep until the next event on this connection, at most `timeout_s`."""
+        """Sleep until the next event on this connection, at most `timeout_s` (and not beyond
+        the stream's end of `limits.stream_s`)."""
         loop = self._loop
         waiter = loop.create_future()
         self._waiter = waiter
-        self._timeout_error = timeout_error
+        error: type[UpstreamTransportError] = timeout_error
         # One lazily re-armed timer per connection instead of a timer per wait: moving the
         # deadline is an attribute store; the timer only re-arms itself when it fires early.
-        self._deadline = deadline = loop.time() + self._timeout_s
-        if self._timer is None:
+        deadline = loop.time() + self._timeout_s
+        if self._stream_deadline and self._stream_deadline < deadline:
+            deadline, error = self._stream_deadline, UpstreamStreamTooLong
+        self._timeout_error = error
+        self._deadline = deadline
+        timer = self._timer
+        if timer is None or timer.when() > deadline:  # later only when the stream must end
+            if timer is not None:
+                timer.cancel()
             self._timer = loop.call_at(deadline, self._on_timer)
         try:
             await waiter
@@ -266,9 +326,44 @@ class _Connection(asyncio.Protocol):
             self._timer = self._loop.call_at(self._deadline, self._on_timer)
             return
         error = self._timeout_error
+        if error is UpstreamStreamTooLong:
+            self._refuse(UpstreamStreamTooLong(self._too_long()))
+            return
         what = "the request body" if error is UpstreamWriteTimeout else "the response"
         self._error = error(f"upstream stalled on {what} for {self._timeout_s:g}s")
         waiter.set_result(None)
+
+    def _too_long(self) -> str:
+        return f"the stream went on for over {self._limits.stream_s:g}s"
+
+    def _too_large(self, size: int) -> str:
+        if self._read_all:
+            return f"the answer is {size} bytes, over the limit of {self._limits.body_bytes}"
+        return f"the stream passed {self._limits.stream_bytes} bytes"
+
+    def _over_limit(self) -> UpstreamLimitExceeded | None:
+        """The error when the body received so far is over the limit of its way of reading
+        (whole: `body_bytes`; as a stream: `stream_bytes`; not chosen yet: the larger)."""
+        limits, size = self._limits, self._body_bytes
+        if self._read_all:
+            if size > limits.body_bytes:
+                return UpstreamBodyTooLarge(self._too_large(size))
+        elif self._stream_deadline:
+            if size > limits.stream_bytes:
+                return UpstreamStreamTooLarge(self._too_large(size))
+        elif size > max(limits.body_bytes, limits.stream_bytes):
+            return UpstreamBodyTooLarge(self._too_large(size))
+        return None
+
+    def _refuse(self, error: UpstreamLimitExceeded | None) -> None:
+        """End the exchange for breaking a limit (even if the response is complete already: a
+        refused body is never handed out) and close the connection."""
+        if error is None:
+            return
+        if self._error is None:
+            self._error = error
+        self.close()
+        self._wake()
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -343,7 +438,21 @@ class _Connection(asyncio.Protocol):
         except HttpParserUpgrade:
             self._fail(UpstreamProtocolError("upstream switched protocols"))
         except HttpParserError as exc:
-            self._fail(UpstreamProtocolError(f"invalid response from upstream: {exc}"))
+            if isinstance(exc.__context__, UpstreamLimitExceeded):  # raised by a callback
+                self._refuse(exc.__context__)
+            else:
+                self._fail(UpstreamProtocolError(f"invalid response from upstream: {exc}"))
+        else:
+            if not self._head_done and self._error is None:
+                # A head still incomplete after this read: all of it was head (the parser keeps
+                # a partial header line in memory, so count it before it is complete).
+                self._head_bytes += len(data)
+                if self._head_bytes > self._limits.header_bytes:
+                    self._refuse(UpstreamHeadersTooLarge(self._head_too_large()))
+
+    def _head_too_large(self) -> str:
+        limits = self._limits
+        return f"the response head is over {limits.header_bytes} bytes or {limits.headers} lines"
 
     # --- httptools callbacks ---------------------------------------------------------------
 
@@ -352,12 +461,17 @@ class _Connection(asyncio.Protocol):
             raise _UnexpectedMessageError
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name, value))
+        headers = self._headers
+        headers.append((name, value))
+        self._head_bytes += len(name) + len(value) + 4
+        if len(headers) > self._limits.headers or self._head_bytes > self._limits.header_bytes:
+            raise UpstreamHeadersTooLarge(self._head_too_large())
 
     def on_headers_complete(self) -> None:
         status = self._parser.get_status_code()
         if status < 200:
             self._interim = True  # 100 Continue, 103 Early Hints: skipped
+            self._head_bytes = 0
             return
         self._status = status
         self._keep_alive = keep_alive = self._parser.should_keep_alive()
@@ -369,6 +483,10 @@ class _Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         self._chunks.append(body)
         self._buffered += len(body)
+        self._body_bytes += len(body)
+        error = self._over_limit()
+        if error is not None:
+            raise error  # stops the parser; data_received refuses the exchange
         if self._buffered > READ_BUFFER_BYTES and not self._read_all and not self._reading_paused:
             self._reading_paused = True
             if self._transport is not None:
@@ -382,6 +500,15 @@ class _Connection(asyncio.Protocol):
             return
         self._complete = True
         self._wake()
+
+
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The declared content-length, if it is plain digits."""
+    for name, value in headers:
+        if name.lower() == b"content-length":
+            digits = value.strip()
+            return int(digits) if digits.isdigit() else None
+    return None
 
 
 def _has_framing(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -518,6 +645,7 @@ class UpstreamHTTP:
         max_connections: int = 256,
         keepalive_expiry_s: float = 30.0,
         ssl_context: ssl.SSLContext | None = None,
+        limits: ResponseLimits | None = None,
     ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -546,6 +674,7 @@ class UpstreamHTTP:
         self._prefix = parts.path.rstrip("/").encode("ascii")
         self._connect_timeout_s = connect_timeout_s
         self._read_timeout_s = read_timeout_s
+        self._limits = limits if limits is not None else ResponseLimits()
         self._pool: ConnectionPool[_Connection] = ConnectionPool(
             max_connections, keepalive_expiry_s
         )
@@ -621,7 +750,7 @@ class UpstreamHTTP:
 
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
-        conn = _Connection(loop, self._read_timeout_s)
+        conn = _Connection(loop, self._read_timeout_s, self._limits)
         try:
             async with asyncio.timeout(self._connect_timeout_s):
                 await loop.create_connection(

@@ -80,6 +80,34 @@ def test_a_bug_in_a_handler_is_a_counted_and_logged_500(
     assert call(gateway, "GET", "/admin/rollouts").status_code == 200
 
 
+def test_a_client_gone_mid_body_is_no_bug(
+    gateway: Gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    # What the feedback handler hears when the client leaves, or its body times out (408).
+    async def gone() -> int:
+        sent: list[Any] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.disconnect"}
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http", "method": "POST", "path": "/v1/feedback", "raw_path": b"/v1/feedback",
+            "query_string": b"", "root_path": "", "scheme": "http", "http_version": "1.1",
+            "headers": [(b"host", b"gw"), (b"content-type", b"application/json"),
+                        (b"content-length", b"100")],
+            "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+        }  # fmt: skip
+        await gateway.app(scope, receive, send)
+        return int(sent[0]["status"])
+
+    assert asyncio.run(gone()) == 400  # an answer nobody reads; the server drops it
+    assert internal_errors(gateway) == 0
+    assert not [r for r in caplog.records if r.name == "mirrorgate.api"]
+
+
 def test_a_store_outage_is_503_and_no_bug(
     gateway: Gateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:

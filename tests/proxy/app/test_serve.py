@@ -8,7 +8,8 @@ import signal
 from prometheus_client import CollectorRegistry
 
 from proxy.app.gateway import Gateway
-from proxy.app.serve import CUT_GRACE_S, _DrainingServer, _PipelineAwareProtocol, _uvicorn_config
+from proxy.app.connection import LimitedHttpToolsProtocol
+from proxy.app.serve import CUT_GRACE_S, _DrainingServer, _uvicorn_config
 from tests.conftest import gateway_config
 
 
@@ -27,7 +28,9 @@ def test_uvicorn_adds_no_headers_of_its_own_and_cancels_only_after_the_gateways_
     # The gateway drains its exchanges for drain_timeout_s and cuts the rest itself; uvicorn's
     # own deadline (it cancels, leaving no error event) only bounds what is left after the cut.
     assert config.timeout_graceful_shutdown == CUT_GRACE_S
-    assert config.http is _PipelineAwareProtocol
+    # The client connection's protocol: the limits, and pipelined hang-ups told to the request
+    # being served.
+    assert isinstance(config.http, type) and issubclass(config.http, LimitedHttpToolsProtocol)
     assert config.proxy_headers is False
 
 

@@ -34,6 +34,24 @@ def test_overload_shedding_settings_are_validated() -> None:
     assert any(p.startswith("server.shadow_shed_busy_percent: ") for p in found), found
 
 
+def test_server_limits_have_serious_defaults_and_are_validated() -> None:
+    limits = parse_config(GOOD, ENV).server.limits
+    assert (limits.max_header_bytes, limits.max_headers, limits.keep_alive_s) == (65536, 100, 75)
+    assert limits.max_response_bytes == limits.max_stream_bytes == 64 * 1024 * 1024
+    bad = GOOD.replace(
+        "port: 8080}",
+        "port: 8080, limits: {header_timeout_s: 0, max_headers: 2, body_timeout_s: 90,"
+        " body_total_timeout_s: 60, max_surprise: 1}}",
+    )
+    found = problems(bad)
+    for key in ("header_timeout_s", "max_headers", "max_surprise"):
+        assert any(p.startswith(f"server.limits.{key}: ") for p in found), (key, found)
+    gap_only = bad.replace("header_timeout_s: 0, max_headers: 2, ", "")
+    assert problems(gap_only.replace(", max_surprise: 1", "")) == [
+        "server.limits: body_timeout_s (90) must not exceed body_total_timeout_s (60)"
+    ]
+
+
 def test_removed_judge_keys_are_refused_saying_why() -> None:
     base = (
         "models:\n  prod: {provider: openai, base_url: 'http://h/v1', model: m}\n"
