@@ -105,7 +105,7 @@ class Gateway:
         self.clients = {
             name: UpstreamClient(name, spec, self.env, tls) for name, spec in config.models.items()
         }
-        self.store = Store(config.store.url)
+        self.store = Store(config.store.url, bodies=config.store.bodies)
         self.recorder = Recorder.from_spec(self.store, config.store, registry=self.registry)
         self.recent = RecentExchanges()
         self.sinks: tuple[RecordSink, ...] = (self.recorder.submit, self.recent)

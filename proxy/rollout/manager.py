@@ -34,7 +34,7 @@ from proxy.core import (
 )
 from proxy.gateway import RouteTable
 from proxy.observability import GatewayMetrics
-from proxy.store import RolloutStore, StoreUnavailableError
+from proxy.store import RolloutStore, StoreUnavailableError, redact
 
 log = logging.getLogger("mirrorgate.rollouts")
 
@@ -229,7 +229,7 @@ class RolloutManager:
             after.step,
             after.weight,
             after.actor,
-            after.reason,
+            redact(after.reason or ""),  # an operator's or an alert's words: may quote a secret
         )
         if after.phase is not Phase.ROLLED_BACK:
             return

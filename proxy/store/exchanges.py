@@ -5,10 +5,12 @@
 recorder calls it from its writer thread, and the event loop only ever calls `ping`, through
 `anyio.to_thread.run_sync` (or `asyncio.to_thread`).
 
-The store writes records exactly as given; the `store.bodies` policy is applied earlier, by the
-recorder. Two normalisations happen here so both backends hold the same thing: times are stored as
-UTC (a naive datetime is taken to be UTC already), and NUL characters in text are replaced by U+FFFD
-(PostgreSQL text cannot hold NUL).
+The store writes records as given; the `store.bodies` policy is applied to them earlier, by the
+recorder, and to the other tables' text by their query objects, through the store's `StoredText`
+(`proxy.store.redaction`). Two normalisations happen here so both backends hold the same thing:
+times are stored as UTC (a naive datetime is taken to be UTC already), and text PostgreSQL cannot
+hold (NUL, lone surrogates) is replaced by U+FFFD in every statement's parameters, for every table,
+at the engine (`normalised_parameters`), so no caller has to remember it.
 
 Errors: every failure leaves this module as a `StoreError` (the tree: `proxy.store`), translated
 by `proxy.store.errors.translated`.
@@ -57,6 +59,8 @@ from .errors import (
     translated,
 )
 from .migrations import SQLITE_BEGIN_OPTION
+from .redaction import BodiesPolicy, StoredText
+from .text_boundary import normalised_parameters
 from .pairs import pair_to_row, pairs_table, row_to_pair
 from .rollouts import alert_claims as claims_table
 from .rollouts import verdicts as verdicts_table
@@ -153,10 +157,14 @@ class Store:
         schema: str | None = None,
         busy_timeout_ms: int = 5000,
         connect_timeout_s: float = 5.0,
+        bodies: BodiesPolicy = "full",
     ) -> None:
         self._schema = schema
+        self.text = StoredText(bodies)
+        """`store.bodies` for the text the query objects write (reasons, corrections, diffs)."""
         with translated(f"opening the store at {url!r}"):
             self._engine = _create_engine(url, schema, busy_timeout_ms, connect_timeout_s)
+        event.listen(self._engine, "before_cursor_execute", normalised_parameters, retval=True)
         self.display_url = make_url(url).render_as_string(hide_password=True)
         """`url` with any password hidden, for messages and reports."""
 
@@ -505,12 +513,6 @@ def _sqlite_begin(conn: Connection) -> None:
 _utc = as_utc
 
 
-def _text(value: str | None) -> str | None:
-    if value is not None and "\x00" in value:
-        return value.replace("\x00", "\ufffd")
-    return value
-
-
 def _to_row(record: ExchangeRecord) -> dict[str, Any]:
     usage = record.usage
     return {
@@ -535,14 +537,14 @@ def _to_row(record: ExchangeRecord) -> dict[str, Any]:
         "reasoning_tokens": usage.reasoning_tokens,
         "usage_estimated": usage.estimated,
         "cost_usd": record.cost_usd,
-        "error_class": _text(record.error_class),
+        "error_class": record.error_class,
         "rule": record.rule,
         "rule_version": record.rule_version,
         "pair_id": record.pair_id,
         "tags": json.dumps(list(record.tags)) if record.tags else "[]",
-        "request_body": _text(record.request_body),
-        "response_body": _text(record.response_body),
-        "response_text": _text(record.response_text),
+        "request_body": record.request_body,
+        "response_body": record.response_body,
+        "response_text": record.response_text,
     }
 
 
