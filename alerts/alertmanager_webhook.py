@@ -74,6 +74,10 @@ def parse_payload(body: bytes | str) -> AlertmanagerPayload:
         doc = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PayloadError("body", f"not valid JSON: {exc}") from exc
+    except RecursionError:  # the parser recurses once per level of nesting
+        raise PayloadError(
+            "body", "JSON nested too deeply (an Alertmanager payload is flat)"
+        ) from None
     return parse_document(doc)
 
 

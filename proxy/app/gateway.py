@@ -256,7 +256,11 @@ class Gateway:
 
         api.include_router(
             build_public_router(
-                self.routes, self.registry, started=lambda: self.ready, store_ok=self.store.ping
+                self.routes,
+                self.registry,
+                started=lambda: self.ready,
+                store_ok=self.store.ping,
+                write_problem=lambda: self.recorder.write_problem or self.store.file_problem(),
             )
         )
         api.include_router(

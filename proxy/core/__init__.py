@@ -24,6 +24,7 @@ from .errors import (
     WrongWireFormat,
     error_body,
 )
+from .exact_json import dumps_exact, loads_exact
 from .pricing import cost_usd
 from .records import (
     JUDGE_ANALYZER,
@@ -102,10 +103,12 @@ __all__ = [
     "WrongWireFormat",
     "as_utc",
     "cost_usd",
+    "dumps_exact",
     "error_body",
     "initial_state",
     "is_correction",
     "judge_pair",
+    "loads_exact",
     "pair_agreed",
     "parse_since",
     "rollback_target",

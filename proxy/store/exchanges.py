@@ -19,7 +19,9 @@ by `proxy.store.errors.translated`.
 from __future__ import annotations
 
 import json
+import os
 import re
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -59,11 +61,11 @@ from .errors import (
     translated,
 )
 from .migrations import SQLITE_BEGIN_OPTION
-from .redaction import BodiesPolicy, StoredText
-from .text_boundary import normalised_parameters
 from .pairs import pair_to_row, pairs_table, row_to_pair
+from .redaction import BodiesPolicy, StoredText
 from .rollouts import alert_claims as claims_table
 from .rollouts import verdicts as verdicts_table
+from .text_boundary import normalised_parameters
 
 __all__ = [
     "RecordRejectedError",
@@ -167,6 +169,9 @@ class Store:
         event.listen(self._engine, "before_cursor_execute", normalised_parameters, retval=True)
         self.display_url = make_url(url).render_as_string(hide_password=True)
         """`url` with any password hidden, for messages and reports."""
+        self._file = _sqlite_file(url)
+        self._file_identity: tuple[int, int] | None = None
+        self._file_lock = threading.Lock()
 
     @classmethod
     def existing(cls, url: str) -> Store:
@@ -222,7 +227,40 @@ class Store:
         is newer than the code.
         """
         with translated("migrating the schema"):
-            return migrations.migrate(self._engine, schema=self._schema)
+            version = migrations.migrate(self._engine, schema=self._schema)
+        self._file_identity = _identity(self._file)
+        return version
+
+    def file_problem(self) -> str | None:
+        """Why the SQLite file at the configured path is not the one this store has open (it
+        was deleted, or replaced by another file), or None: it is, or the store is PostgreSQL.
+        SQLite keeps writing into a deleted file's inode, where nobody can read the rows."""
+        if self._file is None or self._file_identity is None:
+            return None
+        now = _identity(self._file)
+        if now is None:
+            return f"the database file {self._file} was deleted"
+        if now != self._file_identity:
+            return f"the database file {self._file} was replaced by another file"
+        return None
+
+    def reopen_if_replaced(self) -> str | None:
+        """When `file_problem` finds one: close every connection, open the file at the path
+        anew (created, and migrated, if missing) and return the problem that was repaired; None
+        when there was nothing to repair. Raises `StoreError`s (`StoreUnavailableError` while the
+        file cannot be made, e.g. its directory is gone too)."""
+        problem = self.file_problem()
+        if problem is None:
+            return None
+        with self._file_lock:
+            if self.file_problem() is None:
+                return None  # another thread repaired it
+            self._engine.dispose()
+            directory = Path(self._file or "").parent
+            if not directory.is_dir():
+                raise StoreUnavailableError(f"{problem}, and its directory is gone")
+            self.migrate()
+        return problem
 
     def write_batch(
         self, records: Sequence[ExchangeRecord | PairRecord | CheckRecord | FindingRecord]
@@ -478,6 +516,24 @@ def _create_engine(
             },
         )
     raise StoreError(f"{url}: unsupported database (use sqlite:/// or postgresql+psycopg://)")
+
+
+def _sqlite_file(url: str) -> Path | None:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database:
+        return None
+    return Path(parsed.database).expanduser().resolve()
+
+
+def _identity(path: Path | None) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path`; None when there is none."""
+    if path is None:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
 
 
 def _query_value(value: str | tuple[str, ...] | None) -> str | None:

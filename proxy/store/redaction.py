@@ -74,8 +74,17 @@ _SECRET_FIELD_ESCAPED = re.compile(
     re.ASCII,
 )
 _PAIR_NAMES = (
-    "password", "passwd", "pwd", "secret", "api_key", "api-key", "apikey", "token",
-    "secret_key", "access_key", "private_key",
+    "password",
+    "passwd",
+    "pwd",
+    "secret",
+    "api_key",
+    "api-key",
+    "apikey",
+    "token",
+    "secret_key",
+    "access_key",
+    "private_key",
 )
 """Names whose `=`/`:` value is a secret; `client_secret`, `access_token`, `auth_token` and
 `aws_secret_access_key` end in one of them."""
@@ -96,15 +105,15 @@ _PEM = re.compile(
     re.ASCII,
 )
 _SK_KEY = re.compile(r"sk-(?<![A-Za-z0-9_-]sk-)[A-Za-z0-9_-]{20,}+", re.ASCII)
-_STRIPE = re.compile(r"k_(?<![A-Za-z0-9][rs]k_)(?<=[rs]k_)(?:live|test)_[A-Za-z0-9]{10,}+", re.ASCII)
+_STRIPE = re.compile(
+    r"k_(?<![A-Za-z0-9][rs]k_)(?<=[rs]k_)(?:live|test)_[A-Za-z0-9]{10,}+", re.ASCII
+)
 _GITHUB = re.compile(
     r"g(?<![A-Za-z0-9_]g)(?:h[pousr]_[A-Za-z0-9]{36,}+|ithub_pat_\w{22,}+)", re.ASCII
 )
 _AWS = re.compile(r"A(?:KIA|SIA)(?<![A-Za-z0-9]A...)[A-Z0-9]{16}(?![A-Za-z0-9])", re.ASCII)
 _GOOGLE = re.compile(r"AIza(?<![A-Za-z0-9_-]AIza)[A-Za-z0-9_-]{35}", re.ASCII)
-_SLACK = re.compile(
-    r"x(?<![A-Za-z0-9_-]x)(?:ox[abeoprs]|app)-[A-Za-z0-9-]{10,}+", re.ASCII
-)
+_SLACK = re.compile(r"x(?<![A-Za-z0-9_-]x)(?:ox[abeoprs]|app)-[A-Za-z0-9-]{10,}+", re.ASCII)
 _SLACK_HOOK = re.compile(
     r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]++", re.ASCII
 )
@@ -112,10 +121,10 @@ _JWT = re.compile(
     r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{4,}+\.eyJ[A-Za-z0-9_-]{4,}+\.[A-Za-z0-9_-]*+",
     re.ASCII,
 )
-_EMAIL_DOMAIN = re.compile(r"@(?:[^\W_]|-|\\u[0-9A-Fa-f]{4})++(?:\.(?:[^\W_]|-|\\u[0-9A-Fa-f]{4})++)++")
-_EMAIL_LOCAL = frozenset(
-    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-\\"
+_EMAIL_DOMAIN = re.compile(
+    r"@(?:[^\W_]|-|\\u[0-9A-Fa-f]{4})++(?:\.(?:[^\W_]|-|\\u[0-9A-Fa-f]{4})++)++"
 )
+_EMAIL_LOCAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-\\")
 _EMAIL_LOCAL_MAX = 64
 
 
