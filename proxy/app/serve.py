@@ -13,6 +13,7 @@ import uvicorn
 
 from analyzers.errors import PluginError
 from proxy.config import MirrorgateConfig
+from proxy.store import StoreError, masked_url
 
 from .gateway import Gateway
 
@@ -56,14 +57,28 @@ def run_gateway(config: MirrorgateConfig) -> int:
     try:
         # Alone in this process: all its CPU is the gateway's (see `Gateway`'s `cpu_clock`).
         gateway = Gateway(config, cpu_clock=time.process_time)
+        # Reached and migrated before serving: a store that cannot be opened is one line on
+        # stderr and exit 1, not a startup traceback (the lifespan's own migrate is then a no-op).
+        gateway.store.migrate()
     except PluginError as exc:
         print(f"mirrorgate: analyzers: {exc}", file=sys.stderr)
+        return 1
+    except StoreError as exc:
+        print(f"mirrorgate: {store_problem(config.store.url, exc)}", file=sys.stderr)
         return 1
     server = _DrainingServer(
         _uvicorn_config(gateway, config.server.host, config.server.port, "info")
     )
     server.run()
     return 0 if server.started else 1
+
+
+def store_problem(url: str, exc: StoreError) -> str:
+    """One line naming the store (its password hidden) and why it cannot be used."""
+    shown = masked_url(url)
+    cause = next(iter(str(exc).strip().splitlines()), type(exc).__name__)
+    cause = cause.replace(url, shown).removeprefix(f"{shown}: ")
+    return f"cannot use the store at {shown}: {cause}"
 
 
 class GatewayServer:

@@ -29,7 +29,7 @@ from .errors import (
     StoreError,
     StoreUnavailableError,
 )
-from .exchanges import Store
+from .exchanges import Store, masked_url
 from .feedback import FeedbackStore
 from .judge_windows import (
     ArmExchange,
@@ -70,5 +70,6 @@ __all__ = [
     "VersionTraffic",
     "WriteRetry",
     "apply_bodies_policy",
+    "masked_url",
     "redact",
 ]

@@ -164,10 +164,10 @@ class Store:
         self._schema = schema
         self.text = StoredText(bodies)
         """`store.bodies` for the text the query objects write (reasons, corrections, diffs)."""
-        with translated(f"opening the store at {url!r}"):
+        with translated(f"opening the store at {masked_url(url)}"):
             self._engine = _create_engine(url, schema, busy_timeout_ms, connect_timeout_s)
         event.listen(self._engine, "before_cursor_execute", normalised_parameters, retval=True)
-        self.display_url = make_url(url).render_as_string(hide_password=True)
+        self.display_url = masked_url(url)
         """`url` with any password hidden, for messages and reports."""
         self._file = _sqlite_file(url)
         self._file_identity: tuple[int, int] | None = None
@@ -516,6 +516,15 @@ def _create_engine(
             },
         )
     raise StoreError(f"{url}: unsupported database (use sqlite:/// or postgresql+psycopg://)")
+
+
+def masked_url(url: str) -> str:
+    """`url` with its password shown as `***`, for messages (what follows the last `@` when
+    it is not a URL sqlalchemy can parse: nothing of it that could be a password)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url.rsplit("@", 1)[-1]
 
 
 def _sqlite_file(url: str) -> Path | None:
