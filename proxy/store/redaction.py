@@ -124,7 +124,8 @@ _JWT = re.compile(
 _EMAIL_DOMAIN = re.compile(
     r"@(?:[^\W_]|-|\\u[0-9A-Fa-f]{4})++(?:\.(?:[^\W_]|-|\\u[0-9A-Fa-f]{4})++)++"
 )
-_EMAIL_LOCAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-\\")
+_EMAIL_LOCAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-")
+_HEX4 = re.compile(r"u[0-9A-Fa-f]{4}")
 _EMAIL_LOCAL_MAX = 64
 
 
@@ -165,6 +166,30 @@ def _local_char(char: str) -> bool:
     return char in _EMAIL_LOCAL or (char > "\x7f" and char.isalnum())
 
 
+def _local_start(text: str, at: int, floor: int) -> int:
+    """Where the local part of the address whose `@` is at `at` starts. A JSON `\\uXXXX` escape
+    is part of it (a non-ASCII letter, as JSON writers escape it); another escape (`\\n`) ends
+    it, the escaped character excluded."""
+    start = at
+    while start > floor:
+        char = text[start - 1]
+        if char != "\\":
+            if not _local_char(char):
+                break
+            start -= 1
+            continue
+        run = 1
+        while start - 1 - run >= 0 and text[start - 1 - run] == "\\":
+            run += 1
+        if run % 2 == 0:  # escaped backslashes: not part of the address
+            break
+        if _HEX4.fullmatch(text, start, start + 5) and text[start] == "u":
+            start -= 1  # the backslash of a `\\uXXXX` inside the local part
+            continue
+        return min(start + 1, at)  # `\\n` and the like: the escaped character is not in it
+    return start
+
+
 def _redact_emails(text: str) -> str:
     # The pattern finds the `@domain` part; the local part is walked back from the `@` (never
     # further than the previous address, nor more than 64 characters), which a forward regex
@@ -175,10 +200,7 @@ def _redact_emails(text: str) -> str:
         at = match.start()
         start = at
         floor = max(done, at - _EMAIL_LOCAL_MAX)
-        while start > floor and _local_char(text[start - 1]):
-            start -= 1
-        while start < at and text[start] == "\\" and text[start + 1 : start + 2] != "u":
-            start += 1  # a JSON escape before the address (`\n`, `\\`) is not part of it
+        start = _local_start(text, at, floor)
         if start == at:
             continue
         pieces.append(text[done:start])
