@@ -88,14 +88,23 @@ _PAIR_NAMES = (
 )
 """Names whose `=`/`:` value is a secret; `client_secret`, `access_token`, `auth_token` and
 `aws_secret_access_key` end in one of them."""
-# Anchored on the separator (a rare character in prose): one fixed-width lookbehind per name,
-# with and without a space before the separator, checks the name before it.
-_SECRET_PAIR = re.compile(
-    r"([=:])(?:"
-    + "|".join(f"(?<={name}{space}[=:])" for name in _PAIR_NAMES for space in ("", " "))
-    + r")([ \t]*+)(?!\[REDACTED)[^\s\"'\\,;&<>()\[\]{}]{3,}+",
-    re.ASCII | re.IGNORECASE,
-)
+# Anchored on the separator, one pattern per separator character so that the regex engine scans
+# for a single literal (a character class would be tried at every position); then one fixed-width
+# lookbehind per name, with and without a space before the separator, checks the name before it.
+_PAIR_VALUE = r"([ \t]*+)(?!\[REDACTED)[^\s\"'\\,;&<>()\[\]{}]{3,}+"
+
+
+def _pair_pattern(separator: str) -> re.Pattern[str]:
+    names = "|".join(
+        f"(?<={name}{space}{separator})" for name in _PAIR_NAMES for space in ("", " ")
+    )
+    # Every name ends in d, t, y or n: one cheap check first (JSON's `": ` fails it at once).
+    last = f"(?<=[dtyn ]{separator})"
+    return re.compile(f"{separator}{last}(?:{names}){_PAIR_VALUE}", re.ASCII | re.IGNORECASE)
+
+
+_SECRET_PAIR_EQUALS = _pair_pattern("=")
+_SECRET_PAIR_COLON = _pair_pattern(":")
 _BEARER = re.compile(
     r"earer(?<=[Bb]earer)(?<![A-Za-z0-9_][Bb]earer)([ \t]++)[A-Za-z0-9._~+/=-]{16,}+", re.ASCII
 )
@@ -147,7 +156,8 @@ _PASSES: tuple[tuple[str, re.Pattern[str], str | Callable[[re.Match[str]], str]]
     ("AIza", _GOOGLE, "[REDACTED:google_key]"),
     ("x", _SLACK, "[REDACTED:slack_token]"),
     ("hooks.slack.com/", _SLACK_HOOK, "hooks.slack.com/[REDACTED:slack_webhook]"),
-    ("", _SECRET_PAIR, r"\1\2[REDACTED:secret_pair]"),
+    ("=", _SECRET_PAIR_EQUALS, r"=\1[REDACTED:secret_pair]"),
+    (":", _SECRET_PAIR_COLON, r":\1[REDACTED:secret_pair]"),
 )
 """(a substring every match contains, pattern, replacement), applied in this order: a secret
 field's value is masked whole before the key patterns could mask a part of it, and the generic
