@@ -162,6 +162,8 @@ class RolloutManager:
         spec = self.config.routes.get(route)
         if spec is None:
             raise RouteUnknownError(route)
+        # As the store will keep it: the state served from memory says what a reload would.
+        reason = self.store.text.text(reason) or ""
         for _ in range(MAX_RACES):
             with self._reaching_the_store():
                 rows = await asyncio.to_thread(self.store.load, [route])

@@ -157,6 +157,8 @@ class RolloutStore:
     def __init__(self, store: Store) -> None:
         self._engine = store.engine
         self._text = store.text
+        self.text = store.text
+        """`store.bodies` for reasons: the manager keeps in memory what the store keeps."""
 
     def revisions(self) -> dict[str, int]:
         """Route → revision: the cheap query every replica polls to notice changes."""
