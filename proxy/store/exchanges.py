@@ -259,7 +259,10 @@ class Store:
             directory = Path(self._file or "").parent
             if not directory.is_dir():
                 raise StoreUnavailableError(f"{problem}, and its directory is gone")
-            self.migrate()
+            try:
+                self.migrate()
+            except StoreError as exc:  # whatever it is, the records wait: never refused for it
+                raise StoreUnavailableError(f"{problem}; opening it anew failed: {exc}") from exc
         return problem
 
     def write_batch(
