@@ -240,6 +240,8 @@ class Store:
         now = _identity(self._file)
         if now is None:
             return f"the database file {self._file} was deleted"
+        if self._file_identity == _CLOSED:
+            return f"the database file {self._file} was deleted and is not open again yet"
         if now != self._file_identity:
             return f"the database file {self._file} was replaced by another file"
         return None
@@ -256,6 +258,9 @@ class Store:
             if self.file_problem() is None:
                 return None  # another thread repaired it
             self._engine.dispose()
+            # Nothing holds the old file open now: a new file at the path may get its inode
+            # number, so no file counts as the open one until `migrate` has opened it.
+            self._file_identity = _CLOSED
             directory = Path(self._file or "").parent
             if not directory.is_dir():
                 raise StoreUnavailableError(f"{problem}, and its directory is gone")
@@ -535,6 +540,10 @@ def _sqlite_file(url: str) -> Path | None:
     if parsed.get_backend_name() != "sqlite" or not parsed.database:
         return None
     return Path(parsed.database).expanduser().resolve()
+
+
+_CLOSED = (-1, -1)
+"""The identity of no file: the store closed the one it had and has not opened one since."""
 
 
 def _identity(path: Path | None) -> tuple[int, int] | None:
