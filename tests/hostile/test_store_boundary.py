@@ -189,6 +189,7 @@ def test_planted_secrets_are_in_no_table_no_log_and_no_admin_answer(
         alert["alerts"][0]["annotations"]["summary"] = PLANTED[:1000]
         rolled = client.post("/hooks/alertmanager", headers=AUTH, json=alert)
         assert rolled.status_code == 200 and rolled.json()["rollbacks"][0]["done"] == "rolled_back"
+        wait_until(lambda: len(gw.gateway.rule_events.events()) == 2, what="the rule events")
         rules = client.get("/admin/rules", headers=AUTH)
         history = client.get("/admin/rollouts/bot", headers=AUTH)
     wait_until(lambda: gw.gateway.recorder.pending() == 0, what="the recorder to drain")
@@ -270,6 +271,8 @@ def test_nul_and_lone_surrogates_reach_every_table_on_postgresql(
         assert rolled.status_code == 200, rolled.text
         assert rolled.json()["rollbacks"][0]["done"] == "rolled_back"
         history = client.get("/admin/rollouts/bot", headers=AUTH).json()["transitions"]
+        # Rule-change events are stored in the background: wait for both.
+        wait_until(lambda: len(gw.gateway.rule_events.events()) == 2, what="the rule events")
         rules = client.get("/admin/rules", headers=AUTH).json()["rule_versions"]
     assert [t["action"] for t in history][:2] == ["rollback", "start"]
     assert history[0]["reason"].endswith("nul \ufffd and a lone surrogate \ufffd in one text")
