@@ -9,6 +9,7 @@ broken sender cannot make the gateway parse without bound: `MAX_PAYLOAD_BYTES` o
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,6 +27,7 @@ SUPPORTED_VERSION = "4"
 GO_ZERO_TIME_YEAR = 1
 
 Status = Literal["firing", "resolved"]
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,10 @@ def parse_payload(body: bytes | str) -> AlertmanagerPayload:
         doc = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PayloadError("body", f"not valid JSON: {exc}") from exc
+    except RecursionError:  # the parser recurses once per level of nesting
+        raise PayloadError(
+            "body", "JSON nested too deeply (an Alertmanager payload is flat)"
+        ) from None
     return parse_document(doc)
 
 
@@ -147,7 +153,14 @@ def _string(doc: dict[str, Any], key: str, path: str, *, required: bool = False)
         raise PayloadError(path, f"must be a string, got {_type(value)}")
     if len(value) > MAX_VALUE_CHARS:
         raise PayloadError(path, f"is longer than {MAX_VALUE_CHARS} characters")
-    return value
+    return _encodable(value)
+
+
+def _encodable(text: str) -> str:
+    """`text` with lone surrogates (which the JSON parser lets through from `"\\ud800"`, and no
+    UTF-8 encoder takes) replaced by U+FFFD, so that a reason made of it can be answered,
+    logged and stored."""
+    return _LONE_SURROGATE.sub("\ufffd", text) if not text.isascii() else text
 
 
 def _status(doc: dict[str, Any], path: str) -> Status:
@@ -172,7 +185,7 @@ def _label_map(doc: dict[str, Any], key: str, path: str) -> Mapping[str, str]:
             raise PayloadError(f"{path}.{name}", f"must be a string, got {_type(item)}")
         if len(item) > MAX_VALUE_CHARS:
             raise PayloadError(f"{path}.{name}", f"is longer than {MAX_VALUE_CHARS} characters")
-    return MappingProxyType(dict(value))
+    return MappingProxyType({_encodable(k): _encodable(v) for k, v in value.items()})
 
 
 def _time(doc: dict[str, Any], key: str, path: str, *, required: bool = False) -> datetime | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -42,11 +43,20 @@ async def post_json(
     try:
         response = await client.post(url, json=body, headers=dict(headers or {}))
     except httpx.TransportError as exc:  # connect/read/write errors and timeouts
-        raise SinkUnavailableError(sink, f"{type(exc).__name__}: {exc}") from exc
+        message = str(exc).replace(url, _origin(url))
+        raise SinkUnavailableError(sink, f"{type(exc).__name__}: {message}") from exc
     status = response.status_code
     if status < 300:
         return
-    detail = f"HTTP {status} from {url}: {response.text[:200]!r}"
+    # Never the URL itself: a Slack incoming webhook's path is its credential.
+    detail = f"HTTP {status} from {_origin(url)}: {response.text[:200]!r}"
     if status >= 500 or status in TRANSIENT_4XX:
         raise SinkUnavailableError(sink, detail, status)
     raise SinkRejectedError(sink, detail, status)
+
+
+def _origin(url: str) -> str:
+    """`scheme://host[:port]` of `url`, for messages (its path and query may be secret)."""
+    parts = urlsplit(url)
+    host = parts.hostname or "?"
+    return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port else "")

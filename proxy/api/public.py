@@ -2,7 +2,8 @@
 
     GET /v1/models   the routes: OpenAI's list shape, Anthropic's when `anthropic-version` is sent
     GET /healthz     200 while the process serves
-    GET /readyz      200 once the config is loaded and while the store answers; else 503
+    GET /readyz      200 once the config is loaded, while the store answers and records can be
+                     written; else 503 with the reason
     GET /metrics     the Prometheus exposition of the gateway's registry
 
 None of them needs a token: they say nothing a client of the gateway could not learn by calling it.
@@ -18,6 +19,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from proxy.gateway import RouteTable
+from proxy.store import redact
 
 
 def build_public_router(
@@ -26,9 +28,12 @@ def build_public_router(
     *,
     started: Callable[[], bool],
     store_ok: Callable[[], bool],
+    write_problem: Callable[[], str | None] = lambda: None,
 ) -> APIRouter:
     """`started`: whether the gateway finished starting (config loaded, store migrated);
-    `store_ok`: a blocking ping of the store (run on a worker thread)."""
+    `store_ok`: a blocking ping of the store (run on a worker thread); `write_problem`: why
+    records cannot be written now (the recorder's last write error, a deleted database file), or
+    None."""
     router = APIRouter()
 
     @router.get("/v1/models")
@@ -57,11 +62,20 @@ def build_public_router(
     async def readyz() -> JSONResponse:
         reachable = await asyncio.to_thread(store_ok)
         ready = started()
-        ok = ready and reachable
-        return JSONResponse(
-            {"status": "ready" if ok else "not ready", "store": reachable, "config": ready},
-            status_code=200 if ok else 503,
-        )
+        problem = write_problem()
+        ok = ready and reachable and problem is None
+        body: dict[str, object] = {
+            "status": "ready" if ok else "not ready",
+            "store": reachable,
+            "config": ready,
+            "writes": problem is None,
+        }
+        if not ok:
+            body["reason"] = redact(
+                problem
+                or ("the store does not answer" if not reachable else "the gateway is starting")
+            )
+        return JSONResponse(body, status_code=200 if ok else 503)
 
     @router.get("/metrics")
     async def metrics() -> Response:

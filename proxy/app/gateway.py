@@ -120,7 +120,7 @@ class Gateway:
             name: UpstreamClient(name, spec, self.env, tls, config.server.limits)
             for name, spec in config.models.items()
         }
-        self.store = Store(config.store.url)
+        self.store = Store(config.store.url, bodies=config.store.bodies)
         self.journal = Journal.from_spec(config.store, registry=self.registry)
         self.recorder = Recorder.from_spec(
             self.store,
@@ -310,7 +310,11 @@ class Gateway:
 
         api.include_router(
             build_public_router(
-                self.routes, self.registry, started=lambda: self.ready, store_ok=self.store.ping
+                self.routes,
+                self.registry,
+                started=lambda: self.ready,
+                store_ok=self.store.ping,
+                write_problem=lambda: self.recorder.write_problem or self.store.file_problem(),
             )
         )
         admin_auth = AdminAuth(

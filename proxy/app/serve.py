@@ -25,6 +25,7 @@ import uvicorn
 
 from analyzers.errors import PluginError
 from proxy.config import MirrorgateConfig
+from proxy.store import StoreError, masked_url
 
 from .connection import connection_cap_warning, limited_protocol
 from .gateway import Gateway
@@ -122,8 +123,14 @@ def run_gateway(config: MirrorgateConfig) -> int:
     try:
         # Alone in this process: all its CPU is the gateway's (see `Gateway`'s `cpu_clock`).
         gateway = Gateway(config, cpu_clock=time.process_time)
+        # Reached and migrated before serving: a store that cannot be opened is one line on
+        # stderr and exit 1, not a startup traceback (the lifespan's own migrate is then a no-op).
+        gateway.store.migrate()
     except PluginError as exc:
         print(f"mirrorgate: analyzers: {exc}", file=sys.stderr)
+        return 1
+    except StoreError as exc:
+        print(f"mirrorgate: {store_problem(config.store.url, exc)}", file=sys.stderr)
         return 1
     open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if open_files != resource.RLIM_INFINITY:
@@ -135,6 +142,14 @@ def run_gateway(config: MirrorgateConfig) -> int:
     )
     server.run()
     return 0 if server.started else 1
+
+
+def store_problem(url: str, exc: StoreError) -> str:
+    """One line naming the store (its password hidden) and why it cannot be used."""
+    shown = masked_url(url)
+    cause = next(iter(str(exc).strip().splitlines()), type(exc).__name__)
+    cause = cause.replace(url, shown).removeprefix(f"{shown}: ")
+    return f"cannot use the store at {shown}: {cause}"
 
 
 class GatewayServer:

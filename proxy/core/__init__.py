@@ -28,6 +28,7 @@ from .errors import (
     WrongWireFormat,
     error_body,
 )
+from .exact_json import dumps_exact, loads_exact
 from .feedback_token import FEEDBACK_TOKEN_HEADER, FeedbackTokens, TokenVerdict, caller_id
 from .pricing import cost_usd
 from .records import (
@@ -114,10 +115,12 @@ __all__ = [
     "as_utc",
     "caller_id",
     "cost_usd",
+    "dumps_exact",
     "error_body",
     "initial_state",
     "is_correction",
     "judge_pair",
+    "loads_exact",
     "pair_agreed",
     "parse_since",
     "rollback_target",

@@ -21,8 +21,6 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
-import orjson
-
 from proxy.config import MirrorgateConfig
 from proxy.core import (
     FEEDBACK_TOKEN_HEADER,
@@ -40,6 +38,7 @@ from proxy.core import (
     UpstreamError,
     WrongWireFormat,
     error_body,
+    loads_exact,
 )
 from proxy.observability import ExchangeTracer, GatewayMetrics
 from proxy.upstream import (
@@ -169,8 +168,8 @@ class ProxyHandler:
             given = content_type.decode("latin-1")[:100]
             raise UnsupportedMediaType(f"content-type must be application/json, not '{given}'")
         try:
-            payload = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
+            payload = loads_exact(body)  # integers beyond 64 bits stay integers
+        except ValueError as exc:  # orjson.JSONDecodeError, or nested too deeply
             reason = "not valid UTF-8" if "UTF-8" in str(exc) else f"not valid JSON ({exc})"
             raise RequestError(f"request body is {reason}") from None
         if not isinstance(payload, dict):

@@ -45,7 +45,7 @@ from analyzers.rule_version import extract_system_prompt, resolve_version, syste
 from proxy.config import MirrorgateConfig
 from proxy.core import TaskSet
 from proxy.observability import GatewayMetrics
-from proxy.store import RuleEvent, RuleEventStore, StoreUnavailableError, WriteRetry
+from proxy.store import RuleEvent, RuleEventStore, StoreUnavailableError, WriteRetry, redact
 
 log = logging.getLogger("mirrorgate.rules")
 
@@ -255,7 +255,12 @@ class RuleTracker:
         state.latest = (match.version, match.system_prompt)
         self._metrics.rule_changes.labels(match.rule).inc()
         self.tasks.spawn(self._persist_until_stored(event), f"event:{match.rule}")
-        log.info("rule change: %s %s -> %s", match.rule, event.previous_version, match.version)
+        log.info(  # header versions are the client's words: redacted, and at most one line each
+            "rule change: %s %s -> %s",
+            match.rule,
+            redact(event.previous_version or "None"),
+            redact(match.version),
+        )
 
     async def _persist_until_stored(self, event: RuleEvent) -> None:
         def unavailable(exc: StoreUnavailableError, failures: int) -> None:

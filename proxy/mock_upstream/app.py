@@ -106,7 +106,7 @@ class MockUpstreamApp:
                 body = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 body = raw.decode("utf-8", errors="replace")
-            self.recorder.record(method, path, headers, body)
+            self.recorder.record(method, path, headers, body, raw)
             try:
                 if not isinstance(body, dict):
                     raise RequestError("the request body must be a JSON object")

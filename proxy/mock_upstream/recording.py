@@ -20,10 +20,19 @@ class RequestRecorder:
         self.paths: Counter[str] = Counter()
         """Requests received per path, whether recording is on or not."""
 
-    def record(self, method: str, path: str, headers: list[tuple[bytes, bytes]], body: Any) -> None:
+    def record(
+        self,
+        method: str,
+        path: str,
+        headers: list[tuple[bytes, bytes]],
+        body: Any,
+        raw: bytes = b"",
+    ) -> None:
         """Count the request, and keep it when recording is on.
 
-        Header names arrive lowercased (ASGI); a repeated header keeps its last value.
+        Header names arrive lowercased (ASGI); a repeated header keeps its last value. `raw` is
+        the body as received (`raw` in the record, as text): what was sent, byte for byte, where
+        the parsed `body` would have turned an integer beyond 64 bits into a float.
         """
         self.paths[path] += 1
         if self.enabled:
@@ -33,6 +42,7 @@ class RequestRecorder:
                     "path": path,
                     "headers": {k.decode("latin-1"): v.decode("latin-1") for k, v in headers},
                     "body": body,
+                    "raw": raw.decode("utf-8", errors="replace"),
                 }
             )
 

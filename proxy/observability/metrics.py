@@ -240,6 +240,11 @@ class RecorderMetrics:
             "mirrorgate_recorder_queue_depth", "Exchange records waiting to be written.",
             registry=registry,
         )  # fmt: skip
+        self.file_reopened = Counter(
+            "mirrorgate_store_file_reopened",
+            "Times the SQLite file at store.url was found deleted or replaced and opened anew.",
+            registry=registry,
+        )  # fmt: skip
 
 
 class JournalMetrics:

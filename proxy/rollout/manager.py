@@ -34,7 +34,7 @@ from proxy.core import (
 )
 from proxy.gateway import RouteTable
 from proxy.observability import GatewayMetrics
-from proxy.store import RolloutStore, StoreUnavailableError
+from proxy.store import RolloutStore, StoreUnavailableError, redact
 
 log = logging.getLogger("mirrorgate.rollouts")
 
@@ -162,6 +162,8 @@ class RolloutManager:
         spec = self.config.routes.get(route)
         if spec is None:
             raise RouteUnknownError(route)
+        # As the store will keep it: the state served from memory says what a reload would.
+        reason = self.store.text.text(reason) or ""
         for _ in range(MAX_RACES):
             with self._reaching_the_store():
                 rows = await asyncio.to_thread(self.store.load, [route])
@@ -229,7 +231,7 @@ class RolloutManager:
             after.step,
             after.weight,
             after.actor,
-            after.reason,
+            redact(after.reason or ""),  # an operator's or an alert's words: may quote a secret
         )
         if after.phase is not Phase.ROLLED_BACK:
             return

@@ -31,7 +31,7 @@ from .errors import (
     StoreError,
     StoreUnavailableError,
 )
-from .exchanges import Store
+from .exchanges import Store, masked_url
 from .feedback import FeedbackStore
 from .journal import Journal, ReplayReport
 from .judge_windows import (
@@ -77,5 +77,6 @@ __all__ = [
     "VersionTraffic",
     "WriteRetry",
     "apply_bodies_policy",
+    "masked_url",
     "redact",
 ]

@@ -43,7 +43,7 @@ def check_to_row(record: CheckRecord) -> dict[str, Any]:
         "rule_version": record.rule_version,
         "check_name": record.check,
         "result": record.result,
-        "reason": record.reason.replace("\x00", "\ufffd"),
+        "reason": record.reason,
         "created_at": as_utc(record.created_at),
         "pair_id": record.pair_id,
     }
@@ -97,7 +97,7 @@ def finding_to_row(record: FindingRecord) -> dict[str, Any]:
         "created_at": as_utc(record.created_at),
         "value": record.value,
         "label": record.label,
-        "detail": record.detail.replace("\x00", "\ufffd"),
+        "detail": record.detail,
         "pair_id": record.pair_id,
         "severity": record.severity,
     }

@@ -5,10 +5,12 @@
 recorder calls it from its writer thread, and the event loop only ever calls `ping`, through
 `anyio.to_thread.run_sync` (or `asyncio.to_thread`).
 
-The store writes records exactly as given; the `store.bodies` policy is applied earlier, by the
-recorder. Two normalisations happen here so both backends hold the same thing: times are stored as
-UTC (a naive datetime is taken to be UTC already), and NUL characters in text are replaced by U+FFFD
-(PostgreSQL text cannot hold NUL).
+The store writes records as given; the `store.bodies` policy is applied to them earlier, by the
+recorder, and to the other tables' text by their query objects, through the store's `StoredText`
+(`proxy.store.redaction`). Two normalisations happen here so both backends hold the same thing:
+times are stored as UTC (a naive datetime is taken to be UTC already), and text PostgreSQL cannot
+hold (NUL, lone surrogates) is replaced by U+FFFD in every statement's parameters, for every table,
+at the engine (`normalised_parameters`), so no caller has to remember it.
 
 Errors: every failure leaves this module as a `StoreError` (the tree: `proxy.store`), translated
 by `proxy.store.errors.translated`.
@@ -17,7 +19,9 @@ by `proxy.store.errors.translated`.
 from __future__ import annotations
 
 import json
+import os
 import re
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -58,8 +62,10 @@ from .errors import (
 )
 from .migrations import SQLITE_BEGIN_OPTION
 from .pairs import pair_to_row, pairs_table, row_to_pair
+from .redaction import BodiesPolicy, StoredText
 from .rollouts import alert_claims as claims_table
 from .rollouts import verdicts as verdicts_table
+from .text_boundary import normalised_parameters
 
 __all__ = [
     "RecordRejectedError",
@@ -153,12 +159,19 @@ class Store:
         schema: str | None = None,
         busy_timeout_ms: int = 5000,
         connect_timeout_s: float = 5.0,
+        bodies: BodiesPolicy = "full",
     ) -> None:
         self._schema = schema
-        with translated(f"opening the store at {url!r}"):
+        self.text = StoredText(bodies)
+        """`store.bodies` for the text the query objects write (reasons, corrections, diffs)."""
+        with translated(f"opening the store at {masked_url(url)}"):
             self._engine = _create_engine(url, schema, busy_timeout_ms, connect_timeout_s)
-        self.display_url = make_url(url).render_as_string(hide_password=True)
+        event.listen(self._engine, "before_cursor_execute", normalised_parameters, retval=True)
+        self.display_url = masked_url(url)
         """`url` with any password hidden, for messages and reports."""
+        self._file = _sqlite_file(url)
+        self._file_identity: tuple[int, int] | None = None
+        self._file_lock = threading.Lock()
 
     @classmethod
     def existing(cls, url: str) -> Store:
@@ -214,7 +227,48 @@ class Store:
         is newer than the code.
         """
         with translated("migrating the schema"):
-            return migrations.migrate(self._engine, schema=self._schema)
+            version = migrations.migrate(self._engine, schema=self._schema)
+        self._file_identity = _identity(self._file)
+        return version
+
+    def file_problem(self) -> str | None:
+        """Why the SQLite file at the configured path is not the one this store has open (it
+        was deleted, or replaced by another file), or None: it is, or the store is PostgreSQL.
+        SQLite keeps writing into a deleted file's inode, where nobody can read the rows."""
+        if self._file is None or self._file_identity is None:
+            return None
+        now = _identity(self._file)
+        if now is None:
+            return f"the database file {self._file} was deleted"
+        if self._file_identity == _CLOSED:
+            return f"the database file {self._file} was deleted and is not open again yet"
+        if now != self._file_identity:
+            return f"the database file {self._file} was replaced by another file"
+        return None
+
+    def reopen_if_replaced(self) -> str | None:
+        """When `file_problem` finds one: close every connection, open the file at the path
+        anew (created, and migrated, if missing) and return the problem that was repaired; None
+        when there was nothing to repair. Raises `StoreError`s (`StoreUnavailableError` while the
+        file cannot be made, e.g. its directory is gone too)."""
+        problem = self.file_problem()
+        if problem is None:
+            return None
+        with self._file_lock:
+            if self.file_problem() is None:
+                return None  # another thread repaired it
+            self._engine.dispose()
+            # Nothing holds the old file open now: a new file at the path may get its inode
+            # number, so no file counts as the open one until `migrate` has opened it.
+            self._file_identity = _CLOSED
+            directory = Path(self._file or "").parent
+            if not directory.is_dir():
+                raise StoreUnavailableError(f"{problem}, and its directory is gone")
+            try:
+                self.migrate()
+            except StoreError as exc:  # whatever it is, the records wait: never refused for it
+                raise StoreUnavailableError(f"{problem}; opening it anew failed: {exc}") from exc
+        return problem
 
     def write_batch(
         self, records: Sequence[ExchangeRecord | PairRecord | CheckRecord | FindingRecord]
@@ -484,6 +538,37 @@ def _create_engine(
     raise StoreError(f"{url}: unsupported database (use sqlite:/// or postgresql+psycopg://)")
 
 
+def masked_url(url: str) -> str:
+    """`url` with its password shown as `***`, for messages (what follows the last `@` when
+    it is not a URL sqlalchemy can parse: nothing of it that could be a password)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url.rsplit("@", 1)[-1]
+
+
+def _sqlite_file(url: str) -> Path | None:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database:
+        return None
+    return Path(parsed.database).expanduser().resolve()
+
+
+_CLOSED = (-1, -1)
+"""The identity of no file: the store closed the one it had and has not opened one since."""
+
+
+def _identity(path: Path | None) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path`; None when there is none."""
+    if path is None:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
 def _query_value(value: str | tuple[str, ...] | None) -> str | None:
     return value[-1] if isinstance(value, tuple) else value
 
@@ -517,12 +602,6 @@ def _sqlite_begin(conn: Connection) -> None:
 _utc = as_utc
 
 
-def _text(value: str | None) -> str | None:
-    if value is not None and "\x00" in value:
-        return value.replace("\x00", "\ufffd")
-    return value
-
-
 def _to_row(record: ExchangeRecord) -> dict[str, Any]:
     usage = record.usage
     return {
@@ -547,14 +626,14 @@ def _to_row(record: ExchangeRecord) -> dict[str, Any]:
         "reasoning_tokens": usage.reasoning_tokens,
         "usage_estimated": usage.estimated,
         "cost_usd": record.cost_usd,
-        "error_class": _text(record.error_class),
+        "error_class": record.error_class,
         "rule": record.rule,
         "rule_version": record.rule_version,
         "pair_id": record.pair_id,
         "tags": json.dumps(list(record.tags)) if record.tags else "[]",
-        "request_body": _text(record.request_body),
-        "response_body": _text(record.response_body),
-        "response_text": _text(record.response_text),
+        "request_body": record.request_body,
+        "response_body": record.response_body,
+        "response_text": record.response_text,
     }
 
 

@@ -55,6 +55,7 @@ class FeedbackStore:
 
     def __init__(self, store: Store) -> None:
         self._engine = store.engine
+        self._text = store.text
 
     def add(self, record: FeedbackRecord) -> bool:
         """Store `record`; False (and nothing changes) when this request already has feedback of
@@ -67,9 +68,9 @@ class FeedbackStore:
             "arm": record.arm.value,
             "created_at": as_utc(record.created_at),
             "corrected": record.corrected,
-            "correction": record.correction,
+            "correction": self._text.derived(record.correction),
             "score": record.score,
-            "label": record.label,
+            "label": self._text.text(record.label),
             "rule": record.rule,
             "rule_version": record.rule_version,
             "caller": record.caller,

@@ -26,6 +26,13 @@ The `store.bodies` policy is applied here, on the writer thread (never on the ev
 `full` stores bodies as received, `redacted` passes request_body, response_body and response_text
 through `proxy.store.redaction.redact`, `none` stores none of the three.
 
+Readiness: `write_problem` says why records cannot be written right now (the store unavailable,
+its SQLite file deleted or replaced and not yet reopened), None while they can; `/readyz` answers
+503 with it. Before every write, and every flush interval when idle, the writer checks that the
+SQLite file at the configured path is the one open (SQLite would keep writing into a deleted
+file's inode, where nobody can read the rows); if not, it opens the file at the path anew (created
+and migrated) and counts it (`mirrorgate_store_file_reopened_total`).
+
 Retention runs on the same thread: when `retention_days` is set, records older than that are
 deleted at start and then every `retention_interval_s`, `retention_chunk` rows at a time in the idle
 time between two batches, so a large purge never holds up writing for long.
@@ -49,7 +56,7 @@ from proxy.config import StoreSpec
 from proxy.core import StoredRecord
 from proxy.observability import RecorderMetrics
 
-from .errors import StoreUnavailableError
+from .errors import StoreError, StoreUnavailableError
 from .exchanges import Store
 from .redaction import apply_bodies_policy
 from .retry import WriteRetry
@@ -158,6 +165,8 @@ class Recorder:
             raise ValueError("need 0 < retry_initial_s <= retry_max_s")
         self._retry = WriteRetry(retry_initial_s, retry_max_s)
         self._outage_started: float | None = None
+        self._failing: str | None = None  # the last write error, while writes fail
+        self._file_failing: str | None = None  # the SQLite file is gone and cannot be made
         self._store = store
         self._queue_size = queue_size
         self._batch_size = batch_size
@@ -192,6 +201,7 @@ class Recorder:
         self._dropped = {reason: metrics.dropped.labels(reason) for reason in _DROP_REASONS}
         self._written_counter = metrics.written
         self._write_errors = metrics.write_errors
+        self._reopened = metrics.file_reopened
         metrics.queue_depth.set_function(lambda: len(self._queue))
 
     @classmethod
@@ -245,6 +255,11 @@ class Recorder:
         """Records accepted but not yet settled (written, rejected, or dropped at shutdown)."""
         settled = self._settled  # read first: pending() can only over-count, never under-count
         return self._accepted - settled
+
+    @property
+    def write_problem(self) -> str | None:
+        """Why records cannot be written now, or None while they can (for `/readyz`)."""
+        return self._failing or self._file_failing
 
     @property
     def written_total(self) -> int:
@@ -313,6 +328,7 @@ class Recorder:
                 if not batch:
                     if not stopping:
                         self._idle_until(next_flush)
+                        self._check_store_file()
                     next_flush = time.monotonic() + self._flush_interval_s
                     batch = self._take()
                     if not batch:
@@ -357,6 +373,7 @@ class Recorder:
 
         def unavailable(exc: StoreUnavailableError, _failures: int) -> None:
             self._write_errors.inc()
+            self._failing = str(exc)
             if self._outage_started is None:
                 self._outage_started = time.monotonic()
                 log.error(
@@ -378,6 +395,7 @@ class Recorder:
                 time.monotonic() - self._outage_started,
             )
             self._outage_started = None
+        self._failing = None
         return left
 
     def _wait_to_retry(self, delay: float) -> bool:
@@ -388,6 +406,7 @@ class Recorder:
         """Write `batch`; return what is left to retry. Raises `StoreUnavailableError` (nothing was
         written) or returns []. A rejected batch is retried record by record."""
         try:
+            self._repair_store_file()
             self._store.write_batch(batch)
         except StoreUnavailableError:
             raise
@@ -397,6 +416,23 @@ class Recorder:
         self._settle_written(len(batch))
         self._notify_settled(batch)
         return []
+
+    def _repair_store_file(self) -> None:
+        """Reopen the SQLite file if it was deleted or replaced; raises `StoreUnavailableError`
+        while it cannot be made."""
+        repaired = self._store.reopen_if_replaced()
+        self._file_failing = None
+        if repaired is not None:
+            self._reopened.inc()
+            log.error("recorder: %s; writing to a new database file at that path", repaired)
+
+    def _check_store_file(self) -> None:
+        try:
+            self._repair_store_file()
+        except StoreError as exc:
+            if self._file_failing is None:
+                log.error("recorder: records cannot be written: %s", exc)
+            self._file_failing = str(exc)
 
     def _write_one_by_one(self, batch: list[StoredRecord]) -> list[StoredRecord]:
         for index, record in enumerate(batch):

@@ -1,4 +1,4 @@
-"""Masking secrets and e-mail addresses in stored bodies (`store.bodies: redacted`).
+"""Masking secrets and e-mail addresses in every stored and logged text (`store.bodies`).
 
 `redact` replaces each API key, token and e-mail address it recognises with `[REDACTED:<kind>]`:
 
@@ -6,21 +6,42 @@
 kind                what it matches
 ==================  ===========================================================================
 ``secret_field``    the string value of a JSON field named like a secret (``"api_key": "…"``,
-                    ``"password"``, ``"access_token"``, ``"authorization"`` …); the name stays
+                    ``"password"``, ``"access_token"``, ``"authorization"`` …); the name stays.
+                    Also further down, in JSON held inside a JSON string
+                    (``"{\\"api_key\\": \\"…\\"}"``)
+``secret_pair``     the value of ``password=…``, ``api_key: …``, ``aws_secret_access_key=…``
+                    and the like, outside JSON (query strings, env files, prose)
 ``bearer_token``    the credential after ``Bearer `` when it is 16+ token characters long
+``private_key``     a PEM ``-----BEGIN … PRIVATE KEY-----`` block, to its END line
 ``anthropic_key``   ``sk-ant-…`` (20+ key characters after ``sk-``)
 ``openai_key``      ``sk-…``, ``sk-proj-…``, ``sk-svcacct-…`` (20+ key characters after ``sk-``)
+``stripe_key``      ``sk_live_…``, ``rk_live_…``, ``sk_test_…``, ``rk_test_…``
 ``github_token``    ``ghp_``, ``gho_``, ``ghu_``, ``ghs_``, ``ghr_`` tokens and ``github_pat_…``
 ``aws_key``         AWS access key ids ``AKIA…`` / ``ASIA…`` (16 more upper-case characters)
-``email``           ``local@domain.tld`` (the last 64 characters of the local part at most)
+``google_key``      Google API keys ``AIza…`` (35 more key characters)
+``slack_token``     ``xoxa-``, ``xoxb-``, ``xoxp-``, ``xoxr-``, ``xoxs-``, ``xoxe-`` tokens and
+                    ``xapp-`` app tokens
+``slack_webhook``   the secret path of ``hooks.slack.com/services/…`` (and ``workflows``,
+                    ``triggers``) URLs
+``jwt``             JSON Web Tokens ``eyJ….eyJ….…``
+``email``           ``local@domain.tld``, local part and domain in any script (``jörg@bücher.de``,
+                    also written with JSON ``\\uXXXX`` escapes); the last 64 characters of the
+                    local part at most
 ==================  ===========================================================================
 
 Speed matters twice over: bodies can be 10 MB and come from anyone, and redaction runs on the
 recorder's thread while the event loop waits for the GIL. So every pattern starts with a literal
 (`sk-`, `gh`, `earer`, `@`, …) that the regex engine finds with a fast scan, and only then checks
-what precedes it with a fixed-width lookbehind; repetitions are possessive (`++`, `*+`), so a failed
-attempt never backtracks over what it consumed. Every pass is linear in the text, and typical JSON
-costs about ten nanoseconds a character for all passes together.
+what precedes it with a fixed-width lookbehind; a pass whose literal is absent from the text is
+skipped without running; repetitions are possessive (`++`, `*+`), so a failed attempt never
+backtracks over what it consumed. Every pass is linear in the text.
+
+Where it applies (`StoredText`, one per store): with `store.bodies: redacted` every text column the
+store writes (bodies, check reasons, finding details, rule-change prompt diffs, feedback
+corrections and labels, rollout reasons and evidence, verdict reasons); with `none` no
+answer-derived text at all (bodies, prompt diffs, check reasons beyond the check's verdict, finding
+details, correction texts are not stored) and the rest redacted; with `full` everything as
+received. Log lines that carry such text pass through `redact` whatever the policy.
 """
 
 from __future__ import annotations
@@ -28,28 +49,92 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
-from proxy.core import ExchangeRecord
+from proxy.core import CheckRecord, ExchangeRecord, FindingRecord
 
 T = TypeVar("T")
+BodiesPolicy = Literal["full", "redacted", "none"]
 
-_SECRET_FIELD = re.compile(
-    r'("(?=[AaCcIiPpRrSsTtXx])(?i:api[_-]?key|x-api-key|apikey|secret|secret[_-]?key|client[_-]?secret|access[_-]?key'
+_SECRET_NAMES = (
+    r"(?=[AaCcIiPpRrSsTtXx])(?i:api[_-]?key|x-api-key|apikey|secret|secret[_-]?key"
+    r"|client[_-]?secret|access[_-]?key|(?:aws[_-]?)?secret[_-]?access[_-]?key"
     r"|password|passwd|token|access[_-]?token|refresh[_-]?token|id[_-]?token|auth[_-]?token"
-    r'|authorization|private[_-]?key)"\s*+:\s*+")(?:[^"\\]|\\.)*+"',
+    r"|authorization|private[_-]?key)"
+)
+_SECRET_FIELD = re.compile(
+    r'("' + _SECRET_NAMES + r'"\s*+:\s*+")(?:[^"\\]|\\.)*+"',
     re.ASCII,
 )
+# The same field further down, in JSON written inside a JSON string (inside a JSON string …):
+# every quote of the inner document is escaped by the same run of backslashes. The value ends at
+# the first escaped quote.
+_SECRET_FIELD_ESCAPED = re.compile(
+    r'((\\++)"' + _SECRET_NAMES + r'\2"\s*+:\s*+\2")(?:[^"\\]|\\(?!\\*+"))*+(\\*+)"',
+    re.ASCII,
+)
+_PAIR_NAMES = (
+    "password",
+    "passwd",
+    "pwd",
+    "secret",
+    "api_key",
+    "api-key",
+    "apikey",
+    "token",
+    "secret_key",
+    "access_key",
+    "private_key",
+)
+"""Names whose `=`/`:` value is a secret; `client_secret`, `access_token`, `auth_token` and
+`aws_secret_access_key` end in one of them."""
+# Anchored on the separator, one pattern per separator character so that the regex engine scans
+# for a single literal (a character class would be tried at every position); then one fixed-width
+# lookbehind per name, with and without a space before the separator, checks the name before it.
+_PAIR_VALUE = r"([ \t]*+)(?!\[REDACTED)[^\s\"'\\,;&<>()\[\]{}]{3,}+"
+
+
+def _pair_pattern(separator: str) -> re.Pattern[str]:
+    names = "|".join(
+        f"(?<={name}{space}{separator})" for name in _PAIR_NAMES for space in ("", " ")
+    )
+    # Every name ends in d, t, y or n: one cheap check first (JSON's `": ` fails it at once).
+    last = f"(?<=[dtyn ]{separator})"
+    return re.compile(f"{separator}{last}(?:{names}){_PAIR_VALUE}", re.ASCII | re.IGNORECASE)
+
+
+_SECRET_PAIR_EQUALS = _pair_pattern("=")
+_SECRET_PAIR_COLON = _pair_pattern(":")
 _BEARER = re.compile(
     r"earer(?<=[Bb]earer)(?<![A-Za-z0-9_][Bb]earer)([ \t]++)[A-Za-z0-9._~+/=-]{16,}+", re.ASCII
 )
+_PEM = re.compile(
+    r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----(?:[^-]++|-(?!----END ))*+"
+    r"(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----)?",
+    re.ASCII,
+)
 _SK_KEY = re.compile(r"sk-(?<![A-Za-z0-9_-]sk-)[A-Za-z0-9_-]{20,}+", re.ASCII)
+_STRIPE = re.compile(
+    r"k_(?<![A-Za-z0-9][rs]k_)(?<=[rs]k_)(?:live|test)_[A-Za-z0-9]{10,}+", re.ASCII
+)
 _GITHUB = re.compile(
     r"g(?<![A-Za-z0-9_]g)(?:h[pousr]_[A-Za-z0-9]{36,}+|ithub_pat_\w{22,}+)", re.ASCII
 )
 _AWS = re.compile(r"A(?:KIA|SIA)(?<![A-Za-z0-9]A...)[A-Z0-9]{16}(?![A-Za-z0-9])", re.ASCII)
-_EMAIL_DOMAIN = re.compile(r"@[A-Za-z0-9-]++(?:\.[A-Za-z0-9-]++)++", re.ASCII)
+_GOOGLE = re.compile(r"AIza(?<![A-Za-z0-9_-]AIza)[A-Za-z0-9_-]{35}", re.ASCII)
+_SLACK = re.compile(r"x(?<![A-Za-z0-9_-]x)(?:ox[abeoprs]|app)-[A-Za-z0-9-]{10,}+", re.ASCII)
+_SLACK_HOOK = re.compile(
+    r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]++", re.ASCII
+)
+_JWT = re.compile(
+    r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{4,}+\.eyJ[A-Za-z0-9_-]{4,}+\.[A-Za-z0-9_-]*+",
+    re.ASCII,
+)
+_EMAIL_DOMAIN = re.compile(
+    r"@(?:[^\W_]|-|\\u[0-9A-Fa-f]{4})++(?:\.(?:[^\W_]|-|\\u[0-9A-Fa-f]{4})++)++"
+)
 _EMAIL_LOCAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-")
+_HEX4 = re.compile(r"u[0-9A-Fa-f]{4}")
 _EMAIL_LOCAL_MAX = 64
 
 
@@ -60,13 +145,23 @@ def _sk_kind(match: re.Match[str]) -> str:
 
 _PASSES: tuple[tuple[str, re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
     ('"', _SECRET_FIELD, r'\1[REDACTED:secret_field]"'),
+    ('\\"', _SECRET_FIELD_ESCAPED, r'\1[REDACTED:secret_field]\3"'),
+    ("-----BEGIN ", _PEM, "[REDACTED:private_key]"),
     ("earer", _BEARER, r"earer\1[REDACTED:bearer_token]"),
+    ("eyJ", _JWT, "[REDACTED:jwt]"),
     ("sk-", _SK_KEY, _sk_kind),
+    ("k_", _STRIPE, "k_[REDACTED:stripe_key]"),
     ("g", _GITHUB, "[REDACTED:github_token]"),
     ("A", _AWS, "[REDACTED:aws_key]"),
+    ("AIza", _GOOGLE, "[REDACTED:google_key]"),
+    ("x", _SLACK, "[REDACTED:slack_token]"),
+    ("hooks.slack.com/", _SLACK_HOOK, "hooks.slack.com/[REDACTED:slack_webhook]"),
+    ("=", _SECRET_PAIR_EQUALS, r"=\1[REDACTED:secret_pair]"),
+    (":", _SECRET_PAIR_COLON, r":\1[REDACTED:secret_pair]"),
 )
 """(a substring every match contains, pattern, replacement), applied in this order: a secret
-field's value is masked whole before the key patterns could mask a part of it."""
+field's value is masked whole before the key patterns could mask a part of it, and the generic
+`name=value` pairs come last so that a recognised key keeps its own kind."""
 
 
 def redact(text: str) -> str:
@@ -75,6 +170,34 @@ def redact(text: str) -> str:
         if needle in text:
             text = pattern.sub(replacement, text)
     return _redact_emails(text) if "@" in text else text
+
+
+def _local_char(char: str) -> bool:
+    return char in _EMAIL_LOCAL or (char > "\x7f" and char.isalnum())
+
+
+def _local_start(text: str, at: int, floor: int) -> int:
+    """Where the local part of the address whose `@` is at `at` starts. A JSON `\\uXXXX` escape
+    is part of it (a non-ASCII letter, as JSON writers escape it); another escape (`\\n`) ends
+    it, the escaped character excluded."""
+    start = at
+    while start > floor:
+        char = text[start - 1]
+        if char != "\\":
+            if not _local_char(char):
+                break
+            start -= 1
+            continue
+        run = 1
+        while start - 1 - run >= 0 and text[start - 1 - run] == "\\":
+            run += 1
+        if run % 2 == 0:  # escaped backslashes: not part of the address
+            break
+        if _HEX4.fullmatch(text, start, start + 5) and text[start] == "u":
+            start -= 1  # the backslash of a `\\uXXXX` inside the local part
+            continue
+        return min(start + 1, at)  # `\\n` and the like: the escaped character is not in it
+    return start
 
 
 def _redact_emails(text: str) -> str:
@@ -87,8 +210,7 @@ def _redact_emails(text: str) -> str:
         at = match.start()
         start = at
         floor = max(done, at - _EMAIL_LOCAL_MAX)
-        while start > floor and text[start - 1] in _EMAIL_LOCAL:
-            start -= 1
+        start = _local_start(text, at, floor)
         if start == at:
             continue
         pieces.append(text[done:start])
@@ -100,10 +222,52 @@ def _redact_emails(text: str) -> str:
     return "".join(pieces)
 
 
+NOT_KEPT = "(not kept: store.bodies is none)"
+"""What stands in for answer-derived text (a check's explanation, a finding's detail) under
+`store.bodies: none`."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoredText:
+    """The `store.bodies` policy for every text the store writes, applied by the store itself
+    (the recorder's records and each query object's rows), on the thread that writes."""
+
+    policy: BodiesPolicy = "full"
+
+    def __post_init__(self) -> None:
+        if self.policy not in ("full", "redacted", "none"):
+            raise ValueError(f"bodies must be full, redacted or none, not {self.policy!r}")
+
+    def text(self, value: str | None) -> str | None:
+        """A text that is not the answer's (a reason, a label): as received under `full`,
+        redacted otherwise."""
+        if value is None or self.policy == "full":
+            return value
+        return redact(value)
+
+    def derived(self, value: str | None) -> str | None:
+        """A text made from the request or the answer (a correction, a prompt diff): as
+        received under `full`, redacted under `redacted`, not stored (None) under `none`."""
+        if value is None or self.policy == "full":
+            return value
+        return None if self.policy == "none" else redact(value)
+
+
 def apply_bodies_policy(record: T, policy: str) -> T:
-    """`record` with its bodies as `store.bodies` says: `full` unchanged, `none` dropped,
-    `redacted` passed through `redact`. Records without bodies (pairs) are returned as they are."""
-    if policy == "full" or not isinstance(record, ExchangeRecord):
+    """`record` as `store.bodies` says: `full` unchanged; `none` without bodies, and a check's
+    reason or a finding's detail replaced by `NOT_KEPT`; `redacted` with all of them passed
+    through `redact`. Records without text of the answer (pairs) are returned as they are."""
+    if policy == "full":
+        return record
+    if isinstance(record, CheckRecord):
+        reason = NOT_KEPT if policy == "none" else redact(record.reason)
+        return record if reason == record.reason else dataclasses.replace(record, reason=reason)
+    if isinstance(record, FindingRecord):
+        if not record.detail:
+            return record
+        detail = NOT_KEPT if policy == "none" else redact(record.detail)
+        return record if detail == record.detail else dataclasses.replace(record, detail=detail)
+    if not isinstance(record, ExchangeRecord):
         return record
     bodies = (record.request_body, record.response_body, record.response_text)
     if bodies == (None, None, None):

@@ -156,6 +156,9 @@ class RolloutStore:
 
     def __init__(self, store: Store) -> None:
         self._engine = store.engine
+        self._text = store.text
+        self.text = store.text
+        """`store.bodies` for reasons: the manager keeps in memory what the store keeps."""
 
     def revisions(self) -> dict[str, int]:
         """Route → revision: the cheap query every replica polls to notice changes."""
@@ -186,21 +189,22 @@ class RolloutStore:
             "to_phase": after.phase.value if after.phase else None,
             "step": after.step,
             "weight": after.weight,
-            "reason": after.reason,
+            "reason": self._text.text(after.reason),
             "actor": after.actor,
-            "evidence": json.dumps(evidence or {}, default=str, sort_keys=True),
+            "evidence": self._text.text(json.dumps(evidence or {}, default=str, sort_keys=True)),
             "created_at": after.changed_at or datetime.now(UTC),
         }
         try:
             with translated("writing rollout state", writing=True), self._engine.begin() as conn:
+                row = _to_row(after) | {"reason": self._text.text(after.reason)}
                 if before.revision == 0:
-                    conn.execute(sa.insert(rollouts), [_to_row(after)])
+                    conn.execute(sa.insert(rollouts), [row])
                 else:
                     done = conn.execute(
                         sa.update(rollouts)
                         .where(rollouts.c.route == after.route)
                         .where(rollouts.c.revision == before.revision)
-                        .values(_to_row(after))
+                        .values(row)
                     )
                     if done.rowcount != 1:
                         return False
@@ -265,7 +269,7 @@ class RolloutStore:
                 "n_primary": v.n_primary,
                 "n_candidate": v.n_candidate,
                 "alpha": v.alpha,
-                "reason": v.reason,
+                "reason": self._text.text(v.reason),
                 "created_at": at,
                 "needs": v.needs,
                 "eta_s": eta,

@@ -73,6 +73,7 @@ class RuleEventStore:
 
     def __init__(self, store: Store) -> None:
         self._engine = store.engine
+        self._text = store.text
 
     def add(self, event: RuleEvent) -> bool:
         """Store `event`; False (nothing changes) when the version already has its event."""
@@ -83,7 +84,7 @@ class RuleEventStore:
             "first_seen_at": as_utc(event.first_seen_at),
             "request_id": event.request_id,
             "route": event.route,
-            "prompt_diff": event.prompt_diff,
+            "prompt_diff": self._text.derived(event.prompt_diff),
         }
         try:
             with translated("storing a rule change", writing=True), self._engine.begin() as conn:

@@ -30,6 +30,7 @@ from proxy.core import (
     UpstreamTimeout,
     Usage,
     cost_usd,
+    dumps_exact,
 )
 
 from .client import UpstreamClient
@@ -144,8 +145,8 @@ class ModelCaller:
         client = self.clients[target]
         ctx.payload["model"] = client.spec.model
         try:
-            upstream_body = orjson.dumps(ctx.payload)
-        except TypeError as exc:  # e.g. an integer beyond 64 bits
+            upstream_body = dumps_exact(ctx.payload)
+        except (TypeError, ValueError) as exc:
             raise RequestError(f"request body cannot be forwarded: {exc}") from None
         return Attempt(
             target, arm, upstream_body, time.perf_counter(), datetime.now(UTC), time.time_ns()

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
+import pytest
+
+from alerts.errors import SinkError
 from alerts.slack import SlackSink, slack_message
 from tests.alerts.alert_factory import make_alert
-from tests.alerts.recording_server import send_one
+from tests.alerts.recording_server import RecordingServer, refused_url, send_one
 
 
 def test_slack_message_is_readable() -> None:
@@ -33,3 +37,31 @@ def test_slack_message_is_readable() -> None:
 def test_slack_escapes_control_characters_in_free_text() -> None:
     body = slack_message(make_alert(summary="<!channel> & friends"))
     assert "&lt;!channel&gt; &amp; friends" in body["blocks"][1]["text"]["text"]
+
+
+def test_a_refused_alert_never_names_the_webhook_url() -> None:
+    # The path of a Slack incoming webhook is its credential: errors (which the dispatcher logs)
+    # name the host only, for a rejected alert and for one the server never answered.
+    secret_path = "/services/T0SECRET/B0SECRET/Xq1w2e3r4t5y6u7i8o9p0"
+
+    async def refused(status: int) -> str:
+        async with RecordingServer([status]) as server:
+            sink = SlackSink(server.url + secret_path)
+            async with httpx.AsyncClient() as client:
+                with pytest.raises(SinkError) as caught:
+                    await sink.send(make_alert(), client)
+            return str(caught.value)
+
+    for status in (404, 500):
+        message = asyncio.run(refused(status))
+        assert f"HTTP {status}" in message and "127.0.0.1" in message
+        assert "SECRET" not in message and "Xq1w2e3r4t5y6u7i8o9p0" not in message
+
+    async def unreachable() -> str:
+        with refused_url() as url:
+            async with httpx.AsyncClient() as client:
+                with pytest.raises(SinkError) as caught:
+                    await SlackSink(url + secret_path).send(make_alert(), client)
+        return str(caught.value)
+
+    assert "SECRET" not in asyncio.run(unreachable())

@@ -12,14 +12,20 @@ from proxy.gateway.routing import RouteTable
 from tests.conftest import gateway_config
 
 
-def _client(*, started: bool = True, store_ok: bool = True) -> httpx.AsyncClient:
+def _client(
+    *, started: bool = True, store_ok: bool = True, write_problem: str | None = None
+) -> httpx.AsyncClient:
     config = gateway_config("http://127.0.0.1:9", "sqlite:///unused.db")
     registry = CollectorRegistry()
     Counter("probe_marker", "A family only this registry has.", registry=registry).inc()
     app = FastAPI()
     app.include_router(
         build_public_router(
-            RouteTable(config), registry, started=lambda: started, store_ok=lambda: store_ok
+            RouteTable(config),
+            registry,
+            started=lambda: started,
+            store_ok=lambda: store_ok,
+            write_problem=lambda: write_problem,
         )
     )
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
@@ -50,12 +56,32 @@ async def test_readiness_needs_a_started_gateway_and_a_reachable_store(
         ready = await client.get("/readyz")
         alive = await client.get("/healthz")
     assert ready.status_code == status
-    assert ready.json() == {
+    body = ready.json()
+    assert body.pop("reason", None) == (
+        None
+        if status == 200
+        else "the gateway is starting"
+        if store_ok
+        else "the store does not answer"
+    )
+    assert body == {
         "status": "ready" if status == 200 else "not ready",
         "store": store_ok,
         "config": started,
+        "writes": True,
     }
     assert alive.status_code == 200  # liveness never depends on the store
+
+
+@pytest.mark.anyio
+async def test_readiness_fails_while_records_cannot_be_written() -> None:
+    problem = "writing 3 records: OperationalError: database or disk is full"
+    async with _client(write_problem=problem) as client:
+        ready = await client.get("/readyz")
+    assert ready.status_code == 503
+    assert ready.json() == {
+        "status": "not ready", "store": True, "config": True, "writes": False, "reason": problem,
+    }  # fmt: skip
 
 
 @pytest.mark.anyio

@@ -56,7 +56,12 @@ def test_the_lifespan_starts_and_drains_the_parts(
     start_gateway: Callable[..., InProcessGateway],
 ) -> None:
     gw = start_gateway(extra=CHECKED)
-    assert gw.http.get("/readyz").json() == {"status": "ready", "store": True, "config": True}
+    assert gw.http.get("/readyz").json() == {
+        "status": "ready",
+        "store": True,
+        "config": True,
+        "writes": True,
+    }
     assert gw.gateway.ready
     # Only the proxied endpoints take POSTs outside the API: anything else is the API's 404/405.
     assert gw.http.post("/v1/nothing-here", json={}).status_code == 404

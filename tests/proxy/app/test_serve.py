@@ -7,8 +7,8 @@ import signal
 
 from prometheus_client import CollectorRegistry
 
-from proxy.app.gateway import Gateway
 from proxy.app.connection import LimitedHttpToolsProtocol
+from proxy.app.gateway import Gateway
 from proxy.app.serve import CUT_GRACE_S, _DrainingServer, _uvicorn_config
 from tests.conftest import gateway_config
 

@@ -69,7 +69,10 @@ def test_readiness_fails_when_the_store_is_unreachable(
 
     response = asyncio.run(probe())
     assert response.status_code == 503
-    assert response.json() == {"status": "not ready", "store": False, "config": True}
+    assert response.json() == {
+        "status": "not ready", "store": False, "config": True, "writes": True,
+        "reason": "the store does not answer",
+    }  # fmt: skip
 
 
 def test_spans_follow_the_genai_conventions(start_gateway: Callable[..., InProcessGateway]) -> None:

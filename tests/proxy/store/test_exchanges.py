@@ -156,8 +156,6 @@ def test_a_batch_is_written_whole_or_not_at_all(open_store: Callable[..., Store]
     too_big = make_record(http_status=2**70)  # neither backend can hold it in an INTEGER
     with pytest.raises(RecordRejectedError):
         store.write_batch([*good, too_big])
-    with pytest.raises(RecordRejectedError):
-        store.write_batch([make_record(response_text="lone surrogate \ud800")])
     assert store.count() == 0
     store.write_batch(good)
     assert store.count() == 5

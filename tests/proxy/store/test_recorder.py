@@ -375,3 +375,41 @@ def test_bad_settings_are_refused(sqlite_path: Path, bad: dict[str, Any]) -> Non
     }
     with Store(f"sqlite:///{sqlite_path}") as store, pytest.raises(ValueError):
         Recorder(store, registry=CollectorRegistry(), **{**options, **bad})
+
+
+def test_write_problem_says_why_while_the_database_is_locked_and_clears_after(
+    make_recorder: Callable[..., tuple[Recorder, CollectorRegistry]], sqlite_path: Path
+) -> None:
+    store = sqlite_store(sqlite_path, busy_timeout_ms=20)
+    recorder, _registry = make_recorder(store)
+    recorder.start()
+    holder = sqlite3.connect(sqlite_path, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")  # another process holding the write lock
+        assert recorder.submit(make_record())
+        problem = wait_until(lambda: recorder.write_problem, what="the write to fail")
+        assert "locked" in problem
+        assert recorder.written_total == 0
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    wait_until(lambda: recorder.written_total == 1, what="the write to get through")
+    assert recorder.write_problem is None
+
+
+def test_a_deleted_sqlite_file_is_reopened_and_counted(
+    make_recorder: Callable[..., tuple[Recorder, CollectorRegistry]], sqlite_path: Path
+) -> None:
+    store = sqlite_store(sqlite_path)
+    recorder, registry = make_recorder(store)
+    recorder.start()
+    recorder.submit(make_record(request_id="before"))
+    wait_until(lambda: recorder.written_total == 1, what="the first write")
+    assert store.file_problem() is None
+    sqlite_path.unlink()
+    assert store.file_problem() == f"the database file {sqlite_path} was deleted"
+    recorder.submit(make_record(request_id="after"))
+    wait_until(lambda: recorder.written_total == 2, what="the second write")
+    assert store.file_problem() is None and sqlite_path.exists()
+    assert [r.request_id for r in store.query()] == ["after"]  # in the file at the path
+    assert registry.get_sample_value("mirrorgate_store_file_reopened_total") == 1

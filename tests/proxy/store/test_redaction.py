@@ -121,3 +121,88 @@ def test_a_secret_at_the_end_of_10mb_is_found() -> None:
     out = redact(text)
     assert out.endswith(f"[REDACTED:openai_key] and {'b' * 6}[REDACTED:email]")
     assert len(out) < len(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("g AIzaSyD3f9Gh2Jk5Lm8Np1Qr4St7Vw0Xy3Za6Bc.", "g [REDACTED:google_key]."),
+        ("s xoxb-1234567890-0987654321-AbCdEf end", "s [REDACTED:slack_token] end"),
+        ("s xapp-1-A0123456789-abcdef", "s [REDACTED:slack_token]"),
+        (
+            "https://hooks.slack.com/services/T0A/B0B/q1w2e3r4 ok",
+            "https://hooks.slack.com/[REDACTED:slack_webhook] ok",
+        ),
+        ("pay sk_live_51HqLyjK9z8X7w6V5u4", "pay sk_[REDACTED:stripe_key]"),
+        ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln-_x", "jwt [REDACTED:jwt]"),
+        ("db password=hunter2!x user", "db password=[REDACTED:secret_pair] user"),
+        ("?api_key=abc123&x=1", "?api_key=[REDACTED:secret_pair]&x=1"),
+        (
+            "AWS_SECRET_ACCESS_KEY = wJalrXUtnFEMI/K7MDENG",
+            "AWS_SECRET_ACCESS_KEY = [REDACTED:secret_pair]",
+        ),
+        (
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY----- after",
+            "[REDACTED:private_key] after",
+        ),
+        ("-----BEGIN PRIVATE KEY-----\nMIIE cut off", "[REDACTED:private_key]"),
+        ("to jörg.müller@example.de!", "to [REDACTED:email]!"),
+        ("to info@bücher-café.de.", "to [REDACTED:email]."),
+        ('"j\\u00f6rg@b\\u00fccher.de"', '"[REDACTED:email]"'),
+        ('"line\\njane@example.com"', '"line\\n[REDACTED:email]"'),
+    ],
+)
+def test_masks_the_other_token_formats(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+def test_masks_secret_fields_in_json_inside_json_strings() -> None:
+    inner = json.dumps({"api_key": "level-one-secret", "keep": "visible"})
+    deeper = json.dumps({"content": json.dumps({"wrapped": json.dumps({"password": "level2"})})})
+    out = redact(json.dumps({"content": inner}))
+    assert "level-one-secret" not in out and "visible" in out
+    assert json.loads(json.loads(out)["content"])["api_key"] == "[REDACTED:secret_field]"
+    assert "level2" not in redact(deeper)
+    json.loads(redact(deeper))  # still JSON, at every level
+
+
+@pytest.mark.parametrize(
+    "text", ["monkey business", "key: 12", "x-ample.com", "exoxb-123", "AIzaShort", "eyJonly"]
+)
+def test_leaves_the_new_lookalikes_alone(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_stored_text_follows_the_bodies_policy() -> None:
+    from proxy.store.redaction import StoredText
+
+    said = f"use {OPENAI}"
+    assert StoredText("full").text(said) == StoredText("full").derived(said) == said
+    assert StoredText("redacted").text(said) == "use [REDACTED:openai_key]"
+    assert StoredText("redacted").derived(said) == "use [REDACTED:openai_key]"
+    assert StoredText("none").text(said) == "use [REDACTED:openai_key]"
+    assert StoredText("none").derived(said) is None
+    with pytest.raises(ValueError):
+        StoredText("some")  # type: ignore[arg-type]
+
+
+def test_check_reasons_and_finding_details_follow_the_bodies_policy() -> None:
+    from datetime import UTC, datetime
+
+    from proxy.core import Arm, CheckRecord, FindingRecord
+    from proxy.store.redaction import NOT_KEPT, apply_bodies_policy
+
+    now = datetime.now(UTC)
+    check = CheckRecord(
+        request_id="r", route="bot", target="m", arm=Arm.PRIMARY, rule="x", rule_version="v1",
+        check="note", result="fail", reason=f"$.note is '{OPENAI}'", created_at=now,
+    )  # fmt: skip
+    finding = FindingRecord(
+        request_id="r", route="bot", target="m", arm=Arm.PRIMARY, analyzer="a", name="n",
+        created_at=now, value=1.0, label=None, detail=f"saw {AWS}",
+    )  # fmt: skip
+    assert apply_bodies_policy(check, "full") is check
+    assert apply_bodies_policy(check, "redacted").reason == "$.note is '[REDACTED:openai_key]'"
+    assert apply_bodies_policy(check, "none").reason == NOT_KEPT
+    assert apply_bodies_policy(finding, "redacted").detail == "saw [REDACTED:aws_key]"
+    assert apply_bodies_policy(finding, "none").detail == NOT_KEPT
