@@ -211,7 +211,7 @@ class RecorderMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.dropped = Counter(
             "mirrorgate_recorder_dropped",
-            "Exchange records not stored, by reason (queue_full, shutdown, rejected).",
+            "Exchange records not stored, by reason (queue_full, queue_bytes, shutdown, rejected).",
             ("reason",), registry=registry,
         )  # fmt: skip
         self.written = Counter(
@@ -225,6 +225,16 @@ class RecorderMetrics:
         )  # fmt: skip
         self.queue_depth = Gauge(
             "mirrorgate_recorder_queue_depth", "Exchange records waiting to be written.",
+            registry=registry,
+        )  # fmt: skip
+        self.queue_bytes = Gauge(
+            "mirrorgate_recorder_queue_bytes",
+            "Estimated bytes of the records held by the recorder, queued or being written.",
+            registry=registry,
+        )  # fmt: skip
+        self.bodies_dropped = Counter(
+            "mirrorgate_recorder_bodies_dropped",
+            "Exchange records stored without their bodies: the queue was at queue_max_bytes.",
             registry=registry,
         )  # fmt: skip
 
