@@ -52,16 +52,21 @@ def estimate_tokens(text: str, chars: int | None = None) -> int:
     total = len(text) if chars is None else max(chars, len(text))
     if not text:
         return 0
-    if len(text) <= EXACT_CHARS:
-        sample = text
-    else:
-        width = EXACT_CHARS // SLICES
-        step = (len(text) - width) // (SLICES - 1)
-        sample = "".join(text[i * step : i * step + width] for i in range(SLICES))
+    sample = token_sample(text)
     counted = count_tokens(sample)
     if total == len(sample):
         return counted
     return max(1, round(counted * total / len(sample)))
+
+
+def token_sample(text: str) -> str:
+    """What `estimate_tokens` counts of `text`: all of it up to `EXACT_CHARS` characters, else
+    `SLICES` evenly spaced slices of `EXACT_CHARS` characters in all."""
+    if len(text) <= EXACT_CHARS:
+        return text
+    width = EXACT_CHARS // SLICES
+    starts = (i * (len(text) - width) // (SLICES - 1) for i in range(SLICES))
+    return "".join(text[start : start + width] for start in starts)
 
 
 def estimate_usage(endpoint: str, payload: dict[str, Any], answer: str) -> Usage:

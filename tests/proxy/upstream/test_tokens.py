@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from proxy.upstream.tokens import EXACT_CHARS, count_tokens, estimate_tokens, estimate_usage
+from proxy.upstream.tokens import (
+    EXACT_CHARS,
+    count_tokens,
+    estimate_tokens,
+    estimate_usage,
+    token_sample,
+)
 
 
 def test_counts_are_cl100k_tokens() -> None:
@@ -37,6 +43,9 @@ def test_a_long_text_is_counted_on_bounded_slices_and_lands_near_the_exact_count
     assert len(text) > 100 * EXACT_CHARS
     exact, estimate = count_tokens(text), estimate_tokens(text)
     assert estimate != 0 and abs(estimate - exact) / exact < 0.05
+    sample = token_sample(text)  # what is counted on the event loop: bounded, from all over
+    assert len(sample) == EXACT_CHARS
+    assert sample.startswith(text[:100]) and sample.endswith(text[-100:])
 
 
 def test_a_sample_standing_for_a_longer_text_is_scaled_to_its_length() -> None:
