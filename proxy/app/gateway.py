@@ -64,7 +64,7 @@ from proxy.store import (
     RuleEventStore,
     Store,
 )
-from proxy.upstream import ModelCaller, UpstreamClient, shared_ssl_context
+from proxy.upstream import ModelCaller, UpstreamClient, load_encoding, shared_ssl_context
 
 log = logging.getLogger("mirrorgate")
 
@@ -204,6 +204,7 @@ class Gateway:
     async def lifespan(self, _app: Any = None) -> AsyncIterator[None]:
         await asyncio.to_thread(self.store.migrate)
         await asyncio.to_thread(self.rule_tracker.load)
+        await asyncio.to_thread(load_encoding)  # the token vocabulary, never on the event loop
         await self.rollouts.refresh()  # come back in the phase and step that were persisted
         if self.analysis is not None:
             self.analysis.start()
