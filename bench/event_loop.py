@@ -15,14 +15,13 @@ event loop was held. The scenarios are those of tests/hostile/test_event_loop.py
     .venv/bin/python bench/event_loop.py
     .venv/bin/python bench/event_loop.py --gateway-path /tmp/main-src   # another tree's gateway
 
-`--gateway-path` puts a source tree first on the gateway's PYTHONPATH (e.g. a `git archive` of
+`--gateway-path` runs the gateway from another source tree (e.g. a `git archive` of
 main), to compare a change with what it replaces; the mocks always run from this tree.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import socket
 import subprocess
@@ -58,15 +57,21 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start(args: list[str], log: Path, pythonpath: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+_FROM_TREE = (
+    "import runpy, sys; "
+    "sys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in repr(f)]; "
+    "sys.path.insert(0, sys.argv.pop(1)); "
+    "runpy.run_module('proxy.cli', run_name='__main__', alter_sys=True)"
+)
+"""Runs `proxy.cli` from the tree given first, past this venv's editable install of this one."""
+
+
+def start(args: list[str], log: Path, tree: Path) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "proxy.cli"]
+    if tree.resolve() != ROOT:
+        command = [sys.executable, "-c", _FROM_TREE, str(tree)]
     with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "proxy.cli", *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+        return subprocess.Popen([*command, *args], stdout=out, stderr=subprocess.STDOUT)
 
 
 def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
