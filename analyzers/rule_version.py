@@ -32,6 +32,11 @@ whatever its headers say. The rule's checks are about following instructions, an
    clock times (`open 9:00-17:00`), `GPT-4`, a month and day without a year or weekday;
 4. every run of whitespace collapsed to one space, leading and trailing whitespace stripped.
 
+Steps 1, 2 and 4 apply to the prompt's first `NORMALIZE_MAX_CHARS` characters; the rest (of a
+prompt longer than 256 K characters) is hashed as it is, so that a 10 MB prompt costs the client
+path a hash (about 15 ms), not a normalisation (over 300 ms). Prompts up to that length have the
+fingerprint they always had.
+
 Case is kept (`MAX_WEIGHT` and `max_weight` may mean different things to a model). A prompt with
 none of these tokens has the fingerprint it always had. The fingerprint is the first 12 hex digits
 of SHA-256 of the UTF-8 bytes (lone surrogates are kept with `surrogatepass`, never an error). The
@@ -60,6 +65,9 @@ MATCH_MAX_CHARS = 16_384
 MASK_MAX_CHARS = 32_768
 """The built-in masks apply to this many leading characters of the system prompt (the rest is
 fingerprinted as it is): each request's prompt is masked on the client path."""
+NORMALIZE_MAX_CHARS = 262_144
+"""`fingerprint` normalises this many leading characters of the system prompt (NFC, the rule's
+`fingerprint_ignore`, whitespace); the rest is hashed as it is."""
 DIFF_MAX_LINES = 2_000
 """`system_prompt_diff` compares at most this many lines of each prompt."""
 DIFF_MAX_CHARS = 20_000
@@ -207,8 +215,11 @@ def fingerprint(system_prompt: str, ignore: Sequence[re.Pattern[str]] = ()) -> s
 
 @functools.lru_cache(maxsize=512)
 def _fingerprint(system_prompt: str, ignore: tuple[re.Pattern[str], ...]) -> str:
-    data = normalize_prompt(system_prompt, ignore).encode("utf-8", "surrogatepass")
-    return hashlib.sha256(data).hexdigest()[:12]
+    head = system_prompt[:NORMALIZE_MAX_CHARS]
+    digest = hashlib.sha256(normalize_prompt(head, ignore).encode("utf-8", "surrogatepass"))
+    if len(system_prompt) > NORMALIZE_MAX_CHARS:
+        digest.update(system_prompt[NORMALIZE_MAX_CHARS:].encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:12]
 
 
 VersionPattern = str | re.Pattern[str] | None

@@ -250,8 +250,12 @@ OVERVIEW = Dashboard(
                 ),
                 Panel(
                     "Recorder drops",
-                    "Exchange records not stored, by reason. Clients are not affected.",
-                    (q(rate("mirrorgate_recorder_dropped_total", "", "reason"), "{{reason}}"),),
+                    "Exchange records not stored, by reason, and those stored without their "
+                    "bodies (the queue at store.queue_max_bytes). Clients are not affected.",
+                    (
+                        q(rate("mirrorgate_recorder_dropped_total", "", "reason"), "{{reason}}"),
+                        q(rate("mirrorgate_recorder_bodies_dropped_total", ""), "bodies dropped"),
+                    ),
                     "short",
                 ),
             ),

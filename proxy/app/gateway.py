@@ -77,7 +77,7 @@ from proxy.store import (
     SigningKeyStore,
     Store,
 )
-from proxy.upstream import ModelCaller, UpstreamClient, shared_ssl_context
+from proxy.upstream import ModelCaller, UpstreamClient, load_encoding, shared_ssl_context
 
 log = logging.getLogger("mirrorgate")
 
@@ -249,6 +249,7 @@ class Gateway:
             await asyncio.to_thread(self.journal.replay, self.store)
             await asyncio.to_thread(self.journal.open)
         await asyncio.to_thread(self.rule_tracker.load)
+        await asyncio.to_thread(load_encoding)  # the token vocabulary, never on the event loop
         await self.rollouts.refresh()  # come back in the phase and step that were persisted
         if self.analysis is not None:
             self.analysis.start()

@@ -161,6 +161,10 @@ class StoreSpec(Spec):
     """Records older than this are deleted (checked hourly and at start)."""
     queue_size: int = Field(50_000, ge=100)
     """Records waiting to be written; beyond it records are dropped and counted."""
+    queue_max_bytes: int = Field(256 * 2**20, ge=2**20)
+    """Estimated bytes the records waiting to be written may hold (bodies and a constant per
+    record); beyond it a record is kept without its bodies, or dropped if even that does not
+    fit (both counted)."""
     batch_size: int = Field(500, ge=1)
     flush_interval_ms: int = Field(200, ge=10, le=200)
     journal: bool = True

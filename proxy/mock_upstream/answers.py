@@ -35,7 +35,7 @@ _CHARS_PER_TOKEN_BOUND = 32
 def answer_text(answer: AnswerSpec, prompt: Prompt, tokens: TokenCounter) -> str:
     """The full answer to `prompt`, before any `max_tokens` limit."""
     if isinstance(answer, FixedAnswer):
-        return answer.text
+        return answer.text * answer.repeat
     if isinstance(answer, RegexFromSystemAnswer):
         match = re.search(answer.pattern, prompt.system)
         if match is None:

@@ -41,6 +41,8 @@ class FixedAnswer(Spec):
 
     type: Literal["fixed"] = "fixed"
     text: str
+    repeat: int = Field(1, ge=1, le=1_000_000)
+    """The answer is `text` this many times over: a huge answer from a short behaviour file."""
 
 
 class RegexFromSystemAnswer(Spec):

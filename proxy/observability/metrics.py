@@ -224,7 +224,7 @@ class RecorderMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.dropped = Counter(
             "mirrorgate_recorder_dropped",
-            "Exchange records not stored, by reason (queue_full, shutdown, rejected).",
+            "Exchange records not stored, by reason (queue_full, queue_bytes, shutdown, rejected).",
             ("reason",), registry=registry,
         )  # fmt: skip
         self.written = Counter(
@@ -243,6 +243,16 @@ class RecorderMetrics:
         self.file_reopened = Counter(
             "mirrorgate_store_file_reopened",
             "Times the SQLite file at store.url was found deleted or replaced and opened anew.",
+            registry=registry,
+        )  # fmt: skip
+        self.queue_bytes = Gauge(
+            "mirrorgate_recorder_queue_bytes",
+            "Estimated bytes of the records held by the recorder, queued or being written.",
+            registry=registry,
+        )  # fmt: skip
+        self.bodies_dropped = Counter(
+            "mirrorgate_recorder_bodies_dropped",
+            "Exchange records stored without their bodies: the queue was at queue_max_bytes.",
             registry=registry,
         )  # fmt: skip
 

@@ -15,6 +15,13 @@ What happens to an accepted record:
   retry loop: `proxy.store.retry`) until it succeeds.
   Meanwhile `submit` keeps queueing up to `queue_size`; beyond that it drops (`queue_full`). The
   outage is logged once when it starts and once when it ends, not at every retry;
+- the records held (queued, or taken by the writer and not yet settled) would exceed
+  `queue_max_bytes`, as `record_size` estimates them: bodies may fill three quarters of it, the
+  last quarter is kept for records without them. Beyond, an exchange record is kept without its
+  bodies if that fits, tagged `bodies_dropped` and counted in
+  `mirrorgate_recorder_bodies_dropped_total` (the record of an answered request matters more than
+  its text); a record that does not fit even so is dropped (`reason="queue_bytes"`). So a store
+  outage with large bodies holds a bounded amount of memory, not `queue_size` times 10 MB;
 - the database refuses the batch itself (`RecordRejectedError`, e.g. text the driver cannot encode):
   the records are written one by one so that only the offending ones are dropped
   (`reason="rejected"`, logged), instead of one bad record blocking the queue for ever;
@@ -40,6 +47,7 @@ time between two batches, so a large purge never holds up writing for long.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -53,7 +61,7 @@ from typing import Literal
 from prometheus_client import CollectorRegistry
 
 from proxy.config import StoreSpec
-from proxy.core import StoredRecord
+from proxy.core import CheckRecord, ExchangeRecord, FindingRecord, StoredRecord
 from proxy.observability import RecorderMetrics
 
 from .errors import StoreError, StoreUnavailableError
@@ -65,14 +73,51 @@ log = logging.getLogger(__name__)
 
 BodiesPolicy = Literal["full", "redacted", "none"]
 """What the recorder writes: exchanges, pair comparisons, check verdicts and findings."""
-DropReason = Literal["queue_full", "shutdown", "rejected"]
-_DROP_REASONS: tuple[DropReason, ...] = ("queue_full", "shutdown", "rejected")
+DropReason = Literal["queue_full", "queue_bytes", "shutdown", "rejected"]
+_DROP_REASONS: tuple[DropReason, ...] = ("queue_full", "queue_bytes", "shutdown", "rejected")
+BODIES_DROPPED_TAG = "bodies_dropped"
+"""The tag of an exchange record stored without its bodies because the queue was at
+`queue_max_bytes`."""
+RECORD_OVERHEAD_BYTES = 2048
+"""What `record_size` counts for a record besides its text fields: the object, its small fields,
+its row in a batch."""
 _JOIN_GRACE_S = 1.0
 """How long `stop` waits past its deadline for a write already in progress to return."""
 
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def record_size(record: StoredRecord) -> int:
+    """The memory a queued record holds, estimated cheaply: the characters of its text fields
+    (bodies, reasons, details) and `RECORD_OVERHEAD_BYTES`. A character of a non-ASCII text takes
+    up to 4 bytes in memory; the bound is on this estimate."""
+    size = RECORD_OVERHEAD_BYTES
+    if isinstance(record, ExchangeRecord):
+        for text in (record.request_body, record.response_body, record.response_text):
+            if text is not None:
+                size += len(text)
+    elif isinstance(record, CheckRecord):
+        size += len(record.reason)
+    elif isinstance(record, FindingRecord):
+        size += len(record.detail)
+    return size
+
+
+def _without_bodies(record: StoredRecord) -> ExchangeRecord | None:
+    """`record` stripped of its bodies and tagged so; None when it has none to strip."""
+    if not isinstance(record, ExchangeRecord):
+        return None
+    if (record.request_body, record.response_body, record.response_text) == (None, None, None):
+        return None
+    return dataclasses.replace(
+        record,
+        request_body=None,
+        response_body=None,
+        response_text=None,
+        tags=(*record.tags, BODIES_DROPPED_TAG),
+    )
 
 
 class Retention:
@@ -131,8 +176,13 @@ class Recorder:
     Metrics, registered on `registry`:
 
     - `mirrorgate_recorder_dropped_total{reason}`: records accepted by nobody: `queue_full` (the
-      queue was at `queue_size`), `shutdown` (not written by the `stop` deadline, or submitted
-      after it), `rejected` (the database refused the record);
+      queue was at `queue_size`), `queue_bytes` (at `queue_max_bytes`, even without bodies),
+      `shutdown` (not written by the `stop` deadline, or submitted after it), `rejected` (the
+      database refused the record);
+    - `mirrorgate_recorder_bodies_dropped_total`: exchange records queued without their bodies
+      (at `queue_max_bytes`);
+    - `mirrorgate_recorder_queue_bytes`: `record_size` of the records held, queued or being
+      written (read at scrape time);
     - `mirrorgate_recorder_written_total`: records committed to the store;
     - `mirrorgate_recorder_queue_depth`: records waiting in the queue (read at scrape time);
     - `mirrorgate_recorder_write_errors_total`: failed write attempts (every retry counts).
@@ -147,6 +197,7 @@ class Recorder:
         flush_interval_s: float,
         registry: CollectorRegistry,
         bodies_policy: BodiesPolicy,
+        queue_max_bytes: int = 256 * 2**20,
         retention_days: int | None = None,
         clock: Callable[[], datetime] = _utc_now,
         retry_initial_s: float = 0.05,
@@ -159,6 +210,8 @@ class Recorder:
         the database refused for good (the crash journal forgets them)."""
         if queue_size < 1 or batch_size < 1 or flush_interval_s <= 0:
             raise ValueError("queue_size and batch_size must be >= 1, flush_interval_s > 0")
+        if queue_max_bytes < RECORD_OVERHEAD_BYTES:
+            raise ValueError(f"queue_max_bytes must be at least {RECORD_OVERHEAD_BYTES}")
         if bodies_policy not in ("full", "redacted", "none"):
             raise ValueError(f"bodies_policy must be full, redacted or none, not {bodies_policy!r}")
         if not 0 < retry_initial_s <= retry_max_s:
@@ -169,6 +222,8 @@ class Recorder:
         self._file_failing: str | None = None  # the SQLite file is gone and cannot be made
         self._store = store
         self._queue_size = queue_size
+        self._queue_max_bytes = queue_max_bytes
+        self._bodies_max_bytes = queue_max_bytes * 3 // 4
         self._batch_size = batch_size
         self._flush_interval_s = flush_interval_s
         self._bodies_policy = bodies_policy
@@ -186,7 +241,10 @@ class Recorder:
         )
 
         self._queue: deque[StoredRecord] = deque()
-        self._lock = threading.Lock()  # guards the bound, `_accepted` and `_accepting`
+        self._sizes: deque[int] = deque()  # `record_size` of each queued record, in step
+        self._held_bytes = 0  # `record_size` of the records queued or in the writer's batch
+        self._batch_bytes = 0  # of them, those in the writer's batch
+        self._lock = threading.Lock()  # guards the bounds, `_accepted` and `_accepting`
         self._accepting = True
         self._accepted = 0
         self._settled = 0  # written, rejected or dropped at shutdown, after being accepted
@@ -202,7 +260,9 @@ class Recorder:
         self._written_counter = metrics.written
         self._write_errors = metrics.write_errors
         self._reopened = metrics.file_reopened
+        self._bodies_dropped = metrics.bodies_dropped
         metrics.queue_depth.set_function(lambda: len(self._queue))
+        metrics.queue_bytes.set_function(lambda: self._held_bytes)
 
     @classmethod
     def from_spec(
@@ -222,6 +282,7 @@ class Recorder:
             flush_interval_s=spec.flush_interval_ms / 1000,
             registry=registry,
             bodies_policy=spec.bodies,
+            queue_max_bytes=spec.queue_max_bytes,
             retention_days=spec.retention_days,
             clock=clock,
             on_settled=on_settled,
@@ -232,8 +293,11 @@ class Recorder:
     def submit(self, record: StoredRecord) -> bool:
         """Queue `record` for writing; False if it was dropped (and counted). Never blocks.
 
-        Safe to call from any thread, before `start` too.
+        Safe to call from any thread, before `start` too. At `queue_max_bytes` an exchange record
+        is queued without its bodies, if that fits (still True).
         """
+        size = record_size(record)
+        stripped: StoredRecord | None = None
         with self._lock:
             if not self._accepting:
                 reason: DropReason | None = "shutdown"
@@ -241,9 +305,20 @@ class Recorder:
                 reason = "queue_full"
             else:
                 reason = None
-                self._queue.append(record)
-                self._accepted += 1
-                depth = len(self._queue)
+                if self._held_bytes + size > self._bodies_max_bytes:
+                    stripped = _without_bodies(record)
+                    if stripped is not None:
+                        record, size = stripped, record_size(stripped)
+                    if self._held_bytes + size > self._queue_max_bytes:
+                        reason, stripped = "queue_bytes", None
+                if reason is None:
+                    self._queue.append(record)
+                    self._sizes.append(size)
+                    self._held_bytes += size
+                    self._accepted += 1
+                    depth = len(self._queue)
+        if stripped is not None:
+            self._bodies_dropped.inc()
         if reason is None:
             if depth >= self._batch_size and not self._wake.is_set():
                 self._wake.set()  # a full batch is waiting: do not let it wait for the timer
@@ -337,6 +412,7 @@ class Recorder:
                         continue
                 try:
                     batch = self._write_until_stored(batch)
+                    self._release_batch()
                 except StoreUnavailableError:
                     continue  # stopping, and past the deadline: the loop's top gives up
         except BaseException:
@@ -358,8 +434,10 @@ class Recorder:
             self._wake.clear()  # the loop condition re-checks the queue: no wake-up is lost
 
     def _take(self) -> list[StoredRecord]:
-        queue = self._queue
-        batch = [queue.popleft() for _ in range(min(self._batch_size, len(queue)))]
+        queue, sizes = self._queue, self._sizes
+        with self._lock:
+            batch = [queue.popleft() for _ in range(min(self._batch_size, len(queue)))]
+            self._batch_bytes = sum(sizes.popleft() for _ in batch)
         if self._bodies_policy == "full":
             return batch
         return [self._apply_bodies_policy(record) for record in batch]
@@ -397,6 +475,12 @@ class Recorder:
             self._outage_started = None
         self._failing = None
         return left
+
+    def _release_batch(self) -> None:
+        """The writer's batch is settled: its bytes no longer count toward `queue_max_bytes`."""
+        with self._lock:
+            self._held_bytes -= self._batch_bytes
+            self._batch_bytes = 0
 
     def _wait_to_retry(self, delay: float) -> bool:
         self._backoff(delay)
@@ -483,6 +567,8 @@ class Recorder:
             self._accepting = False
             left = len(held or ()) + len(self._queue)
             self._queue.clear()
+            self._sizes.clear()
+            self._held_bytes = self._batch_bytes = 0
         if left:
             log.error("recorder: %d records could not be written before shutdown", left)
             self._dropped["shutdown"].inc(left)

@@ -8,6 +8,7 @@ from .caller import Attempt, CallContext, ModelCaller, failure_outcome, stream_o
 from .client import HOP_BY_HOP, UpstreamClient, shared_ssl_context
 from .http11 import UpstreamResponse
 from .streaming import StreamObserver
+from .tokens import load_encoding
 
 __all__ = [
     "HOP_BY_HOP",
@@ -18,6 +19,7 @@ __all__ = [
     "UpstreamClient",
     "UpstreamResponse",
     "failure_outcome",
+    "load_encoding",
     "shared_ssl_context",
     "stream_outcome",
 ]

@@ -37,8 +37,8 @@ from .client import UpstreamClient
 from .errors import LIMIT_ERROR_CLASSES, gateway_errors, translated_stream
 from .http11 import UpstreamResponse
 from .streaming import StreamObserver
-from .tokens import count_tokens
-from .usage import prompt_text, response_text, response_usage
+from .tokens import estimate_usage
+from .usage import response_text, response_usage
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -259,11 +259,7 @@ class ModelCaller:
             text = response_text(endpoint, parsed) if parsed else ""
             raw = attempt.body
         if usage is None and attempt.status in _BILLED_UNREPORTED:
-            usage = Usage(
-                input_tokens=count_tokens(prompt_text(endpoint, ctx.payload)),
-                output_tokens=count_tokens(text),
-                estimated=True,
-            )
+            usage = estimate_usage(endpoint, ctx.payload, text)  # bounded: on the loop
         usage = usage or Usage()
         duration = ended - t0
         waited = ended - attempt.t_sent if own_clock else ctx.waited

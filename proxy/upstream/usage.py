@@ -6,9 +6,15 @@ missing or of the wrong type counts as absent.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.core import Usage
+
+SAMPLE_MAX_NODES = 4096
+"""JSON values `prompt_sample` visits at most: a few milliseconds, however many messages."""
+SAMPLE_MAX_DEPTH = 32
+"""Nesting `prompt_sample` follows; text nested deeper is not counted."""
 
 
 def _int(value: Any) -> int:
@@ -94,8 +100,12 @@ def response_text(endpoint: str, body: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+_PROMPT_KEYS = ("system", "instructions", "messages", "prompt", "input")
+_CONTENT_KEYS = ("content", "text", "input", "system", "instructions")
+
+
 def prompt_text(endpoint: str, body: dict[str, Any]) -> str:
-    """All the text a request sends, for estimating input tokens when usage is missing."""
+    """All the text a request sends (unbounded: the client path uses `prompt_sample`)."""
     out: list[str] = []
 
     def collect(value: Any) -> None:
@@ -105,11 +115,67 @@ def prompt_text(endpoint: str, body: dict[str, Any]) -> str:
             for item in value:
                 collect(item)
         elif isinstance(value, dict):
-            for key in ("content", "text", "input", "system", "instructions"):
+            for key in _CONTENT_KEYS:
                 if key in value:
                     collect(value[key])
 
-    for key in ("system", "instructions", "messages", "prompt", "input"):
+    for key in _PROMPT_KEYS:
         if key in body:
             collect(body[key])
     return "\n".join(out)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptSample:
+    """The text of a request, or of its first `SAMPLE_MAX_NODES` values when it has more."""
+
+    text: str
+    """What was read, joined as `prompt_text` joins it (equal to it when `complete`, unless the
+    body nests text deeper than `SAMPLE_MAX_DEPTH`)."""
+    chars: int
+    """The characters of the whole prompt text: exact when `complete`, else extrapolated from
+    the share of each list that was read."""
+    complete: bool
+    """True when every value was read."""
+
+
+def prompt_sample(endpoint: str, body: dict[str, Any]) -> PromptSample:
+    """The prompt text of `body` read with bounded work, for estimating input tokens on the
+    event loop: the walk of `prompt_text`, stopped after `SAMPLE_MAX_NODES` values. A list left
+    part-read counts as its read items' characters times its length over the items read."""
+    out: list[str] = []
+    budget = SAMPLE_MAX_NODES
+    cut = False
+
+    def walk(value: Any, depth: int) -> float:
+        nonlocal budget, cut
+        if depth > SAMPLE_MAX_DEPTH:
+            return 0.0
+        if budget <= 0:
+            cut = True
+            return 0.0
+        budget -= 1
+        if isinstance(value, str):
+            out.append(value)
+            return len(value) + 1.0  # and the newline that joins it to the next
+        total = 0.0
+        if isinstance(value, list):
+            for index, item in enumerate(value):
+                if budget <= 0:
+                    cut = True
+                    return total * len(value) / index if index else total
+                total += walk(item, depth + 1)
+        elif isinstance(value, dict):
+            for key in _CONTENT_KEYS:
+                if key in value:
+                    total += walk(value[key], depth + 1)
+        return total
+
+    chars = 0.0
+    for key in _PROMPT_KEYS:
+        if key in body:
+            chars += walk(body[key], 0)
+    text = "\n".join(out)
+    if not cut:
+        return PromptSample(text, len(text), True)
+    return PromptSample(text, max(len(text), round(chars) - 1), False)

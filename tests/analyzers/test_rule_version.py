@@ -13,6 +13,7 @@ from analyzers.rule_version import (
     DIFF_MAX_CHARS,
     MASK_MAX_CHARS,
     MATCH_MAX_CHARS,
+    NORMALIZE_MAX_CHARS,
     ResolvedVersion,
     extract_system_prompt,
     fingerprint,
@@ -214,6 +215,17 @@ def test_fingerprint_ignore_patterns_apply_before_whitespace_is_collapsed() -> N
     assert fingerprint(one) != fingerprint(other)
     assert fingerprint(one, [name_line]) == fingerprint(other, [name_line])
     assert fingerprint(one, [name_line]) != fingerprint(one.replace("100", "150"), [name_line])
+
+
+def test_a_prompt_beyond_normalize_max_chars_is_normalised_in_its_head_and_hashed_whole() -> None:
+    head = "Be kind.  Ship   today. " * (NORMALIZE_MAX_CHARS // 24 + 1)
+    short = head[: NORMALIZE_MAX_CHARS - 100]
+    assert fingerprint(short) == fingerprint(" ".join(short.split()))  # as it always was
+    long = head + "max_weight = 150. " * 1000
+    assert len(long) > NORMALIZE_MAX_CHARS
+    assert fingerprint(long) == fingerprint(str(long))  # the same prompt, the same version
+    assert fingerprint(long) != fingerprint(long.replace("150", "151"))  # a tail edit counts
+    assert fingerprint(long) != fingerprint(long.replace("150. ", "150.  "))  # hashed as it is
 
 
 def test_the_masks_stop_at_mask_max_chars_and_stay_linear_on_long_runs() -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry
 
 from proxy.app.gateway import Gateway
+from proxy.upstream import tokens
 from tests.conftest import InProcessGateway, gateway_config
 
 CHECKED = {
@@ -72,3 +73,12 @@ def test_the_lifespan_starts_and_drains_the_parts(
     assert not gw.gateway.ready
     assert gw.gateway.recorder.pending() == 0  # drained: what was accepted was written
     assert gw.gateway.store.count(route="echo") == 1
+
+
+def test_the_token_vocabulary_is_loaded_at_start_not_by_the_first_estimate(
+    start_gateway: Callable[..., InProcessGateway],
+) -> None:
+    tokens._encoding.cache_clear()
+    gw = start_gateway()
+    assert gw.gateway.ready
+    assert tokens._encoding.cache_info().currsize == 1  # loaded before any request

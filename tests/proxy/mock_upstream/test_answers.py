@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from proxy.mock_upstream.answers import answer_text
-from proxy.mock_upstream.behavior import EchoAnswer, RegexFromSystemAnswer
+from proxy.mock_upstream.behavior import EchoAnswer, FixedAnswer, RegexFromSystemAnswer
 from proxy.mock_upstream.conversation import Prompt
 from proxy.mock_upstream.tokens import TokenCounter
 
@@ -72,3 +72,10 @@ def test_echo_is_cut_to_answer_tokens_even_for_a_long_message() -> None:
     prompt = Prompt("m", False, False, "", "word " * 5000, ())
     text = answer_text(EchoAnswer(answer_tokens=12), prompt, counter)
     assert text.startswith("You said: word word") and counter.count(text) <= 12
+
+
+def test_a_fixed_answer_may_repeat_its_text_for_a_huge_answer() -> None:
+    prompt = Prompt("m", False, False, "", "hi", ())
+    answer = FixedAnswer(text="abc ", repeat=3)
+    assert answer_text(answer, prompt, TokenCounter()) == "abc abc abc "
+    assert answer_text(FixedAnswer(text="once"), prompt, TokenCounter()) == "once"

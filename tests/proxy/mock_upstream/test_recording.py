@@ -104,5 +104,6 @@ def test_an_api_key_is_enforced_when_configured() -> None:
 def test_control_surface(raw: httpx.Client) -> None:
     assert raw.get("/healthz").json() == {"status": "ok"}
     behavior = raw.get("/_mock/behavior").json()
-    assert behavior["models"]["stale"]["answer"] == {"type": "fixed", "text": '{"max_weight": 100}'}
+    stale = {"type": "fixed", "text": '{"max_weight": 100}', "repeat": 1}
+    assert behavior["models"]["stale"]["answer"] == stale
     assert raw.get("/_mock/nothing").status_code == 404

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from proxy.config.specs import StoreSpec
 from proxy.core.records import ExchangeRecord
 from proxy.store.exchanges import Store
-from proxy.store.recorder import Recorder
+from proxy.store.recorder import BODIES_DROPPED_TAG, RECORD_OVERHEAD_BYTES, Recorder, record_size
 from tests.conftest import wait_until
 from tests.proxy.store import test_exchanges as test_store
 from tests.proxy.store.test_exchanges import make_record
@@ -413,3 +413,70 @@ def test_a_deleted_sqlite_file_is_reopened_and_counted(
     assert store.file_problem() is None and sqlite_path.exists()
     assert [r.request_id for r in store.query()] == ["after"]  # in the file at the path
     assert registry.get_sample_value("mirrorgate_store_file_reopened_total") == 1
+
+
+def test_at_queue_max_bytes_records_keep_their_place_without_bodies_and_the_bound_holds(
+    sqlite_path: Path, make_recorder: Callable[..., tuple[Recorder, Any]]
+) -> None:
+    body = "x" * 100_000
+    size = record_size(fresh(request_body=body, response_body=body))
+    store = sqlite_store(sqlite_path, StalledStore)
+    assert isinstance(store, StalledStore)
+    bound = 10 * size
+    recorder, registry = make_recorder(store, queue_max_bytes=bound, batch_size=5)
+    recorder.start()
+    assert recorder.submit(fresh(request_body=body, response_body=body)) is True
+    assert store.entered.wait(10), "the writer never took the first record"
+    # The writer holds one record (its bytes still count); bodies may fill 3/4 of the bound, so
+    # six more keep theirs, and the rest come without them, in the last quarter.
+    held: list[float] = []
+    for _ in range(40):
+        assert recorder.submit(fresh(request_body=body, response_body=body)) is True
+        held.append(metric(registry, "mirrorgate_recorder_queue_bytes"))
+    assert max(held) <= bound
+    assert metric(registry, "mirrorgate_recorder_bodies_dropped_total") == 34
+    assert metric(registry, "mirrorgate_recorder_dropped_total", reason="queue_bytes") == 0
+    store.gate.set()
+    wait_until(lambda: recorder.pending() == 0, what="the queue to drain")
+    records = store.query(limit=100)
+    assert len(records) == 41
+    bare = [r for r in records if BODIES_DROPPED_TAG in r.tags]
+    assert len(bare) == 34
+    assert all(r.request_body is None and r.response_body is None for r in bare)
+    assert all(r.request_body == body for r in records if r not in bare)
+    assert metric(registry, "mirrorgate_recorder_queue_bytes") == 0
+    # Settled records free their bytes: bodies are kept again.
+    assert recorder.submit(fresh(request_body=body)) is True
+    assert metric(registry, "mirrorgate_recorder_bodies_dropped_total") == 34
+
+
+def test_a_record_that_does_not_fit_even_without_bodies_is_dropped_and_counted(
+    sqlite_path: Path, make_recorder: Callable[..., tuple[Recorder, Any]]
+) -> None:
+    store = sqlite_store(sqlite_path, StalledStore)
+    assert isinstance(store, StalledStore)
+    bound = 3 * RECORD_OVERHEAD_BYTES
+    recorder, registry = make_recorder(store, queue_max_bytes=bound, batch_size=1)
+    recorder.start()
+    results = [recorder.submit(fresh(request_body="y" * 5000)) for _ in range(5)]
+    assert results == [True, True, True, False, False]
+    assert metric(registry, "mirrorgate_recorder_dropped_total", reason="queue_bytes") == 2
+    assert metric(registry, "mirrorgate_recorder_queue_bytes") == bound
+    store.gate.set()
+    wait_until(lambda: recorder.pending() == 0, what="the queue to drain")
+    assert store.count() == 3
+
+
+def test_queue_max_bytes_comes_from_the_store_section(tmp_path: Path) -> None:
+    store = sqlite_store(tmp_path / "spec.db")
+    spec = StoreSpec(url=f"sqlite:///{tmp_path / 'spec.db'}", queue_max_bytes=2**20)
+    recorder = Recorder.from_spec(store, spec, registry=CollectorRegistry())
+    try:
+        assert recorder.submit(fresh(request_body="z" * 2**20)) is True  # bodies dropped
+        assert recorder.submit(fresh()) is True
+        assert recorder.stop(timeout_s=10) is True
+        assert sum(BODIES_DROPPED_TAG in r.tags for r in store.query()) == 1
+    finally:
+        store.close()
+    with pytest.raises(ValueError, match="queue_max_bytes"):
+        StoreSpec(queue_max_bytes=1000)

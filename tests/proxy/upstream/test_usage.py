@@ -8,8 +8,12 @@ import pytest
 
 from proxy.core.records import Usage
 from proxy.upstream.usage import (
+    SAMPLE_MAX_DEPTH,
+    SAMPLE_MAX_NODES,
+    PromptSample,
     anthropic_usage,
     openai_usage,
+    prompt_sample,
     prompt_text,
     response_text,
     response_usage,
@@ -95,3 +99,27 @@ def test_prompt_text_collects_every_text_a_request_sends() -> None:
     anthropic = {"system": "be brief", "messages": [{"role": "user", "content": "hello"}]}
     assert prompt_text("messages", anthropic) == "be brief\nhello"
     assert prompt_text("responses", {"instructions": "x", "input": "y"}) == "x\ny"
+
+
+def test_prompt_sample_reads_a_small_request_whole() -> None:
+    anthropic = {"system": "be brief", "messages": [{"role": "user", "content": "hello"}]}
+    sample = prompt_sample("messages", anthropic)
+    assert sample == PromptSample("be brief\nhello", len("be brief\nhello"), True)
+
+
+def test_prompt_sample_of_a_huge_message_list_reads_a_bounded_part_and_extrapolates() -> None:
+    messages = [{"role": "user", "content": "0123456789"} for _ in range(50 * SAMPLE_MAX_NODES)]
+    body = {"messages": messages}
+    sample = prompt_sample("chat.completions", body)
+    whole = prompt_text("chat.completions", body)
+    assert not sample.complete
+    assert len(sample.text) < len(whole) / 10
+    assert abs(sample.chars - len(whole)) / len(whole) < 0.01
+
+
+def test_prompt_sample_ignores_text_nested_deeper_than_its_bound() -> None:
+    deep: Any = "hidden"
+    for _ in range(SAMPLE_MAX_DEPTH + 5):
+        deep = [deep]
+    sample = prompt_sample("chat.completions", {"messages": [deep, "seen"]})
+    assert sample.text == "seen"
