@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -308,8 +309,6 @@ def stored_ids(store: str, store_url: str, db: Path, schema: str) -> tuple[set[s
             ids = [row[0] for row in conn.execute(query)]
             total = conn.execute("SELECT count(*) FROM exchanges").fetchone()[0]
         return set(ids), int(total)
-    import sqlalchemy as sa
-
     engine = sa.create_engine(PG_URL)
     try:
         with engine.connect() as conn:
@@ -322,8 +321,6 @@ def stored_ids(store: str, store_url: str, db: Path, schema: str) -> tuple[set[s
 
 
 def pg_schema(action: str, schema: str) -> None:
-    import sqlalchemy as sa
-
     engine = sa.create_engine(PG_URL)
     with engine.begin() as conn:
         verb = "CREATE SCHEMA" if action == "create" else "DROP SCHEMA IF EXISTS"
