@@ -59,6 +59,9 @@ admin path with a trailing slash to the path without (`/admin/rollouts/` → `/a
 
 CLIENT_ARMS = ("primary", "canary", "fallback")
 ROUTES = ["echo", "echo-claude", "canaried", "stall", "broken", "garbage", "no-usage"]
+MODELS = [*ROUTES, "broken-claude", "stall-claude", "reset", "bad-chunk", "mid-disconnect"]
+"""Routes a proxied body may name (tests/conftest.py's mock models: failing, stalling, resetting
+and garbling ones included, so the upstream error answers are fuzzed too)."""
 ACTIONS = ["start", "pause", "resume", "promote", "abort", "rollback"]
 
 
@@ -192,6 +195,8 @@ def one_in(n: int) -> st.SearchStrategy[bool]:
 def mutated(draw: st.DrawFn, base: dict[str, Any]) -> Any:
     """`base` with some known fields given other values or dropped, or nested a level down."""
     body = dict(base)
+    if "model" in body and draw(one_in(3)):  # another route: a faulty model, the other format
+        body["model"] = draw(st.sampled_from(MODELS))
     for name in draw(st.lists(st.sampled_from(FIELDS + list(base)), max_size=4)):
         if draw(st.booleans()) and name in body:
             del body[name]
@@ -224,12 +229,15 @@ def bodies(draw: st.DrawFn, method: str, path: str) -> bytes:
     base = base or {}
     kind = draw(
         st.sampled_from(
-            ["mutated", "mutated", "mutated", "valid", "json", "deep", "deep-field", "wide",
-             "big", "bytes", "empty"]
+            ["mutated", "mutated", "mutated", "valid", "faulty", "json", "deep", "deep-field",
+             "wide", "big", "bytes", "empty"]
         )
     )  # fmt: skip
     if kind == "valid":
         return dumps(base, True)
+    if kind == "faulty" and "model" in base:  # a valid request to a model that fails
+        stream = {"stream": draw(st.booleans())} if path != "/v1/embeddings" else {}
+        return dumps({**base, "model": draw(st.sampled_from(MODELS)), **stream}, True)
     if kind == "mutated":
         return dumps(draw(mutated(base)), draw(st.booleans()))
     if kind == "json":
