@@ -62,8 +62,8 @@ CLIENT_ARMS = ("primary", "canary", "fallback")
 BIG_PROMPT = "lorem ipsum dolor sit amet " * 7_600  # ~200 KB
 RECENT_ANSWERS = 20_000
 """The answers the gateway remembers for feedback (`RecentExchanges`, a few MB): until that many
-were served its memory grows by design (~1 MiB a minute at 50 requests/s), so the memory slope is
-judged from then on (or over the second half of the run, whichever starts later)."""
+were served its memory grows by design, so the memory slope is judged from then on (or over the
+second half of the run, whichever starts later)."""
 MIN_WINDOW_S = 60.0
 """A shorter window than this is too short to judge a slope: the memory verdict is skipped."""
 
