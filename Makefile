@@ -26,11 +26,11 @@ TEST_ENV := PYTHONDONTWRITEBYTECODE=
 test: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest -q
 
-# Everything but tests/e2e, on both cores (pytest-xdist; an idle worker takes tests queued for
-# the other, so one long test does not hold the run up); `pytest -m "not e2e"` runs the same tests
+# Everything but tests/e2e and the fuzzers, on both cores (pytest-xdist; an idle worker takes tests queued for
+# the other, so one long test does not hold the run up); `pytest -m "not e2e and not fuzz"` runs the same tests
 # in one process.
 test-fast: $(STAMP)
-	$(TEST_ENV) $(BIN)/python -m pytest -q -m "not e2e" -n 2 --dist worksteal
+	$(TEST_ENV) $(BIN)/python -m pytest -q -m "not e2e and not fuzz" -n 2 --dist worksteal
 
 check: $(STAMP)
 	$(BIN)/ruff check .

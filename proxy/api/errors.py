@@ -9,6 +9,9 @@ the Alertmanager webhook, models, health): routers raise, `install_error_handlin
                             `store_unavailable(exc, outcome)`
     ClientGone              nothing (the client left, or its body timed out and the connection
                             already answered 408): not a bug, not counted
+    a request FastAPI       400 (`RequestError`) naming the parameter and what is wrong with it
+      cannot validate       (e.g. `?limit=abc`), instead of FastAPI's own 422 `{"detail": ...}`
+    no such path/method     Starlette's 404 or 405, in the same format
     anything else           a bug: 500 in the same format, logged with its traceback and
                             counted in `mirrorgate_internal_errors_total{component="api"}`
 
@@ -22,12 +25,15 @@ import math
 
 import orjson
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core import (
     Conflict,
     GatewayError,
+    NotFound,
     RequestError,
     TooManyRequests,
     Unavailable,
@@ -50,6 +56,18 @@ class PhaseConflict(Conflict):
     def __init__(self, message: str, phase: str | None) -> None:
         super().__init__(message)
         self.phase = phase
+
+
+class RoutingError(GatewayError):
+    """Starlette's routing answered by itself (no such path, a method the path does not take):
+    its status, in our format."""
+
+    openai_type = "invalid_request_error"
+    anthropic_type = "invalid_request_error"
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def error_response(exc: GatewayError) -> JSONResponse:
@@ -84,6 +102,24 @@ def install_error_handling(app: FastAPI, metrics: GatewayMetrics) -> None:
     @app.exception_handler(StoreUnavailableError)
     async def unavailable(_request: Request, exc: StoreUnavailableError) -> JSONResponse:
         return error_response(store_unavailable(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        for error in exc.errors()[:5]:
+            where = " ".join(str(part) for part in error.get("loc", ()))[:200]
+            problems.append(f"{where}: {str(error.get('msg', 'invalid'))[:200]}")
+        return error_response(RequestError("; ".join(problems) or "the request is not valid"))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def routing(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        path = request.url.path[:200]
+        if exc.status_code == 404:
+            return error_response(NotFound(f"no such path: {path}"))
+        message = f"{request.method[:20]} {path}: {exc.detail}"
+        response = error_response(RoutingError(message, exc.status_code))
+        response.headers.update(exc.headers or {})
+        return response
 
     app.add_middleware(InternalErrorMiddleware, metrics=metrics)
 

@@ -111,8 +111,9 @@ def parse_config(
     every problem of the result."""
     env = os.environ if env is None else env
     problems: list[ConfigProblem] = []
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)  # refuses a NUL or another control character at once
         node = loader.get_single_node()
         if node is not None and _scan(node, problems) > MAX_NODES:
             raise ConfigError(
@@ -128,7 +129,8 @@ def parse_config(
     except RecursionError as exc:
         raise ConfigError([ConfigProblem("", "the document is nested too deeply")]) from exc
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

@@ -162,3 +162,26 @@ def test_gateway_errors_keep_their_own_answers(gateway: Gateway) -> None:
     not_json = call(gateway, "POST", "/v1/feedback", content=b"x", headers={"content-type": "a/b"})
     assert not_json.status_code == 415
     assert internal_errors(gateway) == 0
+
+
+def test_a_parameter_fastapi_cannot_validate_is_a_400_in_the_openai_format(
+    gateway: Gateway,
+) -> None:
+    """Found by tests/hostile/test_fuzz_endpoints.py: FastAPI answered its own 422."""
+    for limit in ("", "abc", "1.5"):
+        answer = call(gateway, "GET", f"/admin/rollouts/bot/verdicts?limit={limit}")
+        assert answer.status_code == 400
+        error = answer.json()["error"]
+        assert error["type"] == "invalid_request_error"
+        assert error["message"].startswith("query limit: ")
+
+
+def test_a_path_no_route_matches_is_a_404_in_the_openai_format(gateway: Gateway) -> None:
+    """Found by tests/hostile/test_fuzz_endpoints.py: Starlette answered {"detail": ...}."""
+    answer = call(gateway, "POST", "/admin/rollouts/a/b/start", json={})
+    assert answer.status_code == 404
+    assert answer.json()["error"]["message"] == "no such path: /admin/rollouts/a/b/start"
+    wrong_method = call(gateway, "DELETE", "/admin/routes")
+    assert wrong_method.status_code == 405
+    assert wrong_method.headers["allow"] == "GET"
+    assert "Method Not Allowed" in wrong_method.json()["error"]["message"]

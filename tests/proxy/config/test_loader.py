@@ -58,6 +58,7 @@ routes:
         ("- a\n- b\n", "<root>: the configuration must be a mapping of sections"),
         ("models: {a: [unclosed\n", "not valid YAML"),
         ("models: !!python/object:os.system {}\n", "not valid YAML"),
+        ("store: {url: \x00}\n", "not valid YAML"),  # found by tests/hostile/test_fuzz_config.py
         ("models: {}\nroutes: {}\n", "models: "),
         ("models:\n  'bad name!': {provider: openai, base_url: 'http://h/v1', model: m}\n"
          "routes: {r: {primary: 'bad name!'}}\n", "models.bad name!"),
