@@ -1,4 +1,5 @@
-"""A fully populated Alert for tests; override any field."""
+"""A fully populated Alert for tests (override any field), and a firing Alertmanager webhook
+payload for route `bot`."""
 
 from __future__ import annotations
 
@@ -29,3 +30,28 @@ def make_alert(**overrides: Any) -> Alert:
     }
     fields.update(overrides)
     return Alert(**fields)
+
+
+ALERTMANAGER_PAYLOAD: dict[str, Any] = {
+    # Alertmanager's webhook (version 4): one firing alert labelled for route `bot`.
+    "version": "4",
+    "groupKey": '{}:{alertname="MirrorgateCanaryErrors"}',
+    "truncatedAlerts": 0,
+    "status": "firing",
+    "receiver": "mirrorgate",
+    "groupLabels": {"alertname": "MirrorgateCanaryErrors"},
+    "commonLabels": {},
+    "commonAnnotations": {},
+    "externalURL": "http://127.0.0.1:9093",
+    "alerts": [
+        {
+            "status": "firing",
+            "labels": {"alertname": "MirrorgateCanaryErrors", "mirrorgate_route": "bot"},
+            "annotations": {"summary": "canary error rate 40%"},
+            "startsAt": "2026-11-29T12:00:00.123456789Z",
+            "endsAt": "0001-01-01T00:00:00Z",
+            "generatorURL": "http://127.0.0.1:9090/graph",
+            "fingerprint": "1a30ba71cca2921f",
+        }
+    ],
+}

@@ -24,6 +24,7 @@ from proxy.cli.main import main
 from proxy.config import load_config, parse_config
 from proxy.mock_upstream.behavior import parse_behavior
 from proxy.mock_upstream.server import MockUpstreamServer
+from tests.alerts.alert_factory import ALERTMANAGER_PAYLOAD as ALERT
 from tests.conftest import wait_until
 from tests.e2e.conftest import free_port
 
@@ -35,27 +36,6 @@ CLIENT_SECRETS = {
     "cookie": "session=browser-secret",
 }
 CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "cookie")
-ALERT: dict[str, Any] = {
-    "version": "4",
-    "groupKey": '{}:{alertname="MirrorgateCanaryErrors"}',
-    "status": "firing",
-    "receiver": "mirrorgate",
-    "groupLabels": {},
-    "commonLabels": {},
-    "commonAnnotations": {},
-    "externalURL": "http://127.0.0.1:9093",
-    "alerts": [
-        {
-            "status": "firing",
-            "labels": {"alertname": "MirrorgateCanaryErrors", "mirrorgate_route": "bot"},
-            "annotations": {},
-            "startsAt": "2026-11-29T12:00:00Z",
-            "endsAt": "0001-01-01T00:00:00Z",
-            "generatorURL": "http://127.0.0.1:9090/graph",
-            "fingerprint": "d00r5d00r5d00r51",
-        }
-    ],
-}
 
 
 def raw_request(

@@ -31,6 +31,7 @@ from proxy.mock_upstream.behavior import parse_behavior
 from proxy.mock_upstream.server import MockUpstreamServer
 from proxy.observability import GatewayMetrics
 from proxy.store import RuleEventStore, Store
+from tests.alerts.alert_factory import ALERTMANAGER_PAYLOAD as ALERT
 from tests.conftest import InProcessGateway, wait_until
 from tests.e2e.tcp_forwarder import TcpForwarder
 
@@ -216,24 +217,6 @@ def test_planted_secrets_are_in_no_table_no_log_and_no_admin_answer(
         assert all("[REDACTED:openai_key]" in r for r in reasons)
         diff = gw.gateway.rule_events.events()[-1].prompt_diff or ""
         assert "[REDACTED:jwt]" in diff and "[REDACTED:email]" in diff
-
-
-ALERT: dict[str, Any] = {
-    "version": "4",
-    "groupKey": '{}:{alertname="MirrorgateCanaryErrors"}',
-    "status": "firing",
-    "receiver": "mirrorgate",
-    "alerts": [
-        {
-            "status": "firing",
-            "labels": {"alertname": "MirrorgateCanaryErrors", "mirrorgate_route": "bot"},
-            "annotations": {"summary": "canary error rate 40%"},
-            "startsAt": "2026-11-29T12:00:00.123456789Z",
-            "endsAt": "0001-01-01T00:00:00Z",
-            "fingerprint": "1a30ba71cca2921f",
-        }
-    ],
-}
 
 
 REFUSED = "nul \u0000 and a lone surrogate \ud800 in one text"

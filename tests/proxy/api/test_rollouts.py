@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.alerts.alert_factory import ALERTMANAGER_PAYLOAD as ALERT
 from tests.conftest import InProcessGateway, wait_until
 from tests.rollout_scene import rule_request
 from tests.webhook_receiver import WebhookReceiver
@@ -392,36 +393,17 @@ def test_a_healthy_canary_climbs_its_steps_and_is_promoted(start_gateway: StartG
         assert ask(client, "u").headers["x-mirrorgate-arm"] == "primary"
 
 
-ALERT: dict[str, Any] = {
-    "version": "4",
-    "groupKey": '{}:{alertname="MirrorgateCanaryErrors"}',
-    "truncatedAlerts": 0,
-    "status": "firing",
-    "receiver": "mirrorgate",
-    "groupLabels": {"alertname": "MirrorgateCanaryErrors"},
-    "commonLabels": {},
-    "commonAnnotations": {},
-    "externalURL": "http://127.0.0.1:9093",
-    "alerts": [
-        {
-            "status": "firing",
-            "labels": {"alertname": "MirrorgateCanaryErrors", "mirrorgate_route": "bot"},
-            "annotations": {"summary": "canary error rate 40%"},
-            "startsAt": "2026-11-29T12:00:00.123456789Z",
-            "endsAt": "0001-01-01T00:00:00Z",
-            "generatorURL": "http://127.0.0.1:9090/graph",
-            "fingerprint": "1a30ba71cca2921f",
-        }
-    ],
-}
-
-
 def test_alertmanager_rolls_the_route_back_once_per_alert(start_gateway: StartGateway) -> None:
     gw = start_gateway(extra=rollout_config(), env=ENV)
     with gw.client() as client:
         client.post("/admin/rollouts/bot/start", headers=AUTH, json={}).raise_for_status()
         assert client.post("/hooks/alertmanager", json=ALERT).status_code == 401
-        for bad in (b"{", b"[]", json.dumps({**ALERT, "version": "3"}).encode(), b"\xff\xfe"):
+        for bad in (
+            b"{",
+            b"[]",
+            json.dumps({**ALERT, "version": "3"}).encode(),
+            b"\xff\xfe",
+        ):
             response = client.post(
                 "/hooks/alertmanager",
                 headers={**AUTH, "content-type": "application/json"},
