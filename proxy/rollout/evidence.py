@@ -34,6 +34,13 @@ _NOT_SERVED = (Status.CLIENT_DISCONNECTED.value, Status.SHUTDOWN.value)
 """Exchanges ended by someone else than the arm: the client leaving, the gateway stopping."""
 
 
+SAMPLES_PER_ARM = 20_000
+"""At most this many of each arm's newest exchanges give a look its latency, TTFT and cost
+samples (requests and errors are counted over the whole window): what one look holds in memory
+stays bounded however long a step is held, and 20,000 samples already measure a quantile ratio
+far more finely than any threshold asks."""
+
+
 def _served(exchanges: Iterable[ArmExchange], arm: Arm) -> ArmWindow:
     """The window of `arm`'s exchanges: errors, latency, TTFT and cost (client disconnects and
     shutdown cuts are neither requests nor errors: the client chose to leave, the gateway to
@@ -48,19 +55,34 @@ def _served(exchanges: Iterable[ArmExchange], arm: Arm) -> ArmWindow:
     )
 
 
+def _sample_since(windows: JudgeWindows, arms: Arms, since: datetime) -> datetime:
+    """Where a look's samples start: `since`, or later when an arm has more than
+    `SAMPLES_PER_ARM` exchanges since then — the same moment for both arms, so that their
+    samples stay concurrent (the busier arm has at most `SAMPLES_PER_ARM`, the other fewer)."""
+    starts = [
+        windows.nth_newest_start(arms, arm, since, SAMPLES_PER_ARM)
+        for arm in (Arm.PRIMARY, Arm.CANARY)
+    ]
+    return max([since, *(s for s in starts if s is not None)])
+
+
 def traffic_windows(
     windows: JudgeWindows, arms: Arms, since: datetime, *, corrections_per_caller: int | None = None
 ) -> tuple[ArmWindow, ArmWindow]:
     """(primary, candidate) windows of errors, latency, TTFT, cost and corrections of the
     exchanges that started since `since` (no rule checks: those are judged per epoch by
-    `check_windows`). Corrections are `(corrected, requests)` of the same exchanges, at most
-    `corrections_per_caller` of them from any one caller; (0, 0) when neither arm has any (the
-    route gathers no feedback, or none yet)."""
-    exchanges = windows.exchanges(arms, since)
+    `check_windows`). Requests and errors count every exchange of the window; latency, TTFT and
+    cost are sampled from the newest (`SAMPLES_PER_ARM`). Corrections are `(corrected,
+    requests)` of the same exchanges, at most `corrections_per_caller` of them from any one
+    caller; (0, 0) when neither arm has any (the route gathers no feedback, or none yet)."""
+    counts = windows.served_counts(arms, since, _NOT_SERVED)
+    sample_since = _sample_since(windows, arms, since)
+    exchanges = windows.exchanges(arms, sample_since)
     corrected = windows.corrections(arms, since, per_caller=corrections_per_caller)
 
     def window(arm: Arm) -> ArmWindow:
-        served = _served(exchanges, arm)
+        requests, errors = counts.get(arm, (0, 0))
+        served = replace(_served(exchanges, arm), requests=requests, errors=errors)
         if not corrected:
             return served
         return replace(

@@ -135,6 +135,39 @@ class JudgeWindows:
             for arm, status, duration, ttft, cost in self._rows("reading traffic", statement)
         ]
 
+    def served_counts(
+        self, arms: Arms, since: datetime, not_served: Sequence[str]
+    ) -> dict[Arm, tuple[int, int]]:
+        """Per compared arm: (exchanges, those not `ok`) of the exchanges that started at or
+        after `since`, leaving out those whose status is in `not_served`. Arms without any:
+        absent."""
+        c = _exchanges.c
+        failed = sa.func.sum(sa.case((c.status == Status.OK.value, 0), else_=1))
+        statement = (
+            sa.select(c.arm, sa.func.count(), failed)
+            .where(_compared(_exchanges, arms), c.started_at >= since)
+            .where(c.status.not_in(tuple(not_served)))
+            .group_by(c.arm)
+        )
+        return {
+            Arm(arm): (int(count), int(errors or 0))
+            for arm, count, errors in self._rows("counting the judge's traffic", statement)
+        }
+
+    def nth_newest_start(self, arms: Arms, arm: Arm, since: datetime, n: int) -> datetime | None:
+        """When the `n`-th newest exchange of `arm` (since `since`) started; None when it has
+        fewer."""
+        c = _exchanges.c
+        statement = (
+            sa.select(c.started_at)
+            .where(_compared(_exchanges, arms), c.arm == arm.value, c.started_at >= since)
+            .order_by(c.started_at.desc())
+            .limit(1)
+            .offset(n - 1)
+        )
+        rows = self._rows("bounding the judge's samples", statement)
+        return as_utc(rows[0][0]) if rows else None
+
     def count_exchanges(self, arms: Arms, since: datetime) -> int:
         """How many exchanges of both compared arms started at or after `since`."""
         c = _exchanges.c

@@ -73,6 +73,42 @@ def test_traffic_windows_compare_the_baseline_and_the_canary_in_the_same_window(
     assert candidate.costs_usd == (0.01,)
 
 
+def test_a_long_step_counts_every_exchange_and_samples_the_newest_in_one_window(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from proxy.rollout import evidence  # the module, to lower its sample bound
+
+    monkeypatch.setattr(evidence, "SAMPLES_PER_ARM", 5)
+    # The primary answers every second for 20 s, the canary every 4 s; the first primary
+    # answers fail. What one look holds stays bounded: the samples start where the primary's
+    # 5th newest did (second 15), for both arms, so that they stay concurrent.
+    records = [
+        make_record(
+            target="prod",
+            arm=Arm.PRIMARY,
+            started_at=T0 + timedelta(seconds=i),
+            duration_s=1.0 + i,
+            status=Status.UPSTREAM_ERROR if i < 3 else Status.OK,
+        )
+        for i in range(20)
+    ]
+    records += [
+        make_record(
+            target="cand", arm=Arm.CANARY, started_at=T0 + timedelta(seconds=i), duration_s=0.5 + i
+        )
+        for i in range(0, 20, 4)
+    ]
+    records.append(
+        make_record(target="cand", arm=Arm.CANARY, started_at=T0, status=Status.SHUTDOWN)
+    )
+    store.write_batch(records)
+    primary, candidate = evidence.traffic_windows(JudgeWindows(store), ARMS, T0)
+    assert (primary.requests, primary.errors) == (20, 3)  # every exchange of the step
+    assert sorted(primary.latencies_s) == [16.0, 17.0, 18.0, 19.0, 20.0]
+    assert (candidate.requests, candidate.errors) == (5, 0)  # the shutdown cut left out
+    assert sorted(candidate.latencies_s) == [16.5]  # the canary's answers since second 15
+
+
 def test_the_correction_rate_is_of_the_windows_answers_whenever_the_feedback_came(
     store: Store,
 ) -> None:
