@@ -9,7 +9,7 @@ counts; what the judge makes of them (`proxy.rollout.evidence`) is not the store
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -31,6 +31,9 @@ _feedback = feedback_table
 _findings = findings_table
 _pairs = pairs_table
 _rule_events = rule_events_table
+
+_STREAM_ROWS = 2000
+"""Rows fetched at a time when a query streams (a server-side cursor on PostgreSQL)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,19 +124,22 @@ class JudgeWindows:
 
     def exchanges(
         self, arms: Arms, since: datetime, *, newest: int | None = None
-    ) -> list[ArmExchange]:
+    ) -> Iterator[ArmExchange]:
         """Every exchange of both compared arms that started at or after `since` — or, with
-        `newest`, only that many of the latest."""
+        `newest`, only that many of the latest — streamed in batches (a look holds one batch of
+        rows, not all of them: consume it once, to the end)."""
         c = _exchanges.c
         statement = sa.select(c.arm, c.status, c.duration_s, c.ttft_s, c.cost_usd).where(
             _compared(_exchanges, arms), c.started_at >= since
         )
         if newest is not None:
             statement = statement.order_by(c.started_at.desc()).limit(newest)
-        return [
-            ArmExchange(Arm(arm), str(status), float(duration), ttft, float(cost or 0.0))
-            for arm, status, duration, ttft, cost in self._rows("reading traffic", statement)
-        ]
+        with translated("reading traffic"), self._engine.connect() as conn:
+            rows = conn.execution_options(yield_per=_STREAM_ROWS).execute(statement)
+            row: Any
+            for row in rows:
+                arm, status, duration, ttft, cost = row
+                yield ArmExchange(Arm(arm), str(status), float(duration), ttft, float(cost or 0.0))
 
     def served_counts(
         self, arms: Arms, since: datetime, not_served: Sequence[str]
