@@ -12,6 +12,7 @@ Endpoints (all JSON): `POST /v1/chat/completions`, `/v1/completions`, `/v1/respo
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import orjson
@@ -177,7 +178,7 @@ class MockUpstreamApp:
         else:
             await client.send_json(404, openai_error(404, f"Unknown control path {method} {path}"))
             return
-        await client.send_json(200, orjson.dumps(payload))
+        await client.send_json(200, _dumps(payload))
 
     def _authorized(self, headers: list[tuple[bytes, bytes]]) -> bool:
         key = (self.behavior.api_key or "").encode()
@@ -333,3 +334,13 @@ async def _delay_unless_gone(seconds: float, client: ClientConnection) -> bool:
 async def _pause(seconds: float) -> None:
     if seconds > 0:  # the zero-delay path must not even enter the event loop's timer heap
         await asyncio.sleep(seconds)
+
+
+def _dumps(payload: object) -> bytes:
+    """JSON of a control answer. The recorded requests may nest as deep as a client sent them
+    (the gateway forwards up to 255 levels; with the recorder's own levels that is beyond
+    orjson's limit), so the stdlib, whose limit is about 1,000, writes what orjson cannot."""
+    try:
+        return orjson.dumps(payload)
+    except TypeError:
+        return json.dumps(payload).encode()

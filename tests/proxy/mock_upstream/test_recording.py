@@ -30,6 +30,24 @@ def test_requests_are_recorded_with_lowercased_headers_and_parsed_body(
     assert request["body"]["stream_options"] == {"include_usage": True}
 
 
+def test_a_request_nested_as_deep_as_the_gateway_forwards_can_be_read_back(
+    raw: httpx.Client,
+) -> None:
+    raw.post("/_mock/reset")
+    # 254 levels inside the body: the gateway forwards it (orjson writes up to 255), and the
+    # recorder's own levels put it beyond what orjson writes back.
+    deep = b"[" * 254 + b"]" * 254
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "x": %s}' % deep
+    raw.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    answer = raw.get("/_mock/requests")
+    assert answer.status_code == 200
+    (request,) = answer.json()
+    depth, value = 0, request["body"]["x"]
+    while value:
+        depth, value = depth + 1, value[0]
+    assert depth == 253  # every level came back (the innermost list is empty)
+
+
 def test_stats_count_per_path_and_reset_clears_everything(
     oai: openai.OpenAI, raw: httpx.Client
 ) -> None:
