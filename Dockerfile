@@ -36,9 +36,13 @@ RUN groupadd --system --gid 10001 mirrorgate \
  && mkdir -p /data /etc/mirrorgate \
  && chown 10001:10001 /data
 COPY --from=build /opt/mirrorgate /opt/mirrorgate
+# MALLOC_ARENA_MAX: glibc gives each thread that allocates its own arena and keeps what it
+# freed there; the gateway's worker threads (recorder, rollout judge, store calls) then hold
+# memory that a long soak sees grow (bench/README.md, "The soak"). Two arenas keep it flat.
 ENV PATH=/opt/mirrorgate/bin:$PATH \
     PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1
+    PYTHONDONTWRITEBYTECODE=1 \
+    MALLOC_ARENA_MAX=2
 WORKDIR /data
 USER 10001:10001
 EXPOSE 8080

@@ -357,6 +357,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     (work / "mirrorgate.yaml").write_text(json.dumps(config(args.mock_port, args.port, store_url)))
     python = sys.executable
     env = {k: v for k, v in os.environ.items() if k != "MIRRORGATE_ADMIN_TOKEN"}  # loopback admin
+    env.setdefault("MALLOC_ARENA_MAX", "2")  # as the image runs the gateway (see the Dockerfile)
     mock = ServerProcess(
         "mock-upstream",
         [python, "-m", "proxy.cli", "--log-level", "warning", "mock-upstream", "--host", HOST,

@@ -87,6 +87,9 @@ def test_multi_stage_non_root_and_the_mirrorgate_entrypoint() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert entrypoint == ["mirrorgate"]
     assert pyproject["project"]["scripts"]["mirrorgate"] == "proxy.cli:main"
+    # Two malloc arenas: the worker threads' own arenas made a soak's memory grow.
+    env = " ".join(args for keyword, args in runtime if keyword == "ENV")
+    assert "MALLOC_ARENA_MAX=2" in env
 
 
 def test_it_is_the_image_the_chart_runs() -> None:
