@@ -32,6 +32,7 @@ from .exact_json import dumps_exact, loads_exact
 from .feedback_token import FEEDBACK_TOKEN_HEADER, FeedbackTokens, TokenVerdict, caller_id
 from .pricing import cost_usd
 from .records import (
+    CUT_SHORT,
     JUDGE_ANALYZER,
     JUDGE_SCORE_DELTA,
     Arm,
@@ -68,6 +69,7 @@ from .utc import as_utc
 
 __all__ = [
     "ACTIVE",
+    "CUT_SHORT",
     "ENDPOINTS",
     "FEEDBACK_TOKEN_HEADER",
     "JUDGE_ANALYZER",

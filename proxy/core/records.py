@@ -47,6 +47,11 @@ class Status(enum.StrEnum):
     got the provider's error event (streams) or a 503 (non-streams)."""
 
 
+CUT_SHORT = frozenset({Status.CLIENT_DISCONNECTED, Status.SHUTDOWN})
+"""Exchanges ended by someone else than the model: the client leaving, the gateway stopping.
+Counted in `mirrorgate_exchanges_cut_total`; neither requests nor errors of the arm they were on."""
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Token counts for one exchange, split the way providers bill them."""

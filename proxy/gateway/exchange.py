@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 
 from proxy.config import MirrorgateConfig
 from proxy.core import (
+    CUT_SHORT,
     FEEDBACK_TOKEN_HEADER,
     Arm,
     Endpoint,
@@ -391,7 +392,7 @@ class ProxyHandler:
     def _finish(self, ex: _Exchange) -> None:
         """The exchange's final record (once per exchange, from `_serve`)."""
         status = ex.attempt.status
-        if status in (Status.CLIENT_DISCONNECTED, Status.SHUTDOWN):
+        if status in CUT_SHORT:
             self.metrics.exchanges_cut.labels(ex.ctx.route, status.value).inc()
             log.debug("request %s ended early: %s", ex.ctx.request_id, status.value)
         ended = ex.ended if ex.ended is not None else time.perf_counter()

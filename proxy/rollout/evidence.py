@@ -24,14 +24,14 @@ from datetime import datetime
 
 from analyzers.verdicts import ArmWindow, Tally
 from analyzers.views import Severity, at_or_above
-from proxy.core import Arm, Status
+from proxy.core import CUT_SHORT, Arm, Status
 from proxy.gateway import OVERFLOW_VERSION
 from proxy.store import ArmExchange, Arms, Epoch, JudgeWindows
 
 from .plan import TrafficProfile
 
 _NOT_ERRORS = (Status.OK.value, Status.CLIENT_DISCONNECTED.value)
-_NOT_SERVED = (Status.CLIENT_DISCONNECTED.value, Status.SHUTDOWN.value)
+_NOT_SERVED = tuple(status.value for status in CUT_SHORT)
 """Exchanges ended by someone else than the arm: the client leaving, the gateway stopping."""
 
 
@@ -94,7 +94,7 @@ def traffic_windows(
     cost are sampled from the newest (`SAMPLES_PER_ARM`). Corrections are `(corrected,
     requests)` of the same exchanges, at most `corrections_per_caller` of them from any one
     caller; (0, 0) when neither arm has any (the route gathers no feedback, or none yet)."""
-    counts = windows.served_counts(arms, since, _NOT_SERVED)
+    counts = windows.served_counts(arms, since)
     sample_since = _sample_since(windows, arms, since)
     exchanges = windows.exchanges(arms, sample_since)
     corrected = windows.corrections(arms, since, per_caller=corrections_per_caller)

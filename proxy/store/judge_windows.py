@@ -16,7 +16,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from proxy.core import JUDGE_ANALYZER, JUDGE_SCORE_DELTA, Arm, Status, as_utc, pair_agreed
+from proxy.core import (
+    CUT_SHORT,
+    JUDGE_ANALYZER,
+    JUDGE_SCORE_DELTA,
+    Arm,
+    Status,
+    as_utc,
+    pair_agreed,
+)
 
 from .checks import checks_table, findings_table
 from .errors import translated
@@ -141,18 +149,16 @@ class JudgeWindows:
                 arm, status, duration, ttft, cost = row
                 yield ArmExchange(Arm(arm), str(status), float(duration), ttft, float(cost or 0.0))
 
-    def served_counts(
-        self, arms: Arms, since: datetime, not_served: Sequence[str]
-    ) -> dict[Arm, tuple[int, int]]:
+    def served_counts(self, arms: Arms, since: datetime) -> dict[Arm, tuple[int, int]]:
         """Per compared arm: (exchanges, those not `ok`) of the exchanges that started at or
-        after `since`, leaving out those whose status is in `not_served`. Arms without any:
-        absent."""
+        after `since`, leaving out those cut short (`proxy.core.CUT_SHORT`: the client or the
+        gateway ended them). Arms without any: absent."""
         c = _exchanges.c
         failed = sa.func.sum(sa.case((c.status == Status.OK.value, 0), else_=1))
         statement = (
             sa.select(c.arm, sa.func.count(), failed)
             .where(_compared(_exchanges, arms), c.started_at >= since)
-            .where(c.status.not_in(tuple(not_served)))
+            .where(c.status.not_in(tuple(status.value for status in CUT_SHORT)))
             .group_by(c.arm)
         )
         return {
@@ -203,7 +209,7 @@ class JudgeWindows:
             .select_from(_exchanges.join(_feedback, about))
             .where(_compared(_exchanges, arms), e.started_at >= since)
             .where(
-                e.status.not_in((Status.CLIENT_DISCONNECTED.value, Status.SHUTDOWN.value)),
+                e.status.not_in(tuple(status.value for status in CUT_SHORT)),
                 is_correction_clause(_feedback),
             )
             .group_by(e.arm, f.caller)
