@@ -40,11 +40,9 @@ from proxy.api import (
 )
 from proxy.config import (
     MirrorgateConfig,
-    credential_warnings,
+    config_warnings,
     feedback_app_tokens,
     feedback_open,
-    feedback_warnings,
-    rollout_warnings,
 )
 from proxy.core import ENDPOINTS, FeedbackTokens, RecordSink, TaskSet
 from proxy.gateway import (
@@ -220,12 +218,7 @@ class Gateway:
             Leadership(self.store),
             self.metrics,
         )
-        warnings = [
-            *rollout_warnings(config),
-            *credential_warnings(config),
-            *feedback_warnings(config, self.env),
-        ]
-        for warning in warnings:
+        for warning in config_warnings(config, self.env):
             log.warning("config: %s", warning)
         self.background = TaskSet("gateway")
         self.api = self._build_api()

@@ -16,10 +16,8 @@ from typing import TYPE_CHECKING, Any
 from proxy.config import (
     ConfigError,
     MirrorgateConfig,
-    credential_warnings,
-    feedback_warnings,
+    config_warnings,
     load_config,
-    rollout_warnings,
 )
 from proxy.core import OPERATOR_ACTIONS, Action
 
@@ -55,12 +53,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     print(
         f"{path}: ok ({len(cfg.models)} models, {len(cfg.routes)} routes, {len(cfg.rules)} rules)"
     )
-    warnings = [
-        *rollout_warnings(cfg),
-        *credential_warnings(cfg),
-        *feedback_warnings(cfg, os.environ),
-    ]
-    for warning in warnings:
+    for warning in config_warnings(cfg, os.environ):
         print(f"  warning: {warning}")
     return 0
 

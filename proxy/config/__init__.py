@@ -5,6 +5,7 @@ section, `errors` the one error. The bottom layer: imports nothing of the gatewa
 """
 
 from .checks import (
+    config_warnings,
     credential_warnings,
     feedback_app_tokens,
     feedback_open,
@@ -46,6 +47,7 @@ __all__ = [
     "StoreSpec",
     "TelemetrySpec",
     "agreement_spec",
+    "config_warnings",
     "credential_warnings",
     "feedback_app_tokens",
     "feedback_open",

@@ -451,3 +451,9 @@ def credential_warnings(cfg: MirrorgateConfig) -> list[ConfigProblem]:
             )
         )
     return found
+
+
+def config_warnings(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigProblem]:
+    """Every warning about a valid configuration, in the order `check-config` prints them and
+    the gateway logs them at start: judged metrics never evaluable, credentials, feedback."""
+    return [*rollout_warnings(cfg), *credential_warnings(cfg), *feedback_warnings(cfg, env)]
