@@ -16,11 +16,15 @@ from .errors import ConfigError, ConfigProblem
 from .loader import load_config, parse_config
 from .specs import (
     CanarySpec,
+    CheckSpec,
+    GuardSpec,
     JudgeSpec,
     LimitsSpec,
     MirrorgateConfig,
     ModelSpec,
     PriceSpec,
+    ProbesSpec,
+    ProbeValue,
     RollbackTarget,
     RouteSpec,
     RuleSpec,
@@ -33,13 +37,17 @@ from .specs import (
 
 __all__ = [
     "CanarySpec",
+    "CheckSpec",
     "ConfigError",
     "ConfigProblem",
+    "GuardSpec",
     "JudgeSpec",
     "LimitsSpec",
     "MirrorgateConfig",
     "ModelSpec",
     "PriceSpec",
+    "ProbeValue",
+    "ProbesSpec",
     "RollbackTarget",
     "RouteSpec",
     "RuleSpec",

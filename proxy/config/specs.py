@@ -270,11 +270,12 @@ class ShadowSpec(Spec):
 JUDGED_METRICS = (
     "error_rate", "latency_p50", "latency_p95", "ttft_p50", "ttft_p95", "cost_per_request",
     "check_pass_rate", "correction_rate", "disagreement", "judge_score", "findings",
+    "rule_adaptation",
 )  # fmt: skip
-"""Every metric a canary can be judged on. `judge_score` and `findings` need evidence that only
-some configurations produce (an LLM judge scoring the canary as a shadow; analyzers): by default
-they are judged only where it exists (`unavailable_evidence`); listed explicitly without it, they
-are a config error."""
+"""Every metric a canary can be judged on. `judge_score`, `findings` and `rule_adaptation` need
+evidence that only some configurations produce (an LLM judge scoring the canary as a shadow;
+analyzers; rule-flip probes on the route's rule): by default they are judged only where it exists
+(`unavailable_evidence`); listed explicitly without it, they are a config error."""
 
 
 class AnalysisSpec(Spec):
@@ -366,6 +367,21 @@ class AgreementConfig(Spec):
     """Largest absolute difference between two numbers that still agree."""
 
 
+class GuardSpec(Spec):
+    """The guard of the production model (`routes.<name>.guard`): after a rule change opens a new
+    epoch, the primary's compliance with the new version is judged against the other models
+    answering the same new-version requests and against its own previous epoch."""
+
+    on_rule_regression: Literal["switch", "alert"] = "alert"
+    """`alert`: raise a `rule_regression` alert with the evidence; `switch`: also move the route
+    to the candidate with the best measured adaptation (served as arm `fallback`)."""
+    candidates: list[str] = Field(default_factory=list)
+    """Models the route may be switched to (needed by `switch`)."""
+    min_samples: int = Field(30, ge=1)
+    """Fewer judged answers than this, of the primary or of a candidate, on the new version hold
+    the guard: too little evidence never switches."""
+
+
 class RouteSpec(Spec):
     primary: str
     fallback: str | None = None
@@ -375,11 +391,14 @@ class RouteSpec(Spec):
     noise_sample: float = Field(0.0, ge=0, le=1)
     canary: CanarySpec | None = None
     agreement: AgreementConfig = Field(default_factory=AgreementConfig)
+    guard: GuardSpec | None = None
+    """The production model's guard against a rule it keeps after the rule changed (off unless
+    set)."""
 
 
 CheckType = Literal[
     "json", "json_schema", "json_path", "regex", "not_regex", "contains", "not_contains",
-    "max_chars", "refusal", "tool_call",
+    "max_chars", "refusal", "tool_call", "phantom_rule",
 ]  # fmt: skip
 
 
@@ -398,6 +417,9 @@ class CheckSpec(Spec):
     phrases: list[str] | None = None
     tool: str | None = None
     arguments_schema: dict[str, Any] | None = None
+    parameter: str | None = None
+    """phantom_rule: a regex with a named group `value`, where the rule's value sits in an answer
+    (default: the rule's `probes.parameter`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -415,7 +437,7 @@ class CheckSpec(Spec):
             getattr(self, a) is None for a in ("equals", "in_", "min", "max", "regex")
         ):
             raise ValueError("a json_path check needs one of equals, in, min, max, regex")
-        for attr in ("pattern", "regex"):
+        for attr in ("pattern", "regex", "parameter"):
             source = getattr(self, attr)
             if source is not None:
                 try:
@@ -452,6 +474,61 @@ def _ignore_pattern(value: str) -> str:
     return value
 
 
+def _value_pattern(value: str) -> str:
+    """A probe's `parameter`: a regex that compiles and has a named group `value`."""
+    try:
+        compiled = re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression: {exc}") from exc
+    if "value" not in compiled.groupindex:
+        raise ValueError("needs a named group 'value', e.g. 'max_weight\\s*=\\s*(?P<value>\\d+)'")
+    if compiled.search(""):
+        raise ValueError("matches the empty string")
+    return value
+
+
+ProbeValue = int | float | str
+
+
+class ProbesSpec(Spec):
+    """Rule-flip probes (`rules.<name>.probes`): live requests of the rule re-sent, off the client
+    path, with the rule's value in the system prompt flipped, to see which models follow it."""
+
+    parameter: Annotated[str, AfterValidator(_value_pattern)]
+    """Where the rule's value sits in the system prompt: a regex with a named group `value`."""
+    values: list[ProbeValue] = Field(default_factory=list, max_length=100)
+    """What to flip the value to (one drawn per probe); or generate them with `scale`/`offset`."""
+    scale: float | None = None
+    """Generated value: the original (a number) times `scale` (then plus `offset`)."""
+    offset: float | None = None
+    """Generated value: the original (a number) plus `offset`."""
+    expect: list[CheckSpec] = Field(min_length=1)
+    """How a follower answers: checks in which `{value}` stands for the value asked. An answer
+    passing them for the flipped value *followed*; passing them for the original value is
+    *stuck* (the old rule); anything else is *other*."""
+    targets: list[str] | None = None
+    """Models probed (default: each route's primary, shadows and canary)."""
+    sample: float = Field(0.05, ge=0, le=1)
+    """Share of the rule's live requests that spawn probes (one per target)."""
+    max_per_hour: int = Field(200, ge=1)
+    """Probe calls per target and hour at most."""
+    max_usd_per_hour: float | None = Field(2.0, gt=0)
+    """Probe spend per target and hour at most (null: no limit)."""
+    max_concurrency: int = Field(4, ge=1)
+    """Probe calls in flight per target at most."""
+    timeout_s: float | None = Field(None, gt=0)
+    """A probe call's limit (default: the model's own timeouts)."""
+    min_adaptation: float | None = Field(None, ge=0, le=1)
+    """A canary whose adaptation rate is surely below this fails `rule_adaptation` (besides being
+    judged against the primary's)."""
+
+    @model_validator(mode="after")
+    def _some_values(self) -> ProbesSpec:
+        if not self.values and self.scale is None and self.offset is None:
+            raise ValueError("probes need 'values', or 'scale'/'offset' to generate them")
+        return self
+
+
 class RuleSpec(Spec):
     routes: list[str] = Field(min_length=1)
     version: str = "fingerprint"
@@ -469,6 +546,8 @@ class RuleSpec(Spec):
     max_versions: int = Field(64, ge=1)
     """Fingerprint and header versions a rule may open; requests of any further new version carry
     the version `overflow` (counted in `mirrorgate_rule_versions_overflow_total`)."""
+    probes: ProbesSpec | None = None
+    """Rule-flip probes (off unless set)."""
 
     @field_validator("versions")
     @classmethod
@@ -562,4 +641,7 @@ def unavailable_evidence(config: MirrorgateConfig, route: str) -> dict[str, str]
         )
     if not config.analyzers:
         missing["findings"] = "no analyzers are configured (the `analyzers` list)"
+    rule = config.rule_of(route)
+    if rule is None or config.rules[rule].probes is None:
+        missing["rule_adaptation"] = "the route's rule has no probes (`rules.<name>.probes`)"
     return missing

@@ -1,7 +1,7 @@
 """The exchange record: one upstream call, as mirrorgate saw it.
 
-Every arm (primary, canary, fallback, shadow, judge) produces one `ExchangeRecord` per upstream
-call.
+Every arm (primary, canary, fallback, shadow, judge, probe) produces one `ExchangeRecord` per
+upstream call.
 Records are built once, when the exchange ends, and never change afterwards: the recorder, the
 metrics, the analyzers and the store all read the same frozen object.
 """
@@ -23,6 +23,9 @@ class Arm(enum.StrEnum):
     SHADOW = "shadow"
     JUDGE = "judge"
     """A call of the LLM judge scoring a shadow pair: never client traffic, only its cost counts."""
+    PROBE = "probe"
+    """A rule-flip probe: a live request re-sent with its rule's value flipped, off the client
+    path; never client traffic."""
 
 
 class Status(enum.StrEnum):
@@ -237,7 +240,40 @@ JUDGE_SCORE_DELTA = "score_delta"
 averaged, on the 1-10 scale."""
 
 
-StoredRecord = ExchangeRecord | PairRecord | CheckRecord | FindingRecord
+PROBE_RESULTS = ("followed", "stuck", "other")
+"""How a probe's answer is scored: it follows the flipped value, keeps the original one (the old
+rule), or neither. A probe call that failed is not scored (its exchange says why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeRecord:
+    """One rule-flip probe: a live request re-sent to one target with the rule's value flipped,
+    and how the answer was scored. Its call is an `ExchangeRecord` of arm `probe` whose `pair_id`
+    is this record's `probe_id`."""
+
+    probe_id: str
+    """Shared with the probe call's `ExchangeRecord.pair_id`."""
+    request_id: str
+    """The live request the probe was made from."""
+    route: str
+    target: str
+    """The model probed."""
+    rule: str
+    rule_version: str
+    """The version the live request carried (the one whose value was flipped)."""
+    created_at: datetime
+    original_value: str
+    """The value the live request's system prompt held."""
+    asked_value: str
+    """The value the probe put in its place."""
+    result: str
+    """`followed`, `stuck` or `other` (`PROBE_RESULTS`)."""
+    answered_value: str | None = None
+    """The value the answer stated, where it could be read (at most 200 characters)."""
+    cost_usd: float = 0.0
+
+
+StoredRecord = ExchangeRecord | PairRecord | CheckRecord | FindingRecord | ProbeRecord
 """Every kind of record the recorder writes."""
 
 RecordSink = Callable[[StoredRecord], object]

@@ -69,6 +69,16 @@ class GatewayMetrics:
             "mirrorgate_shadow_dropped", "Shadow calls not made, by reason.",
             ("route", "target", "reason"), registry=registry,
         )  # fmt: skip
+        self.probe_results = Counter(
+            "mirrorgate_probe_results",
+            "Rule-flip probes scored, by result: followed (the flipped value), stuck (the "
+            "original value: the old rule) or other.",
+            ("route", "target", "rule", "result"), registry=registry,
+        )  # fmt: skip
+        self.probe_dropped = Counter(
+            "mirrorgate_probe_dropped", "Rule-flip probes not made, by reason.",
+            ("route", "target", "reason"), registry=registry,
+        )  # fmt: skip
         # The overload monitor's readings (proxy.mirror.overload), read when scraped; measured only
         # while a route has shadows or a noise floor.
         self.loop_lag = Gauge(

@@ -2,11 +2,11 @@
 event loop), the crash journal (`Journal`: answered exchanges on local disk until the store
 commits them, replayed at start), redaction, and one query object per domain — `Store`
 (exchanges, pairs, checks), `FeedbackStore`, `RuleEventStore`, `RolloutStore`, `JudgeWindows`
-(the rollout judge's reads), `SigningKeyStore` (keys the replicas share) and `Leadership` (the
-decider's advisory lock). The only package that imports sqlalchemy or sqlmodel: the rest of
-mirrorgate asks these objects, built from one `Store` by the wiring, and never holds an engine or
-a connection. Imports `proxy.observability` (the recorder's metric families), `proxy.core` and
-`proxy.config`.
+(the rollout judge's reads), `ProbeStore` (rule-flip probes' results), `SigningKeyStore` (keys
+the replicas share) and `Leadership` (the decider's advisory lock). The only package that
+imports sqlalchemy or sqlmodel: the rest of mirrorgate asks these objects, built from one `Store`
+by the wiring, and never holds an engine or a connection. Imports `proxy.observability` (the
+recorder's metric families), `proxy.core` and `proxy.config`.
 
 Every failure leaves the store as one of its own errors, translated from the database's in one
 place (`errors.translated`) and chained to the original:
@@ -44,6 +44,7 @@ from .judge_windows import (
     PairCount,
 )
 from .leadership import Leadership
+from .probes import ProbeStore, ProbeTally
 from .recorder import Recorder
 from .redaction import apply_bodies_policy, redact
 from .retry import WriteRetry
@@ -63,6 +64,8 @@ __all__ = [
     "JudgeWindows",
     "Leadership",
     "PairCount",
+    "ProbeStore",
+    "ProbeTally",
     "RecordRejectedError",
     "Recorder",
     "ReplayReport",

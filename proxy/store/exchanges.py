@@ -39,7 +39,9 @@ from proxy.core import (
     ExchangeRecord,
     FindingRecord,
     PairRecord,
+    ProbeRecord,
     Status,
+    StoredRecord,
     Usage,
     as_utc,
 )
@@ -62,6 +64,7 @@ from .errors import (
 )
 from .migrations import SQLITE_BEGIN_OPTION
 from .pairs import pair_to_row, pairs_table, row_to_pair
+from .probes import probe_results_table, probe_to_row
 from .redaction import BodiesPolicy, StoredText
 from .rollouts import alert_claims as claims_table
 from .rollouts import verdicts as verdicts_table
@@ -270,11 +273,9 @@ class Store:
                 raise StoreUnavailableError(f"{problem}; opening it anew failed: {exc}") from exc
         return problem
 
-    def write_batch(
-        self, records: Sequence[ExchangeRecord | PairRecord | CheckRecord | FindingRecord]
-    ) -> None:
-        """Insert `records` (exchanges, pairs, check results) in one transaction: all are
-        stored, or none."""
+    def write_batch(self, records: Sequence[StoredRecord]) -> None:
+        """Insert `records` (exchanges, pairs, check results, findings, probe results) in one
+        transaction: all are stored, or none."""
         if not records:
             return
         try:
@@ -282,6 +283,7 @@ class Store:
             pairs = [pair_to_row(r) for r in records if isinstance(r, PairRecord)]
             checks = [check_to_row(r) for r in records if isinstance(r, CheckRecord)]
             findings = [finding_to_row(r) for r in records if isinstance(r, FindingRecord)]
+            probes = [probe_to_row(r) for r in records if isinstance(r, ProbeRecord)]
         except (TypeError, ValueError, AttributeError) as exc:
             raise RecordRejectedError(f"cannot store record: {exc}") from exc
         with translated(f"writing {len(rows)} records", writing=True), self._engine.begin() as conn:
@@ -293,6 +295,8 @@ class Store:
                 conn.execute(_insert_check, checks)
             if findings:
                 conn.execute(sa.insert(findings_table), findings)
+            if probes:
+                conn.execute(sa.insert(probe_results_table), probes)
 
     def exchange_keys(self, request_ids: Sequence[str]) -> set[tuple[str, str, str]]:
         """(request_id, arm, target) of every stored exchange of `request_ids`: what the crash

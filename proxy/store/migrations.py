@@ -358,6 +358,31 @@ def _v11_feedback_callers(conn: Connection) -> None:
     ).create(conn)
 
 
+def _v12_probes(conn: Connection) -> None:
+    sa.Table(
+        "probe_results",
+        sa.MetaData(),
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("probe_id", sa.String(), nullable=False),
+        sa.Column("request_id", sa.String(), nullable=False),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("target", sa.String(), nullable=False),
+        sa.Column("rule", sa.String(), nullable=False),
+        sa.Column("rule_version", sa.String(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("original_value", sa.String(), nullable=False),
+        sa.Column("asked_value", sa.String(), nullable=False),
+        sa.Column("answered_value", sa.String(), nullable=True),
+        sa.Column("result", sa.String(), nullable=False),
+        sa.Column("cost_usd", sa.Float(), nullable=False),
+        sa.Index("ix_probe_results_rule_created_at", "rule", "created_at"),
+        sa.Index("ix_probe_results_probe_id", "probe_id", unique=True),
+    ).create(conn)
+    # The value of the rule's parameter in the version's system prompt (phantom-rule checks look
+    # for earlier versions' values in answers); events of before stay NULL.
+    conn.execute(sa.text("ALTER TABLE rule_events ADD COLUMN rule_value VARCHAR"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "exchanges table and its indexes", _v1_exchanges),
     Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
@@ -377,6 +402,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         11,
         "feedback.caller (who sent it) and signing_keys (the replicas' shared feedback key)",
         _v11_feedback_callers,
+    ),
+    Migration(
+        12,
+        "probe_results (rule-flip probes scored) and rule_events.rule_value",
+        _v12_probes,
     ),
 )
 """The schema's whole history, oldest first. Append only."""

@@ -61,7 +61,7 @@ from typing import Literal
 from prometheus_client import CollectorRegistry
 
 from proxy.config import StoreSpec
-from proxy.core import CheckRecord, ExchangeRecord, FindingRecord, StoredRecord
+from proxy.core import CheckRecord, ExchangeRecord, FindingRecord, ProbeRecord, StoredRecord
 from proxy.observability import RecorderMetrics
 
 from .errors import StoreError, StoreUnavailableError
@@ -102,6 +102,8 @@ def record_size(record: StoredRecord) -> int:
         size += len(record.reason)
     elif isinstance(record, FindingRecord):
         size += len(record.detail)
+    elif isinstance(record, ProbeRecord) and record.answered_value is not None:
+        size += len(record.answered_value)
     return size
 
 

@@ -51,7 +51,7 @@ import re
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
-from proxy.core import CheckRecord, ExchangeRecord, FindingRecord
+from proxy.core import CheckRecord, ExchangeRecord, FindingRecord, ProbeRecord
 
 T = TypeVar("T")
 BodiesPolicy = Literal["full", "redacted", "none"]
@@ -254,14 +254,22 @@ class StoredText:
 
 
 def apply_bodies_policy(record: T, policy: str) -> T:
-    """`record` as `store.bodies` says: `full` unchanged; `none` without bodies, and a check's
-    reason or a finding's detail replaced by `NOT_KEPT`; `redacted` with all of them passed
-    through `redact`. Records without text of the answer (pairs) are returned as they are."""
+    """`record` as `store.bodies` says: `full` unchanged; `none` without bodies, a check's
+    reason or a finding's detail replaced by `NOT_KEPT` and a probe's answered value dropped;
+    `redacted` with all of them passed through `redact`. Records without text of the answer
+    (pairs) are returned as they are."""
     if policy == "full":
         return record
     if isinstance(record, CheckRecord):
         reason = NOT_KEPT if policy == "none" else redact(record.reason)
         return record if reason == record.reason else dataclasses.replace(record, reason=reason)
+    if isinstance(record, ProbeRecord):  # the value an answer stated is the answer's words
+        if record.answered_value is None:
+            return record
+        answered = None if policy == "none" else redact(record.answered_value)
+        if answered == record.answered_value:
+            return record
+        return dataclasses.replace(record, answered_value=answered)
     if isinstance(record, FindingRecord):
         if not record.detail:
             return record

@@ -151,13 +151,16 @@ routes:
 
 def test_evidence_metrics_are_judged_only_where_their_evidence_exists() -> None:
     plain = parse_config(EVIDENCE.replace(", analysis: {metrics: [error_rate, judge_score]}", ""))
-    assert set(unavailable_evidence(plain, "shadowed")) == {"judge_score", "findings"}
+    assert set(unavailable_evidence(plain, "shadowed")) == {
+        "judge_score", "findings", "rule_adaptation"
+    }  # fmt: skip
+    assert "no probes" in unavailable_evidence(plain, "shadowed")["rule_adaptation"]
     assert "no LLM judge" in unavailable_evidence(plain, "shadowed")["judge_score"]
     judged = parse_config(
         EVIDENCE.replace(", analysis: {metrics: [error_rate, judge_score]}", "")
         + "judge: {model: judge-model}\nanalyzers: [refusal]\n"
     )
-    assert unavailable_evidence(judged, "shadowed") == {}
+    assert set(unavailable_evidence(judged, "shadowed")) == {"rule_adaptation"}
     # The judge scores shadow pairs only: a canary that is not shadowed is never scored.
     assert (
         "not among the route's shadows" in unavailable_evidence(judged, "unshadowed")["judge_score"]

@@ -75,3 +75,40 @@ def test_rule_of_names_the_one_rule_set_of_a_route() -> None:
     )
     assert cfg.rule_of("bot") == "shipping"
     assert cfg.rule_of("other") is None
+
+
+PROBES = r"""
+    probes:
+      parameter: 'max_weight\s*=\s*(?P<value>\d+)'
+      values: [150, 175]
+      expect: [{name: follows, type: json_path, path: $.max_weight, equals: "{value}"}]
+"""
+GUARDED = "    primary: prod\n    guard: {on_rule_regression: switch}\n"
+
+
+def with_probes(block: str = PROBES) -> str:
+    return GOOD.replace("    checks: [{name: valid-json, type: json}]\n", block, 1)
+
+
+def test_a_rules_probes_and_a_routes_guard_load_with_their_defaults() -> None:
+    cfg = parse_config(with_probes().replace("    primary: prod\n", GUARDED, 1), ENV)
+    probes = cfg.rules["shipping-policy"].probes
+    assert probes is not None
+    assert (probes.values, probes.sample, probes.max_per_hour, probes.max_concurrency) == (
+        [150, 175], 0.05, 200, 4
+    )  # fmt: skip
+    assert probes.expect[0].equals == "{value}"
+    guard = cfg.routes["support-bot"].guard
+    assert guard is not None and (guard.on_rule_regression, guard.min_samples) == ("switch", 30)
+
+
+def test_probes_need_a_value_group_and_values_to_ask() -> None:
+    no_group = PROBES.replace("(?P<value>", "(")
+    no_values = PROBES.replace("      values: [150, 175]\n", "")
+    for block, expected in (
+        (no_group, "needs a named group 'value'"),
+        (no_values, "probes need 'values', or 'scale'/'offset'"),
+    ):
+        found = problems(with_probes(block))
+        assert len(found) == 1 and found[0].startswith("rules.shipping-policy.probes"), found
+        assert expected in found[0]
