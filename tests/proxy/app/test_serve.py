@@ -52,9 +52,10 @@ def test_sighup_reloads_and_keeps_serving() -> None:
 
     async def hang_up() -> None:
         server.handle_hangup(signal.SIGHUP, None)
+        await asyncio.sleep(0)  # the handler's callback runs: it spawns the reload
+        (task,) = [t for t in asyncio.all_tasks() if t.get_name() == "gateway:reload"]
         async with asyncio.timeout(10):
-            while reloads._value.get() == 0:
-                await asyncio.sleep(0.01)  # polls the outcome, with a deadline
+            await task
 
     asyncio.run(hang_up())
     assert not server.should_exit and server._captured_signals == []
