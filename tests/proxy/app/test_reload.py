@@ -24,15 +24,15 @@ ENV = {"MIRRORGATE_ADMIN_TOKEN": TOKEN}
 StartGateway = Callable[..., InProcessGateway]
 
 
-def started(start_gateway: StartGateway, tmp_path: Path) -> tuple[InProcessGateway, Path, dict]:
+def started(
+    start_gateway: StartGateway, tmp_path: Path
+) -> tuple[InProcessGateway, Path, dict[str, Any]]:
     """A gateway started from a file (its reload source); the file's document to edit."""
     path = tmp_path / "mirrorgate.yaml"
-    holder: dict[str, Any] = {}
     gw = start_gateway(env=ENV, source=lambda: load_config(path, env=ENV))
     doc = gw.gateway.config.model_dump(mode="json")
     path.write_text(yaml.safe_dump(doc))
-    holder.update(doc)
-    return gw, path, holder
+    return gw, path, doc
 
 
 def write(path: Path, doc: dict[str, Any]) -> None:
