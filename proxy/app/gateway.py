@@ -143,11 +143,7 @@ class Gateway:
             )
         self.shadows: ShadowDispatcher | None = None
         if any(r.shadows or r.noise_sample for r in config.routes.values()):
-            judge = (
-                Judge(config.judge, self.caller, self.recorder.submit, self.metrics)
-                if config.judge is not None
-                else None
-            )
+            judge = self._judge(config)
             self.shadows = ShadowDispatcher(
                 self.caller,
                 self.metrics,
@@ -200,18 +196,8 @@ class Gateway:
             TokenBuckets(server.feedback_rate_per_s, server.feedback_burst),
         )
         self.alert_client: httpx.AsyncClient | None = None
-        self.alerts: AlertDispatcher | None = None
-        if config.alerts.sinks:
-            self.alert_client = httpx.AsyncClient(timeout=httpx.Timeout(5.0))
-            self.alerts = AlertDispatcher(
-                [build_sink(s.type, s.url, s.headers) for s in config.alerts.sinks],
-                self.alert_client,
-                AlertDeliveryMetrics(self.registry),
-                retries=config.alerts.retries,
-                backoff_initial_s=config.alerts.backoff_initial_s,
-                backoff_max_s=config.alerts.backoff_max_s,
-                dedupe_window_s=config.alerts.dedupe_window_s,
-            )
+        self._alert_metrics: AlertDeliveryMetrics | None = None
+        self.alerts = self._alert_dispatcher(config)
         self.rollouts = RolloutManager(
             config, RolloutStore(self.store), self.routes, self.metrics, alerts=self.alerts
         )
@@ -293,6 +279,30 @@ class Gateway:
             clients[name] = client
         return clients
 
+    def _judge(self, config: MirrorgateConfig) -> Judge | None:
+        if config.judge is None:
+            return None
+        return Judge(config.judge, self.caller, self.recorder.submit, self.metrics)
+
+    def _alert_dispatcher(self, config: MirrorgateConfig) -> AlertDispatcher | None:
+        """The dispatcher of `config.alerts`' sinks (None: no sink); one HTTP client and one
+        set of delivery metrics serve every dispatcher this gateway builds."""
+        if not config.alerts.sinks:
+            return None
+        if self.alert_client is None:
+            self.alert_client = httpx.AsyncClient(timeout=httpx.Timeout(5.0))
+        if self._alert_metrics is None:
+            self._alert_metrics = AlertDeliveryMetrics(self.registry)
+        return AlertDispatcher(
+            [build_sink(s.type, s.url, s.headers) for s in config.alerts.sinks],
+            self.alert_client,
+            self._alert_metrics,
+            retries=config.alerts.retries,
+            backoff_initial_s=config.alerts.backoff_initial_s,
+            backoff_max_s=config.alerts.backoff_max_s,
+            dedupe_window_s=config.alerts.dedupe_window_s,
+        )
+
     # --- reloading --------------------------------------------------------------------------------
 
     async def reload(self, cause: str) -> ReloadOutcome | None:
@@ -322,6 +332,20 @@ class Gateway:
         self.rule_tracker.reconfigure(version_policies(config))
         if self.analysis is not None:
             self.analysis.rules = CompiledRules(config)
+        drain_s = config.server.drain_timeout_s / 4
+        if self.shadows is not None and config.judge != self.config.judge:
+            retired_judge, self.shadows.judge = self.shadows.judge, self._judge(config)
+            if retired_judge is not None:
+                if self.shadows.judge is not None:  # the hour's judge budget carries over
+                    self.shadows.judge.spend = retired_judge.spend
+                self.background.spawn(retired_judge.stop(drain_s), "retired-judge")
+        if config.alerts != self.config.alerts:
+            retired_alerts, self.alerts = self.alerts, self._alert_dispatcher(config)
+            self.rollouts.alerts = self.alerts
+            if self.alerts is not None and self.ready:
+                self.alerts.start()
+            if retired_alerts is not None:  # what it queued is still delivered
+                self.background.spawn(retired_alerts.stop(drain_s), "retired-alerts")
         self.config = config
         self._start_deciding()
         with contextlib.suppress(StoreUnavailableError):  # the periodic refresh catches up

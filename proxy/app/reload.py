@@ -6,9 +6,10 @@ step on the event loop (`Gateway.apply`) or keeps the running configuration and 
 ends in one `ReloadOutcome`: logged (a rejection at WARNING), counted in
 `mirrorgate_config_reloads_total{result}`, and answered by the endpoint.
 
-What reloads is `RELOADED` (models, routes with their shadows and canaries, rule sets); the
-sections of `FIXED` need a new listener, engine, exporter, worker or task and keep their running
-value: each key path of theirs that the file changes is named in `not_reloaded`.
+What reloads is `RELOADED` (models with their prices, routes with their shadows, canaries and
+agreement settings, rule sets, the LLM judge, alert sinks); the sections of `FIXED` need a new
+listener, engine, exporter or plugin set and keep their running value: each key path of theirs
+that the file changes is named in `not_reloaded`.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from proxy.observability import GatewayMetrics
 
 log = logging.getLogger("mirrorgate")
 
-RELOADED = ("models", "routes", "rules")
-"""Sections swapped in by a reload, each key named in `changed` as `section.name`."""
+RELOADED = ("models", "routes", "rules", "judge", "alerts")
+"""Sections swapped in by a reload, each changed key named in `changed` (`routes.chat`)."""
 
-FIXED = ("server", "store", "telemetry", "alerts", "judge", "analyzers")
-"""Sections that keep their running value (listener, engine, exporter, alert dispatcher, judge
-task, analyzer plugins); the changed key paths are named in `not_reloaded`."""
+FIXED = ("server", "store", "telemetry", "analyzers")
+"""Sections that keep their running value (listener and its limits, engine, exporter, analyzer
+plugins); the changed key paths are named in `not_reloaded`."""
 
 
 class ReloadResult(StrEnum):
@@ -81,20 +82,23 @@ def _keyed(section: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> list
     ]
 
 
+def _section(old: MirrorgateConfig, new: MirrorgateConfig, section: str) -> list[str]:
+    """The key paths of `section` that differ: one level below the section (a route, a model,
+    a server key), or the section itself when it is a list or was added or removed."""
+    before, after = getattr(old, section), getattr(new, section)
+    if before == after:
+        return []
+    if isinstance(before, dict) and isinstance(after, dict):
+        return _keyed(section, before, after)
+    if hasattr(before, "model_dump") and hasattr(after, "model_dump"):
+        return _keyed(section, before.model_dump(), after.model_dump())
+    return [section]
+
+
 def config_changes(old: MirrorgateConfig, new: MirrorgateConfig) -> tuple[list[str], list[str]]:
     """(changed, not_reloaded): the reloadable key paths `new` changes, and the fixed ones."""
-    changed: list[str] = []
-    for section in RELOADED:
-        changed += _keyed(section, getattr(old, section), getattr(new, section))
-    fixed: list[str] = []
-    for section in FIXED:
-        before, after = getattr(old, section), getattr(new, section)
-        if before == after:
-            continue
-        if hasattr(before, "model_dump") and hasattr(after, "model_dump"):
-            fixed += _keyed(section, before.model_dump(), after.model_dump())
-        else:
-            fixed.append(section)
+    changed = [path for section in RELOADED for path in _section(old, new, section)]
+    fixed = [path for section in FIXED for path in _section(old, new, section)]
     return changed, fixed
 
 

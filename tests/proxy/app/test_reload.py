@@ -230,3 +230,52 @@ def test_a_second_reload_waits_for_the_first(start_gateway: StartGateway, tmp_pa
 
     results = asyncio.run_coroutine_threadsafe(both(), gw.loop).result(30)
     assert results == [ReloadResult.UNCHANGED, ReloadResult.UNCHANGED]
+
+
+def test_alert_sinks_and_the_judge_are_swapped_in(
+    start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    gw, path, doc = started(start_gateway, tmp_path)
+    assert gw.gateway.alerts is None
+    other = next(name for name in doc["models"] if name != "echo")
+    edited = copy.deepcopy(doc)
+    edited["routes"]["echo"]["shadows"] = [{"model": other, "sample": 1.0}]
+    write(path, edited)
+    # No shadow dispatcher was started with this gateway: the answer says so.
+    (missing,) = reload(gw.http).json()["not_reloaded"]
+    assert missing.startswith("routes.echo.shadows")
+
+    gw2, path2, doc2 = started_with(start_gateway, tmp_path / "b", shadows_of=other)
+    shadows = gw2.gateway.shadows
+    assert shadows is not None and shadows.judge is None
+    edited = copy.deepcopy(doc2)
+    edited["judge"] = {"model": "echo", "sample": 1.0}
+    edited["alerts"]["sinks"] = [{"type": "webhook", "url": "http://127.0.0.1:9/hook"}]
+    write(path2, edited)
+    body = reload(gw2.http).json()
+    assert body["result"] == "applied" and {"judge", "alerts.sinks"} <= set(body["changed"])
+    assert shadows.judge is not None and shadows.judge.spec.model == "echo"
+    assert gw2.gateway.alerts is not None and gw2.gateway.rollouts.alerts is gw2.gateway.alerts
+    edited["judge"] = None
+    edited["alerts"]["sinks"] = []
+    write(path2, edited)
+    assert reload(gw2.http).json()["result"] == "applied"
+    assert shadows.judge is None and gw2.gateway.alerts is None
+
+
+def started_with(
+    start_gateway: StartGateway, folder: Path, *, shadows_of: str
+) -> tuple[InProcessGateway, Path, dict[str, Any]]:
+    """Like `started`, with route `echo` shadowed by `shadows_of` from the start."""
+    folder.mkdir()
+    path = folder / "mirrorgate.yaml"
+    extra = {"routes": {"echo": {"primary": "echo", "shadows": [{"model": shadows_of}]}}}
+    gw = start_gateway(
+        db_url=f"sqlite:///{folder / 'gw.db'}",
+        extra=extra,
+        env=ENV,
+        source=lambda: load_config(path, env=ENV),
+    )
+    doc = gw.gateway.config.model_dump(mode="json")
+    write(path, doc)
+    return gw, path, doc
