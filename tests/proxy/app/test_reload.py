@@ -117,8 +117,10 @@ def test_unchanged_models_keep_their_clients(start_gateway: StartGateway, tmp_pa
          + "".join(f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
                    for p, c in zip("abcdefgh", "bcdefghi", strict=True)), ""),
         (None, ""),
+        ("#" * (4 * 1024 * 1024 + 1), ""),
+        ("\udcff".encode("utf-8", "surrogatepass").decode("latin-1"), ""),
     ],
-    ids=["malformed", "yaml-bomb", "removed"],
+    ids=["malformed", "yaml-bomb", "removed", "oversized", "not-utf8"],
 )  # fmt: skip
 def test_a_broken_file_is_rejected_and_the_running_config_stays(
     start_gateway: StartGateway, tmp_path: Path, content: str | None, where: str
@@ -128,7 +130,7 @@ def test_a_broken_file_is_rejected_and_the_running_config_stays(
     if content is None:
         path.unlink()
     else:
-        path.write_text(content)
+        path.write_bytes(content.encode("latin-1"))
     answer = reload(gw.http)
     assert answer.status_code == 422, answer.text
     body = answer.json()
