@@ -80,7 +80,7 @@ from proxy.store import (
 )
 from proxy.upstream import ModelCaller, UpstreamClient, load_encoding, shared_ssl_context
 
-from .reload import ConfigReloader, ReloadOutcome, ReloadResult
+from .reload import ConfigReloader, ReloadResult
 
 log = logging.getLogger("mirrorgate")
 
@@ -304,12 +304,6 @@ class Gateway:
         )
 
     # --- reloading --------------------------------------------------------------------------------
-
-    async def reload(self, cause: str) -> ReloadOutcome | None:
-        """Reload the configuration (`proxy.app.reload`); None when it has no file to read."""
-        if self.reloader is None:
-            return None
-        return await self.reloader.reload(cause)
 
     async def _reload_answer(self, reloader: ConfigReloader) -> tuple[int, dict[str, Any]]:
         """`POST /admin/reload`'s status and body."""
