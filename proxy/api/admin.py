@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
 
-from proxy.core import AuthError, ForbiddenError
+from proxy.core import AuthError, ForbiddenError, RequestError
 from proxy.gateway import RouteTable, read_body
 from proxy.store import RuleEventStore
 
@@ -57,10 +59,39 @@ async def read_limited(request: Request, limit: int, what: str) -> bytes:
     return await read_body(request.scope, request.receive, limit, what)
 
 
+RELOAD_BODY_BYTES = 1024
+"""`POST /admin/reload` takes an empty body or `{}`: anything longer is refused (413)."""
+
+
 def build_admin_router(
-    auth: AdminAuth, routes: RouteTable, rule_events: RuleEventStore
+    auth: AdminAuth,
+    routes: RouteTable,
+    rule_events: RuleEventStore,
+    *,
+    reload: Callable[[], Awaitable[tuple[int, dict[str, Any]]]] | None = None,
 ) -> APIRouter:
+    """`reload`: reloads the configuration and gives the answer's status and body (None: the
+    endpoint answers 409, there is no file to reload)."""
     router = APIRouter(prefix="/admin", dependencies=[Depends(auth)])
+
+    @router.post("/reload")
+    async def reload_config(request: Request) -> JSONResponse:
+        body = await read_limited(request, RELOAD_BODY_BYTES, "a reload request")
+        if body.strip():
+            try:
+                given = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                raise RequestError("the body must be empty or a JSON object") from None
+            if not isinstance(given, dict):
+                raise RequestError("the body must be empty or a JSON object")
+            if given:
+                names = ", ".join(sorted(given)[:5])
+                raise RequestError(f"a reload takes no fields ({names}): send {{}} or nothing")
+        if reload is None:
+            message = "this gateway was not started from a configuration file: nothing to reload"
+            return JSONResponse({"error": {"type": "conflict", "message": message}}, 409)
+        status, answer = await reload()
+        return JSONResponse(answer, status)
 
     @router.get("/routes")
     async def list_routes() -> dict[str, Any]:

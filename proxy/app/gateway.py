@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.metadata
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -74,8 +76,11 @@ from proxy.store import (
     RuleEventStore,
     SigningKeyStore,
     Store,
+    StoreUnavailableError,
 )
 from proxy.upstream import ModelCaller, UpstreamClient, load_encoding, shared_ssl_context
+
+from .reload import ConfigReloader, ReloadResult
 
 log = logging.getLogger("mirrorgate")
 
@@ -96,10 +101,13 @@ class Gateway:
         env: Mapping[str, str] | None = None,
         tracer_provider: TracerProvider | None = None,
         cpu_clock: Callable[[], float] = time.thread_time,
+        source: Callable[[], MirrorgateConfig] | None = None,
     ) -> None:
         """`cpu_clock`: the CPU time the overload monitor counts as the gateway's. The event
         loop thread's by default; `mirrorgate serve`, alone in its process, passes the process's
-        (its recorder and analysis threads compete with the loop for the same GIL)."""
+        (its recorder and analysis threads compete with the loop for the same GIL).
+        `source`: reads and checks the configuration file anew, for reloads (None: this
+        gateway was not started from a file and cannot reload)."""
         self.config = config
         self.env = os.environ if env is None else env
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -109,15 +117,11 @@ class Gateway:
         self.tracer_provider = provider
         self.tracer = ExchangeTracer(provider)
         self.routes = RouteTable(config)
-        tls = (
-            shared_ssl_context()
-            if any(m.base_url.startswith("https:") for m in config.models.values())
-            else None
-        )
-        self.clients = {
-            name: UpstreamClient(name, spec, self.env, tls, config.server.limits)
-            for name, spec in config.models.items()
-        }
+        self._tls: ssl.SSLContext | None = None
+        self.clients = self._clients(config)
+        self.retired_clients: list[UpstreamClient] = []
+        """Clients of models a reload removed or changed: requests planned before it may still
+        use them, so they are closed when the gateway stops."""
         self.store = Store(config.store.url, bodies=config.store.bodies)
         self.journal = Journal.from_spec(config.store, registry=self.registry)
         self.recorder = Recorder.from_spec(
@@ -139,11 +143,7 @@ class Gateway:
             )
         self.shadows: ShadowDispatcher | None = None
         if any(r.shadows or r.noise_sample for r in config.routes.values()):
-            judge = (
-                Judge(config.judge, self.caller, self.recorder.submit, self.metrics)
-                if config.judge is not None
-                else None
-            )
+            judge = self._judge(config)
             self.shadows = ShadowDispatcher(
                 self.caller,
                 self.metrics,
@@ -196,18 +196,8 @@ class Gateway:
             TokenBuckets(server.feedback_rate_per_s, server.feedback_burst),
         )
         self.alert_client: httpx.AsyncClient | None = None
-        self.alerts: AlertDispatcher | None = None
-        if config.alerts.sinks:
-            self.alert_client = httpx.AsyncClient(timeout=httpx.Timeout(5.0))
-            self.alerts = AlertDispatcher(
-                [build_sink(s.type, s.url, s.headers) for s in config.alerts.sinks],
-                self.alert_client,
-                AlertDeliveryMetrics(self.registry),
-                retries=config.alerts.retries,
-                backoff_initial_s=config.alerts.backoff_initial_s,
-                backoff_max_s=config.alerts.backoff_max_s,
-                dedupe_window_s=config.alerts.dedupe_window_s,
-            )
+        self._alert_metrics: AlertDeliveryMetrics | None = None
+        self.alerts = self._alert_dispatcher(config)
         self.rollouts = RolloutManager(
             config, RolloutStore(self.store), self.routes, self.metrics, alerts=self.alerts
         )
@@ -221,6 +211,12 @@ class Gateway:
         for warning in config_warnings(config, self.env):
             log.warning("config: %s", warning)
         self.background = TaskSet("gateway")
+        self._deciding: asyncio.Task[Any] | None = None
+        self.reloader = (
+            ConfigReloader(source, lambda: self.config, self.apply, self.metrics, self.env)
+            if source is not None
+            else None
+        )
         self.api = self._build_api()
         self.ready = False
 
@@ -252,8 +248,7 @@ class Gateway:
         self.background.spawn(
             self.rollouts.run_refresh(self.config.server.route_refresh_s), "route-refresh"
         )
-        if any(r.canary is not None for r in self.config.routes.values()):
-            self.background.spawn(self.controller.run(), "rollout-controller")
+        self._start_deciding()
         if self.shadows is not None:
             self.shadows.start()
         self.ready = True
@@ -262,6 +257,107 @@ class Gateway:
         finally:
             self.ready = False
             await self.close()
+
+    def _start_deciding(self) -> None:
+        """Run the rollout controller while some route has a canary (from a reload on too)."""
+        wanted = any(r.canary is not None for r in self.config.routes.values())
+        if wanted and (self._deciding is None or self._deciding.done()):
+            self._deciding = self.background.spawn(self.controller.run(), "rollout-controller")
+
+    def _clients(self, config: MirrorgateConfig) -> dict[str, UpstreamClient]:
+        """One client per model of `config`; a model whose spec is unchanged keeps the running
+        client and its pool of connections."""
+        running: Mapping[str, UpstreamClient] = getattr(self, "clients", {})
+        https = any(m.base_url.startswith("https:") for m in config.models.values())
+        if self._tls is None and https:
+            self._tls = shared_ssl_context()
+        clients = {}
+        for name, spec in config.models.items():
+            client = running.get(name)
+            if client is None or client.spec != spec:
+                client = UpstreamClient(name, spec, self.env, self._tls, config.server.limits)
+            clients[name] = client
+        return clients
+
+    def _judge(self, config: MirrorgateConfig) -> Judge | None:
+        if config.judge is None:
+            return None
+        return Judge(config.judge, self.caller, self.recorder.submit, self.metrics)
+
+    def _alert_dispatcher(self, config: MirrorgateConfig) -> AlertDispatcher | None:
+        """The dispatcher of `config.alerts`' sinks (None: no sink); one HTTP client and one
+        set of delivery metrics serve every dispatcher this gateway builds."""
+        if not config.alerts.sinks:
+            return None
+        if self.alert_client is None:
+            self.alert_client = httpx.AsyncClient(timeout=httpx.Timeout(5.0))
+        if self._alert_metrics is None:
+            self._alert_metrics = AlertDeliveryMetrics(self.registry)
+        return AlertDispatcher(
+            [build_sink(s.type, s.url, s.headers) for s in config.alerts.sinks],
+            self.alert_client,
+            self._alert_metrics,
+            retries=config.alerts.retries,
+            backoff_initial_s=config.alerts.backoff_initial_s,
+            backoff_max_s=config.alerts.backoff_max_s,
+            dedupe_window_s=config.alerts.dedupe_window_s,
+        )
+
+    # --- reloading --------------------------------------------------------------------------------
+
+    async def _reload_answer(self, reloader: ConfigReloader) -> tuple[int, dict[str, Any]]:
+        """`POST /admin/reload`'s status and body."""
+        outcome = await reloader.reload("POST /admin/reload")
+        return (422 if outcome.result is ReloadResult.REJECTED else 200), outcome.answer()
+
+    async def apply(self, config: MirrorgateConfig) -> list[str]:
+        """Serve `config` from now on (its fixed sections are the running ones, see
+        `proxy.app.reload.merged`). Every part is handed its new generation here, on the event
+        loop and without an await between the swaps, so no request is planned on a mix; requests
+        already planned keep their route state, model table and rule match. Returns what of
+        `config` cannot run without a restart (a part this gateway did not start with)."""
+        clients = self._clients(config)
+        self.retired_clients += [c for n, c in self.clients.items() if clients.get(n) is not c]
+        self.clients = clients
+        self.caller.clients = clients
+        self.rollouts.reconfigure(config)  # and the route table, from the rollout states
+        self.controller.config = config
+        self.proxy.reconfigure(config)
+        self.rule_tracker.reconfigure(version_policies(config))
+        if self.analysis is not None:
+            self.analysis.rules = CompiledRules(config)
+        drain_s = config.server.drain_timeout_s / 4
+        if self.shadows is not None and config.judge != self.config.judge:
+            retired_judge, self.shadows.judge = self.shadows.judge, self._judge(config)
+            if retired_judge is not None:
+                if self.shadows.judge is not None:  # the hour's judge budget carries over
+                    self.shadows.judge.spend = retired_judge.spend
+                self.background.spawn(retired_judge.stop(drain_s), "retired-judge")
+        if config.alerts != self.config.alerts:
+            retired_alerts, self.alerts = self.alerts, self._alert_dispatcher(config)
+            self.rollouts.alerts = self.alerts
+            if self.alerts is not None and self.ready:
+                self.alerts.start()
+            if retired_alerts is not None:  # what it queued is still delivered
+                self.background.spawn(retired_alerts.stop(drain_s), "retired-alerts")
+        self.config = config
+        self._start_deciding()
+        with contextlib.suppress(StoreUnavailableError):  # the periodic refresh catches up
+            await self.rollouts.refresh()  # rows the store holds for routes that are new here
+        missing = []
+        if self.shadows is None:
+            missing += [
+                f"routes.{name}.shadows (no shadow dispatcher runs: restart to start one)"
+                for name, r in config.routes.items()
+                if r.shadows or r.noise_sample
+            ]
+        if self.analysis is None:
+            missing += [
+                f"rules.{name}.checks (no analysis worker runs: restart to start one)"
+                for name, r in config.rules.items()
+                if r.checks or any(v.checks for v in r.versions.values())
+            ]
+        return missing
 
     def _load_feedback_key(self) -> None:
         """The feedback tokens' key: the variable's, or the one every replica shares through
@@ -281,7 +377,7 @@ class Gateway:
             await self.shadows.stop(self.config.server.drain_timeout_s / 2)
         if self.analysis is not None:
             await asyncio.to_thread(self.analysis.stop, self.config.server.drain_timeout_s / 2)
-        for client in self.clients.values():
+        for client in [*self.clients.values(), *self.retired_clients]:
             await client.aclose()
         await asyncio.to_thread(self.recorder.stop, self.config.server.drain_timeout_s)
         if self.journal is not None:
@@ -319,6 +415,11 @@ class Gateway:
                 admin_auth,
                 self.routes,
                 self.rule_events,
+                reload=(
+                    functools.partial(self._reload_answer, self.reloader)
+                    if self.reloader is not None
+                    else None
+                ),
             )
         )
         api.include_router(

@@ -1,6 +1,8 @@
 """Running a gateway under uvicorn: as the `serve` command, or in a background thread.
 
-Stopping (SIGTERM, SIGINT, SIGHUP, or `GatewayServer.stop`) drains: the listening socket closes
+SIGHUP reloads the configuration file (`proxy.app.reload`; a gateway not started from a file
+logs that it has none and keeps serving). Stopping (SIGTERM, SIGINT, or `GatewayServer.stop`)
+drains: the listening socket closes
 and idle connections with it, in-flight exchanges get `server.drain_timeout_s` to finish, then
 the gateway cuts the rest (each recorded as `shutdown`, its client told in its wire format),
 uvicorn gets `CUT_GRACE_S` for what is left, and the lifespan drains the recorder.
@@ -17,7 +19,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -61,7 +63,7 @@ def _uvicorn_config(
 
 class _DrainingServer(uvicorn.Server):
     """uvicorn, draining the gateway's exchanges before it stops (see the module docstring),
-    on SIGHUP as on SIGTERM, and exiting 0 after a signal.
+    reloading the configuration on SIGHUP, and exiting 0 after a signal.
 
     uvicorn re-raises the captured signal after shutting down, so the process would die by it
     (status -15) even though every exchange was recorded; orchestrators and scripts read that
@@ -77,9 +79,20 @@ class _DrainingServer(uvicorn.Server):
         self._captured_signals.clear()
 
     def handle_hangup(self, sig: int, frame: FrameType | None) -> None:
-        """SIGHUP: stop and drain, exactly as SIGTERM does (the place where it will reload the
-        configuration instead)."""
-        self.handle_exit(sig, frame)
+        """SIGHUP: reload the configuration, on the event loop (a signal handler must not
+        await); serving goes on whatever the reload's outcome."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not serving yet, or no more
+            log.warning("SIGHUP ignored: the gateway is not serving")
+            return
+        loop.call_soon_threadsafe(self._spawn_reload)
+
+    def _spawn_reload(self) -> None:
+        if self.gateway.reloader is None:
+            log.warning("SIGHUP: this gateway was not started from a configuration file")
+            return
+        self.gateway.background.spawn(self.gateway.reloader.reload("SIGHUP"), "reload")
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -117,12 +130,15 @@ class _DrainingServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def run_gateway(config: MirrorgateConfig) -> int:
-    """Serve until SIGINT, SIGTERM or SIGHUP; on each, stop accepting, give in-flight requests
-    `server.drain_timeout_s`, cut and record the rest, drain the recorder; then exit 0."""
+def run_gateway(
+    config: MirrorgateConfig, source: Callable[[], MirrorgateConfig] | None = None
+) -> int:
+    """Serve until SIGINT or SIGTERM; on each, stop accepting, give in-flight requests
+    `server.drain_timeout_s`, cut and record the rest, drain the recorder; then exit 0. SIGHUP
+    reloads the configuration from `source` (the file `config` was read from)."""
     try:
         # Alone in this process: all its CPU is the gateway's (see `Gateway`'s `cpu_clock`).
-        gateway = Gateway(config, cpu_clock=time.process_time)
+        gateway = Gateway(config, cpu_clock=time.process_time, source=source)
         # Reached and migrated before serving: a store that cannot be opened is one line on
         # stderr and exit 1, not a startup traceback (the lifespan's own migrate is then a no-op).
         gateway.store.migrate()

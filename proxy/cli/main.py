@@ -68,7 +68,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 1
     from proxy.app import run_gateway
 
-    return run_gateway(cfg)
+    # A reload (SIGHUP, POST /admin/reload) reads the same file with the same flags.
+    return run_gateway(cfg, lambda: load_config(path, overrides={"server": server}))
 
 
 def cmd_mock_upstream(args: argparse.Namespace) -> int:

@@ -105,7 +105,6 @@ class ProxyHandler:
         self.journal = journal
         self.routes = routes
         self.caller = caller
-        self.clients = caller.clients
         self.metrics = metrics
         self.tracer = tracer
         self.sinks = tuple(sinks)
@@ -122,6 +121,12 @@ class ProxyHandler:
         """One future per exchange in flight; `cut` completes them."""
         self._idle: asyncio.Future[None] | None = None
         """Completed when the last exchange in flight ends (`drained` waits for it)."""
+
+    def reconfigure(self, config: MirrorgateConfig) -> None:
+        """Plan new requests by `config` (a configuration reload; the route table and the model
+        table are swapped by their owners). Requests in flight keep what they were planned with."""
+        self.config = config
+        self.rules = RuleResolver(config)
 
     # --- entry ------------------------------------------------------------------------------------
 
@@ -182,7 +187,10 @@ class ProxyHandler:
         if plan is None:
             known = ", ".join(sorted(self.routes.names())[:20])
             raise RouteNotFound(f"model '{model[:200]}' is not a route of this gateway ({known})")
-        provider = self.clients[plan.target].spec.provider
+        # Everything below reads this one generation of the model table and of the rules: a
+        # reload swaps them whole, and this request keeps what it was planned with.
+        models = self.caller.clients
+        provider = models[plan.target].spec.provider
         if provider != endpoint.wire:
             raise WrongWireFormat(
                 f"route '{model}' is served by a {provider} model; "
@@ -209,7 +217,7 @@ class ProxyHandler:
             t0=ctx_clock[0], start_ns=ctx_clock[1],
             rule=match.rule if match else None, rule_version=match.version if match else None,
             system_prompt=match.system_prompt if match else None,
-            credentials_for=self.clients[plan.route.spec.primary].origin,
+            credentials_for=models[plan.route.spec.primary].origin, models=models,
         )  # fmt: skip
         if self.feedback_tokens is not None:
             ctx.feedback_token = self.feedback_tokens.issue(request_id, time.time())

@@ -77,6 +77,15 @@ class RouteTable:
             for name, spec in config.routes.items()
         }
 
+    def reconfigure(self, config: MirrorgateConfig, rollouts: Mapping[str, RolloutState]) -> None:
+        """Serve `config`'s routes from now on (a configuration reload), each under its rollout
+        state in `rollouts` (its initial state when it has none). The table is swapped whole: a
+        removed route disappears, a new one appears; a plan already made keeps its `RouteState`."""
+        self._states = {
+            name: state_for(name, spec, rollouts.get(name) or initial_state(name, spec))
+            for name, spec in config.routes.items()
+        }
+
     def get(self, name: str) -> RouteState | None:
         return self._states.get(name)
 

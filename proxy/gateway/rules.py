@@ -176,6 +176,12 @@ class RuleTracker:
         for rule in self._policies:  # exposed at 0 from the start, so that rate() sees the first
             metrics.rule_versions_overflow.labels(rule)
 
+    def reconfigure(self, policies: Mapping[str, VersionPolicy]) -> None:
+        """Follow `policies` from now on (a configuration reload); open versions stay open."""
+        self._policies = dict(policies)
+        for rule in self._policies:
+            self._metrics.rule_versions_overflow.labels(rule)
+
     def load(self) -> None:
         """Read the versions already open (at start, on a worker thread)."""
         for event in self._events.events():

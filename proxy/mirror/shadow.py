@@ -294,7 +294,13 @@ class ShadowDispatcher(ExchangeObserver):
         try:
             await asyncio.wait_for(call(), job.timeout_s)
         except TimeoutError:
-            attempt = holder[0] if holder else Attempt(job.target, Arm.SHADOW, b"", *started)
+            attempt = (
+                holder[0]
+                if holder
+                else Attempt(
+                    job.target, Arm.SHADOW, b"", *started, self.caller.client_for(ctx, job.target)
+                )
+            )
             attempt.status, attempt.error_class = Status.TIMEOUT, "shadow_timeout"
             attempt.error = UpstreamTimeout(f"shadow '{job.target}' exceeded its timeout_s")
             if attempt.response is not None:

@@ -65,6 +65,19 @@ class GatewayMetrics:
             "decider or an API handler that raised (the traceback is in the log).",
             ("component",), registry=registry,
         )  # fmt: skip
+        self.config_reloads = Counter(
+            "mirrorgate_config_reloads",
+            "Configuration reloads (SIGHUP or POST /admin/reload), by result: applied, unchanged "
+            "(the file says what runs), rejected (the running configuration stays; the log says "
+            "why).",
+            ("result",), registry=registry,
+        )  # fmt: skip
+        self.config_generation = Gauge(
+            "mirrorgate_config_generation",
+            "The configuration this process serves: 1 at start, one more for each applied reload.",
+            registry=registry,
+        )
+        self.config_generation.set(1)
         self.shadow_dropped = Counter(
             "mirrorgate_shadow_dropped", "Shadow calls not made, by reason.",
             ("route", "target", "reason"), registry=registry,

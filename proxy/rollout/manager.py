@@ -89,6 +89,30 @@ class RolloutManager:
         for state in self._states.values():
             self._export(state)
 
+    def reconfigure(self, config: MirrorgateConfig) -> None:
+        """Own `config`'s routes from now on (a configuration reload): a route that stays keeps
+        its rollout state (the route table rebuilds its live state from it, see
+        `proxy.gateway.routing.state_for`), a new one starts in its initial state (`refresh`
+        then brings any row the store holds for it), a removed one is dropped with its gauges."""
+        states = {
+            name: self._states.get(name) or initial_state(name, spec)
+            for name, spec in config.routes.items()
+        }
+        for route in set(self._states) - set(states):
+            target = self._labels.pop(route, None)
+            if target is None:
+                continue
+            for each in Phase:
+                with contextlib.suppress(KeyError):
+                    self.metrics.rollout_phase.remove(route, target, each.value)
+            with contextlib.suppress(KeyError):
+                self.metrics.rollout_weight.remove(route, target)
+        self.config = config
+        self._states = states
+        self.routes.reconfigure(config, states)
+        for state in states.values():
+            self._export(state)
+
     # --- reading ----------------------------------------------------------------------------------
 
     def state(self, route: str) -> RolloutState:

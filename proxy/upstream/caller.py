@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -76,6 +76,10 @@ class CallContext:
     credentials_for: str | None = None
     """The upstream origin the client's credentials were meant for: its route's configured
     primary's (`ModelSpec.origin`). None: no upstream's (the judge's and replays' calls)."""
+    models: Mapping[str, UpstreamClient] | None = None
+    """The model table this request was planned with (None: the caller's current one). A
+    configuration reload swaps the caller's table; a request that started before it keeps
+    calling — fallback included — the models it was planned with."""
 
 
 @dataclass(slots=True)
@@ -88,6 +92,8 @@ class Attempt:
     t_sent: float
     started_at: datetime
     start_ns: int
+    client: UpstreamClient
+    """The model's client this attempt was prepared with (it stays the same across a reload)."""
     response: UpstreamResponse | None = None
     body: bytes | None = None
     """Non-streamed answers (and error answers): the whole body, already read."""
@@ -138,18 +144,28 @@ class ModelCaller:
         await self.call(ctx, attempt)
         return attempt
 
+    def client_for(self, ctx: CallContext, target: str) -> UpstreamClient:
+        """The client of model `target` for a call in `ctx` (its planned table, if it has one)."""
+        return (ctx.models if ctx.models is not None else self.clients)[target]
+
     def prepare(self, ctx: CallContext, target: str, arm: Arm) -> Attempt:
         """The attempt of a call to `target`, its body encoded and its clock started, before
         anything is sent: whoever cancels `call` still holds what to record. Raises
         `RequestError` when the body cannot be encoded."""
-        client = self.clients[target]
+        client = self.client_for(ctx, target)
         ctx.payload["model"] = client.spec.model
         try:
             upstream_body = dumps_exact(ctx.payload)
         except (TypeError, ValueError) as exc:
             raise RequestError(f"request body cannot be forwarded: {exc}") from None
         return Attempt(
-            target, arm, upstream_body, time.perf_counter(), datetime.now(UTC), time.time_ns()
+            target,
+            arm,
+            upstream_body,
+            time.perf_counter(),
+            datetime.now(UTC),
+            time.time_ns(),
+            client,
         )
 
     async def call(self, ctx: CallContext, attempt: Attempt) -> None:
@@ -157,7 +173,7 @@ class ModelCaller:
         answers are read whole; a 2xx stream is left unread in `attempt.response`. Never raises
         for upstream failures: the attempt says (a deadline that ran out is `UpstreamTimeout`
         with `error_class` "UpstreamTotalTimeout")."""
-        spec = self.clients[attempt.target].spec
+        spec = attempt.client.spec
         total = spec.total_timeout_s or TOTAL_TIMEOUT_FACTOR * spec.timeout_s
         try:
             async with asyncio.timeout(total):
@@ -176,7 +192,7 @@ class ModelCaller:
 
     async def _call(self, ctx: CallContext, attempt: Attempt) -> None:
         target = attempt.target
-        client = self.clients[target]
+        client = attempt.client
         try:
             with gateway_errors(target):
                 response = await client.send(
@@ -244,7 +260,7 @@ class ModelCaller:
     ) -> ExchangeRecord:
         """The record of one attempt. `own_clock`: time it from its own start (shadows) rather
         than from the client request's arrival (client-path arms)."""
-        client = self.clients[attempt.target]
+        client = attempt.client
         endpoint = ctx.endpoint.name
         observer = attempt.observer
         ttft: float | None = None

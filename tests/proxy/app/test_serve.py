@@ -3,6 +3,7 @@ runs in tests/e2e)."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 
 from prometheus_client import CollectorRegistry
@@ -43,8 +44,26 @@ def test_a_signal_that_drained_cleanly_is_not_re_raised() -> None:
     assert server._captured_signals == []
 
 
-def test_sighup_stops_the_server_as_sigterm_does() -> None:
+def test_sighup_reloads_and_keeps_serving() -> None:
+    config = gateway().config
+    gw = Gateway(config, registry=CollectorRegistry(), env={}, source=lambda: config)
+    server = _DrainingServer(_uvicorn_config(gw, "127.0.0.1", 0), gw)
+    reloads = gw.metrics.config_reloads.labels("unchanged")
+
+    async def hang_up() -> None:
+        server.handle_hangup(signal.SIGHUP, None)
+        await asyncio.sleep(0)  # the handler's callback runs: it spawns the reload
+        (task,) = [t for t in asyncio.all_tasks() if t.get_name() == "gateway:reload"]
+        async with asyncio.timeout(10):
+            await task
+
+    asyncio.run(hang_up())
+    assert not server.should_exit and server._captured_signals == []
+    assert reloads._value.get() == 1
+
+
+def test_sighup_without_a_file_keeps_serving() -> None:
     gw = gateway()
     server = _DrainingServer(_uvicorn_config(gw, "127.0.0.1", 0), gw)
-    server.handle_hangup(signal.SIGHUP, None)
-    assert server.should_exit and server._captured_signals == []
+    server.handle_hangup(signal.SIGHUP, None)  # no loop running: logged, ignored
+    assert not server.should_exit
