@@ -78,7 +78,13 @@ from proxy.store import (
     Store,
     StoreUnavailableError,
 )
-from proxy.upstream import ModelCaller, UpstreamClient, load_encoding, shared_ssl_context
+from proxy.upstream import (
+    TOTAL_TIMEOUT_FACTOR,
+    ModelCaller,
+    UpstreamClient,
+    load_encoding,
+    shared_ssl_context,
+)
 
 from .reload import ConfigReloader, ReloadResult
 
@@ -279,6 +285,16 @@ class Gateway:
             clients[name] = client
         return clients
 
+    async def _retire(self, client: UpstreamClient) -> None:
+        """Close a client a reload replaced once no request planned before the reload can still
+        start a call on it (a fallback is tried within the first call's total time), so that
+        reloads do not pile up open pools. Closing is graceful: an answer still streaming keeps
+        its connection until it ends."""
+        spec = client.spec
+        await asyncio.sleep(spec.total_timeout_s or TOTAL_TIMEOUT_FACTOR * spec.timeout_s)
+        await client.aclose()
+        self.retired_clients.remove(client)
+
     def _judge(self, config: MirrorgateConfig) -> Judge | None:
         if config.judge is None:
             return None
@@ -317,7 +333,10 @@ class Gateway:
         already planned keep their route state, model table and rule match. Returns what of
         `config` cannot run without a restart (a part this gateway did not start with)."""
         clients = self._clients(config)
-        self.retired_clients += [c for n, c in self.clients.items() if clients.get(n) is not c]
+        retired = [c for n, c in self.clients.items() if clients.get(n) is not c]
+        self.retired_clients += retired
+        for client in retired:
+            self.background.spawn(self._retire(client), f"retire:{client.name}")
         self.clients = clients
         self.caller.clients = clients
         self.rollouts.reconfigure(config)  # and the route table, from the rollout states

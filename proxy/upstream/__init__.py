@@ -4,7 +4,14 @@ errors become the gateway's error tree (`UpstreamError`, `UpstreamTimeout`) in `
 nowhere else; none of them is exported. Imports `proxy.core` and `proxy.config`.
 """
 
-from .caller import Attempt, CallContext, ModelCaller, failure_outcome, stream_outcome
+from .caller import (
+    TOTAL_TIMEOUT_FACTOR,
+    Attempt,
+    CallContext,
+    ModelCaller,
+    failure_outcome,
+    stream_outcome,
+)
 from .client import HOP_BY_HOP, UpstreamClient, shared_ssl_context
 from .http11 import UpstreamResponse
 from .streaming import StreamObserver
@@ -12,6 +19,7 @@ from .tokens import load_encoding
 
 __all__ = [
     "HOP_BY_HOP",
+    "TOTAL_TIMEOUT_FACTOR",
     "Attempt",
     "CallContext",
     "ModelCaller",

@@ -106,7 +106,34 @@ def test_unchanged_models_keep_their_clients(start_gateway: StartGateway, tmp_pa
     after = gw.gateway.clients
     assert after["echo"] is not before["echo"] and after["echo"].spec.timeout_s == 3
     assert all(after[n] is c for n, c in before.items() if n != "echo")
-    assert before["echo"] in gw.gateway.retired_clients  # closed at stop, not under a request
+    assert before["echo"] in gw.gateway.retired_clients  # not closed under a request
+
+
+def test_a_replaced_client_is_closed_once_no_planned_request_can_use_it(
+    start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    gw, path, doc = started(start_gateway, tmp_path)
+    edited = copy.deepcopy(doc)
+    edited["models"]["echo"]["total_timeout_s"] = 0.05
+    write(path, edited)
+    assert reload(gw.http).json()["changed"] == ["models.echo"]
+    short_lived = gw.gateway.clients["echo"]
+    edited["models"]["echo"]["timeout_s"] = 3
+    write(path, edited)
+    assert reload(gw.http).json()["changed"] == ["models.echo"]
+    assert short_lived in gw.gateway.retired_clients
+
+    async def retired() -> None:  # on the gateway's loop: its retirements, awaited
+        tasks = [t for t in asyncio.all_tasks() if t.get_name() == "gateway:retire:echo"]
+        assert len(tasks) == 2  # the first client (10 times 60 s to go) and the short-lived one
+        await asyncio.wait(tasks, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+
+    asyncio.run_coroutine_threadsafe(retired(), gw.loop).result(60)
+    assert short_lived not in gw.gateway.retired_clients
+    assert short_lived.http.pool.idle_connections == 0
+    with pytest.raises(RuntimeError, match="closed"):
+        asyncio.run(short_lived.http.pool.acquire(1))
+    assert chat(gw.http, "echo").status_code == 200  # the new client serves
 
 
 @pytest.mark.parametrize(
