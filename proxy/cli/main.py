@@ -193,8 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="validate a config; exit 1 naming every problem",
         formatter_class=HelpFormatter,
     )
-    check.add_argument("file", nargs="?")
-    check.add_argument("--config")
+    check.add_argument("file", nargs="?", help="config file (or --config)")
+    check.add_argument(
+        "--config", help="config file (default: $MIRRORGATE_CONFIG, ./mirrorgate.yaml)"
+    )
     check.set_defaults(func=cmd_check_config)
 
     mock = sub.add_parser(
@@ -202,8 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the built-in fake OpenAI/Anthropic model server",
         formatter_class=HelpFormatter,
     )
-    mock.add_argument("--host", default="127.0.0.1")
-    mock.add_argument("--port", type=int, default=9999)
+    mock.add_argument("--host", default="127.0.0.1", help="listen address")
+    mock.add_argument("--port", type=int, default=9999, help="listen port")
     mock.add_argument("--behavior", help="behaviour file (docs/mock-upstream.md)")
     mock.set_defaults(func=cmd_mock_upstream)
 
@@ -223,7 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--limit", type=int, help="at most N exchanges")
     replay.add_argument("--from-file", help="JSONL of recorded requests instead of the store")
     replay.add_argument("--eval-set", help="JSONL evaluation set: score answers against 'expect'")
-    replay.add_argument("--concurrency", type=int, default=8)
+    replay.add_argument(
+        "--concurrency", type=int, default=8, help="candidate calls in flight at once"
+    )
     replay.add_argument("--max-usd", type=float, help="stop a candidate once it has cost this much")
     replay.set_defaults(func=cmd_replay)
 
@@ -237,7 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--route", help="only this route")
     report.add_argument("--since", help="only since (ISO time, or 30m / 6h / 7d ago)")
-    report.add_argument("--format", choices=("md", "html"), default="md")
+    report.add_argument(
+        "--format", choices=("md", "html"), default="md", help="Markdown or a standalone HTML page"
+    )
     report.add_argument("--output", help="write to FILE instead of stdout")
     report.set_defaults(func=cmd_report)
 
@@ -272,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="plan: size the rollout on the route's traffic of this last period (default 1h)",
     )
     rollout.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds to wait for the gateway (10)"
+        "--timeout", type=float, default=10.0, help="seconds to wait for the gateway"
     )
     rollout.set_defaults(func=cmd_rollout, parser=rollout)
 
@@ -286,13 +292,31 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--keep-running", action="store_true", help="keep the gateway up after the story"
     )
-    demo.add_argument("--log-format", choices=LOG_FORMATS, default="text", help="log lines")
+    demo.add_argument(
+        "--log-format", choices=LOG_FORMATS, default="text", help="log lines as text or JSON"
+    )
     demo.set_defaults(func=cmd_demo)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        try:
+            return _run(build_parser(), argv)
+        except SystemExit:  # --help, --version, a usage error: their output may meet a closed pipe
+            sys.stdout.flush()
+            raise
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly. Python's own flush of stdout at exit
+        # would fail again, so stdout goes to /dev/null from here on.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return BROKEN_PIPE_EXIT
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.log_level not in LEVELS:  # the variable's value: argparse checks only the flag's
         parser.error(f"$MIRRORGATE_LOG_LEVEL must be one of {', '.join(LEVELS)}")
@@ -300,14 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, not at exit
-    except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly; Python's own flush of stdout at exit
-        # would fail again, so stdout goes to /dev/null from here on.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return BROKEN_PIPE_EXIT
-    except KeyboardInterrupt:
-        return 130
+    except (BrokenPipeError, KeyboardInterrupt):
+        raise
     except Exception as exc:
         if args.debug:
             traceback.print_exc()

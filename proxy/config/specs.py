@@ -511,7 +511,7 @@ class AlertsSpec(Spec):
     backoff_max_s: float = Field(30.0, gt=0)
     dedupe_window_s: float = Field(300.0, ge=0)
     """The same alert (same kind, route, target, rule, version, check) is sent once per window."""
-    generator_url: str = ALERT_LINK_DEFAULT
+    generator_url: str = Field(ALERT_LINK_DEFAULT, max_length=2000)
     """Where an alert's link (`generator_url`) points: an http(s) URL template with `{kind}`,
     `{route}` and `{anchor}` (the runbook section of the alert's kind) filled in."""
 
