@@ -82,7 +82,8 @@ def serve_fails(tmp_path: Path, store_url: str, *flags: str) -> list[str]:
     path.write_text(yaml.safe_dump(config(store_url)))
     done = subprocess.run(
         [sys.executable, "-m", "proxy.cli", "serve", "--config", str(path), *flags],
-        check=False, capture_output=True,
+        check=False,
+        capture_output=True,
         text=True,
         timeout=120,
         env={**ENV, "PATH": "/usr/bin:/bin"},

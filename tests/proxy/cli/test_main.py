@@ -144,7 +144,8 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
         try:
             done = subprocess.run(
                 [sys.executable, "-m", "proxy.cli", *args],
-                check=False, stdout=write,
+                check=False,
+                stdout=write,
                 stderr=subprocess.PIPE,
                 text=True,
                 timeout=60,
