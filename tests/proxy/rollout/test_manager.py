@@ -16,10 +16,11 @@ from proxy.config import parse_config
 from proxy.core import Action
 from proxy.gateway.routing import RouteTable
 from proxy.observability.metrics import GatewayMetrics
-from proxy.rollout.manager import RolloutManager
+from proxy.rollout.manager import RUNBOOK_ANCHORS, RolloutManager
 from proxy.store.errors import StoreUnavailableError
 from proxy.store.exchanges import Store
 from proxy.store.rollouts import RolloutStore
+from tests.prometheus.test_alert_rules import github_anchor
 from tests.proxy.rollout.test_controller import CONFIG
 
 
@@ -135,3 +136,14 @@ def test_an_alert_link_points_at_the_runbook_section_of_its_kind(store: Store) -
         store, "alerts: {generator_url: 'https://wiki.example.org/{kind}?route={route}'}\n"
     )
     assert own.alert_link("rollback", "bot") == "https://wiki.example.org/rollback?route=bot"
+
+
+def test_every_runbook_anchor_is_a_section_of_the_runbook() -> None:
+    runbook = Path(__file__).parents[3] / "docs" / "runbook.md"
+    headings = {
+        github_anchor(line.lstrip("#"))
+        for line in runbook.read_text().splitlines()
+        if line[:1] == "#"
+    }
+    assert set(RUNBOOK_ANCHORS.values()) <= headings
+    assert "reading-the-logs" in headings
