@@ -63,6 +63,10 @@ def _load(
     try:
         return load_config(path, overrides=overrides)
     except ConfigError as exc:
+        (first, *others) = exc.problems
+        if not others and not first.path and first.message.startswith(f"{path}: "):
+            print(f"mirrorgate: {first.message}", file=sys.stderr)  # the file itself: one line
+            return None
         print(f"mirrorgate: {path}: {len(exc.problems)} problem(s)", file=sys.stderr)
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)

@@ -72,7 +72,9 @@ def test_serve_refuses_a_bad_config_before_listening(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["serve", "--config", str(tmp_path / "missing.yaml")]) == 1
-    assert "no such file" in capsys.readouterr().err
+    assert capsys.readouterr().err == f"mirrorgate: {tmp_path / 'missing.yaml'}: no such file\n"
+    assert main(["serve", "--config", str(tmp_path)]) == 1  # a folder: one line too
+    assert capsys.readouterr().err == f"mirrorgate: {tmp_path}: cannot read (Is a directory)\n"
 
 
 def test_usage_errors_exit_2() -> None:
