@@ -39,8 +39,9 @@ last words, admin calls) before it cancels them."""
 
 
 def _uvicorn_config(
-    gateway: Gateway, host: str, port: int, log_level: str = "warning"
+    gateway: Gateway, host: str, port: int, log_level: str | None = "warning"
 ) -> uvicorn.Config:
+    """`log_level`: uvicorn's loggers' own level; None leaves them at the root's (`serve`)."""
     return uvicorn.Config(
         gateway.app,
         host=host,
@@ -149,7 +150,7 @@ def run_gateway(config: MirrorgateConfig) -> int:
         warning = connection_cap_warning(config.server.limits, open_files)
         if warning is not None:
             log.warning(warning)
-    server = _DrainingServer(_uvicorn_config(gateway, host, port, "info"), gateway)
+    server = _DrainingServer(_uvicorn_config(gateway, host, port, None), gateway)
     bound = listener.getsockname()
     shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
     log.info("listening on http://%s:%d", shown, bound[1])

@@ -143,6 +143,7 @@ def _through_root(names: Iterable[str]) -> None:
         logger = logging.getLogger(name)
         for old in list(logger.handlers):
             logger.removeHandler(old)
+        logger.setLevel(logging.NOTSET)  # the root's level: `--log-level` holds for them too
         logger.propagate = True
 
 
