@@ -11,7 +11,9 @@ the Alertmanager webhook, models, health): routers raise, `install_error_handlin
                             already answered 408): not a bug, not counted
     a request FastAPI       400 (`RequestError`) naming the parameter and what is wrong with it
       cannot validate       (e.g. `?limit=abc`), instead of FastAPI's own 422 `{"detail": ...}`
-    no such path/method     Starlette's 404 or 405, in the same format
+    no such path/method     Starlette's 404 or 405 (with `Allow`), in the wire format of the
+                            path's family (`routing_error`): Anthropic's under /v1/messages,
+                            else OpenAI's; another method than POST on a proxied endpoint is 405
     anything else           a bug: 500 in the same format, logged with its traceback and
                             counted in `mirrorgate_internal_errors_total{component="api"}`
 
@@ -22,21 +24,24 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core import (
+    ENDPOINTS,
     Conflict,
     GatewayError,
     NotFound,
     RequestError,
     TooManyRequests,
     Unavailable,
+    WireFormat,
     error_body,
 )
 from proxy.gateway import ClientGone
@@ -81,6 +86,37 @@ def error_response(exc: GatewayError) -> JSONResponse:
     return JSONResponse(body, status_code=exc.status)
 
 
+def path_wire(path: str) -> WireFormat:
+    """The wire format of a path's family: Anthropic's under `/v1/messages`, else OpenAI's
+    (which is also the gateway's own shape, for the admin API and the rest)."""
+    return "anthropic" if path == "/v1/messages" or path.startswith("/v1/messages/") else "openai"
+
+
+def routing_error(
+    path: str, method: str, status: int, headers: Mapping[str, str] | None = None
+) -> Response:
+    """Starlette's own 404 (no such path) or 405 (a method the path does not take, `Allow`
+    kept), in the wire format of the path's family. A proxied endpoint asked with another
+    method than POST is a 405 (Starlette, which never sees its POSTs, would say 404)."""
+    shown = path[:200]
+    endpoint = ENDPOINTS.get(path)
+    if status == 404 and endpoint is not None:
+        status, headers = 405, {"allow": "POST"}
+    error: GatewayError
+    if status == 404:
+        error = NotFound(f"no such path: {shown}")
+    else:
+        reason = "Method Not Allowed" if status == 405 else "the request cannot be routed"
+        error = RoutingError(f"{method[:20]} {shown}: {reason}", status)
+    wire = endpoint.wire if endpoint is not None else path_wire(path)
+    return Response(
+        error_body(error, wire),
+        status_code=error.status,
+        headers=dict(headers or {}),
+        media_type="application/json",
+    )
+
+
 def store_unavailable(exc: StoreUnavailableError, outcome: str = "nothing changed") -> Unavailable:
     """The API's 503 for a store that cannot be reached: what became of the call (`outcome`),
     then the store's reason."""
@@ -112,14 +148,8 @@ def install_error_handling(app: FastAPI, metrics: GatewayMetrics) -> None:
         return error_response(RequestError("; ".join(problems) or "the request is not valid"))
 
     @app.exception_handler(StarletteHTTPException)
-    async def routing(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        path = request.url.path[:200]
-        if exc.status_code == 404:
-            return error_response(NotFound(f"no such path: {path}"))
-        message = f"{request.method[:20]} {path}: {exc.detail}"
-        response = error_response(RoutingError(message, exc.status_code))
-        response.headers.update(exc.headers or {})
-        return response
+    async def routing(request: Request, exc: StarletteHTTPException) -> Response:
+        return routing_error(request.url.path, request.method, exc.status_code, exc.headers)
 
     app.add_middleware(InternalErrorMiddleware, metrics=metrics)
 

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 from opentelemetry.sdk.trace import TracerProvider
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, disable_created_metrics
 
 from alerts.dispatcher import AlertDispatcher
 from alerts.sink_types import build_sink
@@ -48,6 +48,7 @@ from proxy.config import (
 )
 from proxy.core import ENDPOINTS, FeedbackTokens, RecordSink, TaskSet
 from proxy.gateway import (
+    AccessLog,
     ExchangeObserver,
     ProxyHandler,
     Receive,
@@ -116,6 +117,9 @@ class Gateway:
         gateway was not started from a file and cannot reload)."""
         self.config = config
         self.env = os.environ if env is None else env
+        # No `_created` series beside every counter and histogram: no dashboard or alert reads
+        # them, and they double the exposition. prometheus_client's switch is process-wide.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = GatewayMetrics(self.registry)
         self.connection_metrics = ConnectionMetrics(self.registry)
@@ -173,8 +177,9 @@ class Gateway:
         self.feedback_tokens = FeedbackTokens(server.feedback_token_ttl_s)
         """Signs the answers' feedback tokens; its key is loaded at start (`lifespan`)."""
         # The client path's observers, in the order they hear each hook.
+        self.access_log = AccessLog(server.access_log_sample)
         observers: list[ExchangeObserver] = [
-            part for part in (self.shadows, self.analysis) if part is not None
+            part for part in (self.shadows, self.analysis, self.access_log) if part is not None
         ]
         self.proxy = ProxyHandler(
             config,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import resource
 import signal
@@ -40,8 +41,9 @@ last words, admin calls) before it cancels them."""
 
 
 def _uvicorn_config(
-    gateway: Gateway, host: str, port: int, log_level: str = "warning"
+    gateway: Gateway, host: str, port: int, log_level: str | None = "warning"
 ) -> uvicorn.Config:
+    """`log_level`: uvicorn's loggers' own level; None leaves them at the root's (`serve`)."""
     return uvicorn.Config(
         gateway.app,
         host=host,
@@ -54,7 +56,8 @@ def _uvicorn_config(
         # Proxied answers carry the upstream's own date; uvicorn would add a second one.
         server_header=False,
         date_header=False,
-        access_log=False,
+        access_log=False,  # the gateway writes its own (`mirrorgate.access`)
+        log_config=None,  # uvicorn's lines go through the gateway's handler and format
         log_level=log_level,
         timeout_graceful_shutdown=CUT_GRACE_S,
         timeout_keep_alive=gateway.config.server.limits.keep_alive_s,
@@ -135,7 +138,15 @@ def run_gateway(
 ) -> int:
     """Serve until SIGINT or SIGTERM; on each, stop accepting, give in-flight requests
     `server.drain_timeout_s`, cut and record the rest, drain the recorder; then exit 0. SIGHUP
-    reloads the configuration from `source` (the file `config` was read from)."""
+    reloads the configuration from `source` (the file `config` was read from).
+    A start-up failure the user can fix (the address cannot be listened on, the store cannot
+    be used, an analyzer plugin fails) is one line on stderr and exit 1."""
+    host, port = config.server.host, config.server.port
+    try:
+        listener = listen(host, port)
+    except ListenError as exc:
+        print(f"mirrorgate: {exc}", file=sys.stderr)
+        return 1
     try:
         # Alone in this process: all its CPU is the gateway's (see `Gateway`'s `cpu_clock`).
         gateway = Gateway(config, cpu_clock=time.process_time, source=source)
@@ -143,9 +154,11 @@ def run_gateway(
         # stderr and exit 1, not a startup traceback (the lifespan's own migrate is then a no-op).
         gateway.store.migrate()
     except PluginError as exc:
+        listener.close()
         print(f"mirrorgate: analyzers: {exc}", file=sys.stderr)
         return 1
     except StoreError as exc:
+        listener.close()
         print(f"mirrorgate: {store_problem(config.store.url, exc)}", file=sys.stderr)
         return 1
     open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -153,11 +166,36 @@ def run_gateway(
         warning = connection_cap_warning(config.server.limits, open_files)
         if warning is not None:
             log.warning(warning)
-    server = _DrainingServer(
-        _uvicorn_config(gateway, config.server.host, config.server.port, "info"), gateway
-    )
-    server.run()
+    server = _DrainingServer(_uvicorn_config(gateway, host, port, None), gateway)
+    bound = listener.getsockname()
+    shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+    log.info("listening on http://%s:%d", shown, bound[1])
+    server.run(sockets=[listener])
     return 0 if server.started else 1
+
+
+class ListenError(Exception):
+    """The gateway's address cannot be listened on; the message says why, in one line."""
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on `host:port` (`SO_REUSEADDR`, as uvicorn binds), or
+    `ListenError` naming the address and the reason."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ListenError(f"cannot listen on {host}:{port}: unknown host ({exc.strerror})") from exc
+    family, _, _, _, address = infos[0]
+    try:
+        return socket.create_server(address, family=family, backlog=2048)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise ListenError(f"port {port} on {host} is in use") from exc
+        if exc.errno == errno.EACCES:
+            raise ListenError(f"port {port} on {host} needs privileges this user lacks") from exc
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise ListenError(f"cannot listen on {host}: not an address of this machine") from exc
+        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
 
 
 def store_problem(url: str, exc: StoreError) -> str:

@@ -243,6 +243,8 @@ def run_demo(
     previous = signal.signal(signal.SIGINT, interrupt)
     for name in ("mirrorgate", "proxy"):  # the story prints what matters; logs would repeat it
         logging.getLogger(name).setLevel(logging.WARNING)
+    for name in ("mirrorgate.rollouts", "mirrorgate.upstream"):  # the story's own events
+        logging.getLogger(name).setLevel(logging.ERROR)
     folder = Path(tempfile.mkdtemp(prefix="mirrorgate-demo-"))
     db = folder / "mirrorgate.db"
     scene = _Scene()

@@ -1,15 +1,18 @@
 """The `mirrorgate` command (every subcommand: docs/reference.md).
 
-Exit codes: 0 success, 1 a problem the user can fix (named on stderr), 2 usage error.
+Exit codes: 0 success, 1 a problem the user can fix (named on stderr in one line; `--debug`
+adds the traceback), 2 usage error (a bad flag or value, `--log-level bogus` included), 130
+interrupted, 141 output cut short by a closed pipe (`mirrorgate report | head`), quietly.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
+import importlib.metadata
 import os
 import re
 import sys
+import traceback
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +23,7 @@ from proxy.config import (
     load_config,
 )
 from proxy.core import OPERATOR_ACTIONS, Action
+from proxy.observability import LEVELS, configure_logging
 
 if TYPE_CHECKING:
     import httpx
@@ -27,6 +31,26 @@ if TYPE_CHECKING:
 ROLLOUT_ACTIONS = ("status", "plan", *(a.value for a in Action if a in OPERATOR_ACTIONS))
 ROLLOUT_URL_ENV = "MIRRORGATE_URL"
 ROLLOUT_DEFAULT_URL = "http://127.0.0.1:8080"
+LOG_FORMATS = ("text", "json")
+BROKEN_PIPE_EXIT = 141
+"""128 + SIGPIPE: what a shell reports for a program whose reader went away (`| head`)."""
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, unless it has none or its help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("mirrorgate")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _config_path(value: str | None) -> str:
@@ -39,6 +63,10 @@ def _load(
     try:
         return load_config(path, overrides=overrides)
     except ConfigError as exc:
+        (first, *others) = exc.problems
+        if not others and not first.path and first.message.startswith(f"{path}: "):
+            print(f"mirrorgate: {first.message}", file=sys.stderr)  # the file itself: one line
+            return None
         print(f"mirrorgate: {path}: {len(exc.problems)} problem(s)", file=sys.stderr)
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
@@ -66,6 +94,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cfg = _load(path, {"server": server})
     if cfg is None:
         return 1
+    configure_logging(args.log_level, args.log_format or cfg.server.log_format)
     from proxy.app import run_gateway
 
     # A reload (SIGHUP, POST /admin/reload) reads the same file with the same flags.
@@ -136,33 +165,59 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mirrorgate",
         description="Shadow, canary and roll back LLMs, prompts and policies on live traffic.",
+        formatter_class=HelpFormatter,
     )
-    parser.add_argument("--log-level", default=os.environ.get("MIRRORGATE_LOG_LEVEL", "info"))
+    parser.add_argument("--version", action="version", version=f"mirrorgate {_version()}")
+    parser.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=LEVELS,
+        default=os.environ.get("MIRRORGATE_LOG_LEVEL", "info").lower(),
+        help="log level ($MIRRORGATE_LOG_LEVEL sets the default)",
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of a failure, not one line"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="run the gateway")
+    serve = sub.add_parser("serve", help="run the gateway", formatter_class=HelpFormatter)
     serve.add_argument(
         "--config", help="config file (default: $MIRRORGATE_CONFIG, ./mirrorgate.yaml)"
     )
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    serve.add_argument("--host", help="listen address (default: the config's server.host)")
+    serve.add_argument("--port", type=int, help="listen port (default: the config's server.port)")
+    serve.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        help="log lines as text or JSON (default: the config's server.log_format)",
+    )
     serve.set_defaults(func=cmd_serve)
 
-    check = sub.add_parser("check-config", help="validate a config; exit 1 naming every problem")
-    check.add_argument("file", nargs="?")
-    check.add_argument("--config")
+    check = sub.add_parser(
+        "check-config",
+        help="validate a config; exit 1 naming every problem",
+        formatter_class=HelpFormatter,
+    )
+    check.add_argument("file", nargs="?", help="config file (or --config)")
+    check.add_argument(
+        "--config", help="config file (default: $MIRRORGATE_CONFIG, ./mirrorgate.yaml)"
+    )
     check.set_defaults(func=cmd_check_config)
 
     mock = sub.add_parser(
-        "mock-upstream", help="run the built-in fake OpenAI/Anthropic model server"
+        "mock-upstream",
+        help="run the built-in fake OpenAI/Anthropic model server",
+        formatter_class=HelpFormatter,
     )
-    mock.add_argument("--host", default="127.0.0.1")
-    mock.add_argument("--port", type=int, default=9999)
+    mock.add_argument("--host", default="127.0.0.1", help="listen address")
+    mock.add_argument("--port", type=int, default=9999, help="listen port")
     mock.add_argument("--behavior", help="behaviour file (docs/mock-upstream.md)")
     mock.set_defaults(func=cmd_mock_upstream)
 
     replay = sub.add_parser(
-        "replay", help="replay recorded traffic (or an evaluation set) to candidate models offline"
+        "replay",
+        help="replay recorded traffic (or an evaluation set) to candidate models offline",
+        formatter_class=HelpFormatter,
     )
     replay.add_argument(
         "--config", help="config file (default: $MIRRORGATE_CONFIG, ./mirrorgate.yaml)"
@@ -175,25 +230,32 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--limit", type=int, help="at most N exchanges")
     replay.add_argument("--from-file", help="JSONL of recorded requests instead of the store")
     replay.add_argument("--eval-set", help="JSONL evaluation set: score answers against 'expect'")
-    replay.add_argument("--concurrency", type=int, default=8)
+    replay.add_argument(
+        "--concurrency", type=int, default=8, help="candidate calls in flight at once"
+    )
     replay.add_argument("--max-usd", type=float, help="stop a candidate once it has cost this much")
     replay.set_defaults(func=cmd_replay)
 
     report = sub.add_parser(
-        "report", help="compare arms: latency, ttft, cost, errors, agreement, checks, corrections"
+        "report",
+        help="compare arms: latency, ttft, cost, errors, agreement, checks, corrections",
+        formatter_class=HelpFormatter,
     )
     report.add_argument(
         "--config", help="config file (default: $MIRRORGATE_CONFIG, ./mirrorgate.yaml)"
     )
     report.add_argument("--route", help="only this route")
     report.add_argument("--since", help="only since (ISO time, or 30m / 6h / 7d ago)")
-    report.add_argument("--format", choices=("md", "html"), default="md")
+    report.add_argument(
+        "--format", choices=("md", "html"), default="md", help="Markdown or a standalone HTML page"
+    )
     report.add_argument("--output", help="write to FILE instead of stdout")
     report.set_defaults(func=cmd_report)
 
     rollout = sub.add_parser(
         "rollout",
         help="show or drive canary rollouts through a gateway's admin API",
+        formatter_class=HelpFormatter,
         description=(
             "Show or drive the canary rollouts of a running gateway through its admin API "
             "(token: $MIRRORGATE_ADMIN_TOKEN). 'status' without ROUTE lists every route."
@@ -221,11 +283,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="plan: size the rollout on the route's traffic of this last period (default 1h)",
     )
     rollout.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds to wait for the gateway (10)"
+        "--timeout", type=float, default=10.0, help="seconds to wait for the gateway"
     )
     rollout.set_defaults(func=cmd_rollout, parser=rollout)
 
-    demo = sub.add_parser("demo", help="run a complete local scene with no setup")
+    demo = sub.add_parser(
+        "demo", help="run a complete local scene with no setup", formatter_class=HelpFormatter
+    )
     demo.add_argument("--port", type=int, default=8080, help="gateway port (0: any free port)")
     demo.add_argument(
         "--duration", type=float, default=0.0, help="cut the story short after N seconds"
@@ -233,19 +297,51 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--keep-running", action="store_true", help="keep the gateway up after the story"
     )
+    demo.add_argument(
+        "--log-format", choices=LOG_FORMATS, default="text", help="log lines as text or JSON"
+    )
     demo.set_defaults(func=cmd_demo)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        try:
+            return _run(build_parser(), argv)
+        except SystemExit:  # --help, --version, a usage error: their output may meet a closed pipe
+            sys.stdout.flush()
+            raise
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly. Python's own flush of stdout at exit
+        # would fail again, so stdout goes to /dev/null from here on.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return BROKEN_PIPE_EXIT
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    for chatty in ("httpx", "httpx2", "httpcore", "openai", "anthropic"):
-        logging.getLogger(chatty).setLevel(logging.WARNING)  # one line per request otherwise
-    code: int = args.func(args)
+    if args.log_level not in LEVELS:  # the variable's value: argparse checks only the flag's
+        parser.error(f"$MIRRORGATE_LOG_LEVEL must be one of {', '.join(LEVELS)}")
+    configure_logging(args.log_level, getattr(args, "log_format", None) or "text")
+    try:
+        code: int = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+    except (BrokenPipeError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        if args.debug:
+            traceback.print_exc()
+        else:
+            reason = next(iter(str(exc).strip().splitlines()), "")[:300]
+            print(
+                f"mirrorgate: {args.command} failed: {type(exc).__name__}"
+                f"{': ' + reason if reason else ''} (--debug shows the traceback)",
+                file=sys.stderr,
+            )
+        return 1
     return code
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import string
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -126,6 +127,12 @@ class ServerSpec(Spec):
     until it is 10 points lower. 0 leaves it out."""
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     """Timeouts and size caps for client connections and upstream answers (`server.limits.*`)."""
+    log_format: Literal["text", "json"] = "text"
+    """Log lines as `time level logger: message` text, or one JSON object per line (keys `ts`,
+    `level`, `logger`, `msg` and the line's own fields); `serve --log-format` overrides it."""
+    access_log_sample: float = Field(1.0, ge=0, le=1)
+    """Share of answered client requests that get an access-log line (`mirrorgate.access`);
+    requests that end in an error are always logged, whatever the share."""
 
     @field_validator("allowed_hosts")
     @classmethod
@@ -570,6 +577,10 @@ class AlertSinkSpec(Spec):
     headers: dict[str, str] = Field(default_factory=dict)
 
 
+ALERT_LINK_DEFAULT = "https://github.com/mirrorgate/mirrorgate/blob/main/docs/runbook.md#{anchor}"
+"""The runbook section of each alert kind, in the project's published docs."""
+
+
 class AlertsSpec(Spec):
     sinks: list[AlertSinkSpec] = Field(default_factory=list)
     retries: int = Field(5, ge=0, le=20)
@@ -579,6 +590,25 @@ class AlertsSpec(Spec):
     backoff_max_s: float = Field(30.0, gt=0)
     dedupe_window_s: float = Field(300.0, ge=0)
     """The same alert (same kind, route, target, rule, version, check) is sent once per window."""
+    generator_url: str = Field(ALERT_LINK_DEFAULT, max_length=2000)
+    """Where an alert's link (`generator_url`) points: an http(s) URL template with `{kind}`,
+    `{route}` and `{anchor}` (the runbook section of the alert's kind) filled in."""
+
+    @field_validator("generator_url")
+    @classmethod
+    def _link_template(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("must be an http:// or https:// URL")
+        try:
+            fields = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
+        except ValueError as exc:
+            raise ValueError(f"is not a valid template ({exc})") from None
+        unknown = sorted(fields - {"kind", "route", "anchor"})
+        if unknown:
+            raise ValueError(
+                f"unknown placeholder {{{unknown[0][:50]}}}; use {{kind}}, {{route}}, {{anchor}}"
+            )
+        return value
 
 
 class TelemetrySpec(Spec):

@@ -4,19 +4,22 @@ off-path features listen without the client path importing them. Imports the lay
 (`store`, `upstream`, `observability`, `core`, `config`).
 """
 
+from .access_log import AccessLog
 from .asgi import ClientGone, Receive, Scope, Send, read_body
 from .exchange import ProxyHandler
-from .hooks import ExchangeObserver, FinishedExchange
+from .hooks import ExchangeObserver, FinishedExchange, RefusedRequest
 from .routing import RoutePlan, RouteState, RouteTable
 from .rules import OVERFLOW_VERSION, RuleTracker, VersionPolicy, version_policies
 
 __all__ = [
     "OVERFLOW_VERSION",
+    "AccessLog",
     "ClientGone",
     "ExchangeObserver",
     "FinishedExchange",
     "ProxyHandler",
     "Receive",
+    "RefusedRequest",
     "RoutePlan",
     "RouteState",
     "RouteTable",

@@ -65,7 +65,7 @@ from .asgi import (
     send_bytes,
 )
 from .asgi import send_error as send_gateway_error
-from .hooks import ExchangeObserver, FinishedExchange
+from .hooks import ExchangeObserver, FinishedExchange, RefusedRequest
 from .routing import RoutePlan, RouteTable
 from .rules import RuleResolver, RuleTracker
 
@@ -133,6 +133,7 @@ class ProxyHandler:
     async def __call__(
         self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint
     ) -> None:
+        received = time.perf_counter()
         request_id = uuid.uuid4().hex
         ids = [(b"x-mirrorgate-request-id", request_id.encode())]
         out = ClientSend(send)
@@ -145,6 +146,15 @@ class ProxyHandler:
                 self.metrics.rejected.labels(endpoint.name, str(exc.status)).inc()
                 with contextlib.suppress(ClientGone):
                     await send_gateway_error(out, exc, endpoint.wire, ids)
+                if self.observers:
+                    refusal = RefusedRequest(
+                        request_id, endpoint, exc, time.perf_counter() - received
+                    )
+                    for observer in self.observers:
+                        try:
+                            observer.request_refused(refusal)
+                        except Exception:
+                            self._observer_failed(observer, "request_refused")
                 return
             except ClientGone:
                 return

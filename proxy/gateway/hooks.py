@@ -10,6 +10,9 @@ request:
   got comes last with `final=True`;
 - `request_closed(ctx)`: the client path is over, whatever ended it (always called once after
   `request_planned`, also when no attempt finished).
+- `request_refused(refusal)`: the request was answered with an error of the gateway's own
+  before it had a route (malformed, unknown route, too large, wrong content type); none of the
+  other hooks is called for it.
 
 Observers run on the event loop, inside the client's request: each must return at once (queue
 the work, spawn a task), and never raises on purpose. One that raises is logged and counted in
@@ -25,7 +28,7 @@ from typing import Any
 
 from opentelemetry.trace import SpanContext
 
-from proxy.core import ExchangeRecord
+from proxy.core import Endpoint, ExchangeRecord, GatewayError
 from proxy.upstream import CallContext
 
 from .routing import RoutePlan
@@ -50,6 +53,20 @@ class FinishedExchange:
     fallback (the client never saw it)."""
 
 
+@dataclass(frozen=True, slots=True)
+class RefusedRequest:
+    """A client request the gateway answered with its own error before routing it."""
+
+    request_id: str
+    """The id it was given (`x-mirrorgate-request-id`, also on the error answer)."""
+    endpoint: Endpoint
+    """The proxied endpoint it was sent to."""
+    error: GatewayError
+    """Why it was refused; `error.status` is the HTTP status the client got."""
+    duration_s: float
+    """From receiving the request to the refusal."""
+
+
 class ExchangeObserver:
     """Base of everything that listens to the client path. Override the hooks you need; the
     others do nothing. See the module docstring for when each is called."""
@@ -62,3 +79,6 @@ class ExchangeObserver:
 
     def request_closed(self, ctx: CallContext) -> None:
         """The client path of this request is over."""
+
+    def request_refused(self, refusal: RefusedRequest) -> None:
+        """The request was refused before it had a route."""

@@ -3,6 +3,14 @@ tracing with the GenAI conventions. Imports only `proxy.core` and `proxy.config`
 below the store and the upstream client so that both can count into the one catalogue.
 """
 
+from .logs import (
+    LEVELS,
+    JsonFormatter,
+    LogFormat,
+    TextFormatter,
+    access_fields,
+    configure_logging,
+)
 from .metrics import (
     AlertDeliveryMetrics,
     ConnectionMetrics,
@@ -13,11 +21,17 @@ from .metrics import (
 from .tracing import ExchangeTracer, build_tracer_provider
 
 __all__ = [
+    "LEVELS",
     "AlertDeliveryMetrics",
     "ConnectionMetrics",
     "ExchangeTracer",
     "GatewayMetrics",
     "JournalMetrics",
+    "JsonFormatter",
+    "LogFormat",
     "RecorderMetrics",
+    "TextFormatter",
+    "access_fields",
     "build_tracer_provider",
+    "configure_logging",
 ]

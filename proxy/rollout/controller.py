@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from alerts.alert import Alert
+from alerts.alert import Alert, AlertKind
 from analyzers.judge_stats import judge
 from analyzers.verdicts import ArmWindow, MetricVerdict, Outcome, Tally
 from proxy.config import MirrorgateConfig, RouteSpec
@@ -315,7 +315,7 @@ class RolloutController:
                 starts_at=now,
                 check=holding[0][1].metric if holding else None,
                 evidence={"step": state.step, "weight": state.weight},
-                generator_url=f"{self.manager.external_url}/admin/rollouts/{state.route}",
+                generator_url=self.manager.alert_link("step_held", state.route),
                 rollout_id=state.rollout_id,
             )
         )
@@ -445,8 +445,9 @@ class RolloutController:
         others = [v.metric for _, v in failed[1:]]
         if others:
             reason += f" (also failing: {', '.join(others)})"
+        alert_kind: AlertKind = "rule_regression" if rule is not None else "rollback"
         alert = Alert(
-            kind="rule_regression" if rule is not None else "rollback",
+            kind=alert_kind,
             route=state.route,
             target=state.candidate or "",
             severity="critical",
@@ -460,7 +461,7 @@ class RolloutController:
             check=check,
             evidence=evidence,
             example_request_ids=examples,
-            generator_url=f"{self.manager.external_url}/admin/rollouts/{state.route}",
+            generator_url=self.manager.alert_link(alert_kind, state.route),
             rollout_id=state.rollout_id,
         )
         return reason, alert

@@ -38,6 +38,16 @@ from proxy.store import RolloutStore, StoreUnavailableError, redact
 
 log = logging.getLogger("mirrorgate.rollouts")
 
+LOUD_PHASES = frozenset({Phase.ROLLED_BACK, Phase.PROMOTED, Phase.ABORTED})
+"""Transitions into these phases are logged at WARNING (the rest at INFO)."""
+
+RUNBOOK_ANCHORS = {
+    "rollback": "mirrorgaterolledback",
+    "rule_regression": "mirrorgaterolledback",
+    "step_held": "a-step-held-mirrorgates-step_held-warning",
+}
+"""docs/runbook.md's section for each kind of alert the rollouts send."""
+
 MAX_RACES = 5
 
 
@@ -77,9 +87,6 @@ class RolloutManager:
         self.metrics = metrics
         self.alerts = alerts
         self.clock = clock
-        self.external_url = config.server.external_url or (
-            f"http://{config.server.host}:{config.server.port}"
-        )
         self._states: dict[str, RolloutState] = {
             name: initial_state(name, spec) for name, spec in config.routes.items()
         }
@@ -245,9 +252,18 @@ class RolloutManager:
             self.metrics.rollout_phase.labels(state.route, target, each.value).set(value)
         self.metrics.rollout_weight.labels(state.route, target).set(state.weight)
 
+    def alert_link(self, kind: str, route: str) -> str:
+        """An alert's `generator_url`: `alerts.generator_url` filled in for this kind and route
+        (the runbook section a person can open; the console will replace it)."""
+        anchor = RUNBOOK_ANCHORS.get(kind, "runbook-mirrorgate-alerts")
+        return self.config.alerts.generator_url.format(kind=kind, route=route, anchor=anchor)
+
     def _announce(self, change: Transition, alert: Alert | None) -> None:
         after = change.after
-        log.info(
+        # What an operator must notice (the canary is gone, or it took all traffic) is a warning.
+        level = logging.WARNING if after.phase in LOUD_PHASES else logging.INFO
+        log.log(
+            level,
             "rollout %s: %s -> %s (step %d, %.1f%%) by %s: %s",
             after.route,
             change.before.phase,
@@ -277,7 +293,7 @@ class RolloutManager:
                     f"{after.actor}: {after.reason}"
                 ),
                 starts_at=after.changed_at or self.clock(),
-                generator_url=f"{self.external_url}/admin/rollouts/{after.route}",
+                generator_url=self.alert_link("rollback", after.route),
                 rollout_id=after.rollout_id,
             )
         self.alerts.notify(replace(alert, rolled_back_to=after.rolled_back_to))

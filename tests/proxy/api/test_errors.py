@@ -185,3 +185,44 @@ def test_a_path_no_route_matches_is_a_404_in_the_openai_format(gateway: Gateway)
     assert wrong_method.status_code == 405
     assert wrong_method.headers["allow"] == "GET"
     assert "Method Not Allowed" in wrong_method.json()["error"]["message"]
+
+
+def test_an_unknown_path_or_method_answers_in_the_wire_format_of_its_family(
+    gateway: Gateway,
+) -> None:
+    """Not FastAPI's `{"detail": "Not Found"}`, which looks like an upstream 404 passed on."""
+    openai = call(gateway, "GET", "/v1/nothing-here")
+    assert openai.status_code == 404
+    assert set(openai.json()["error"]) == {"message", "type", "param", "code"}
+    anthropic = call(gateway, "POST", "/v1/messages/count_tokens", json={})
+    assert anthropic.status_code == 404
+    assert anthropic.json()["type"] == "error"
+    assert anthropic.json()["error"]["message"] == "no such path: /v1/messages/count_tokens"
+    admin = call(gateway, "GET", "/admin/nothing")
+    assert admin.status_code == 404 and "detail" not in admin.json()
+
+
+def test_a_proxied_endpoint_asked_with_another_method_is_a_405_with_allow(
+    gateway: Gateway,
+) -> None:
+    for method in ("GET", "PUT", "DELETE"):
+        chat = call(gateway, method, "/v1/chat/completions")
+        assert chat.status_code == 405 and chat.headers["allow"] == "POST"
+        assert (
+            chat.json()["error"]["message"] == f"{method} /v1/chat/completions: Method Not Allowed"
+        )
+    messages = call(gateway, "GET", "/v1/messages")
+    assert messages.status_code == 405 and messages.headers["allow"] == "POST"
+    assert messages.json()["type"] == "error"
+    assert messages.json()["error"]["type"] == "invalid_request_error"
+    assert internal_errors(gateway) == 0
+
+
+def test_metrics_carry_no_created_series(gateway: Gateway) -> None:
+    """Every counter and histogram would have a `_created` twin that no dashboard reads."""
+    call(gateway, "POST", "/v1/chat/completions", json={"model": "nope"})  # counts a rejection
+    exposition = call(gateway, "GET", "/metrics").text
+    assert 'mirrorgate_rejected_requests_total{endpoint="chat.completions",status="404"}' in (
+        exposition
+    )
+    assert "_created" not in exposition

@@ -24,16 +24,16 @@ def built(**extra: object) -> Gateway:
 def test_optional_parts_are_built_only_when_configured() -> None:
     plain = built()
     assert plain.shadows is None and plain.analysis is None and plain.alerts is None
-    assert plain.proxy.observers == ()
+    assert plain.proxy.observers == (plain.access_log,)
     assert set(plain.clients) == set(plain.config.models)
 
     shadowed = built(routes={"echo": {"primary": "echo", "shadows": [{"model": "stale"}]}})
     assert shadowed.shadows is not None and shadowed.analysis is None
-    assert shadowed.proxy.observers == (shadowed.shadows,)
+    assert shadowed.proxy.observers == (shadowed.shadows, shadowed.access_log)
 
     checked = built(**CHECKED)
     assert checked.analysis is not None and checked.shadows is None
-    assert checked.proxy.observers == (checked.analysis,)
+    assert checked.proxy.observers == (checked.analysis, checked.access_log)
 
     alerting = built(alerts={"sinks": [{"type": "webhook", "url": "http://127.0.0.1:9/hook"}]})
     assert alerting.alerts is not None and alerting.alert_client is not None

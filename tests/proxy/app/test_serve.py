@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from proxy.app.connection import LimitedHttpToolsProtocol
 from proxy.app.gateway import Gateway
-from proxy.app.serve import CUT_GRACE_S, _DrainingServer, _uvicorn_config
+from proxy.app.serve import CUT_GRACE_S, ListenError, _DrainingServer, _uvicorn_config, listen
 from tests.conftest import gateway_config
 
 
@@ -67,3 +69,25 @@ def test_sighup_without_a_file_keeps_serving() -> None:
     server = _DrainingServer(_uvicorn_config(gw, "127.0.0.1", 0), gw)
     server.handle_hangup(signal.SIGHUP, None)  # no loop running: logged, ignored
     assert not server.should_exit
+
+
+def test_an_address_that_cannot_be_listened_on_is_named_in_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ListenError) as info:
+            listen("127.0.0.1", port)
+    assert str(info.value) == f"port {port} on 127.0.0.1 is in use"
+    with pytest.raises(ListenError, match=r"^cannot listen on 192\.0\.2\.1: not an address"):
+        listen("192.0.2.1", 0)  # TEST-NET-1: never this machine's
+    with pytest.raises(ListenError, match=r"^cannot listen on no-such-host\.invalid:0: unknown"):
+        listen("no-such-host.invalid", 0)
+    opened = listen("127.0.0.1", 0)
+    with opened:
+        assert opened.getsockname()[0] == "127.0.0.1" and opened.getsockname()[1] > 0
+
+
+def test_uvicorn_logs_through_the_gateways_handler() -> None:
+    config = _uvicorn_config(gateway(), "127.0.0.1", 0)
+    assert config.log_config is None and config.access_log is False

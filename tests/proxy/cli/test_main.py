@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -68,7 +72,9 @@ def test_serve_refuses_a_bad_config_before_listening(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["serve", "--config", str(tmp_path / "missing.yaml")]) == 1
-    assert "no such file" in capsys.readouterr().err
+    assert capsys.readouterr().err == f"mirrorgate: {tmp_path / 'missing.yaml'}: no such file\n"
+    assert main(["serve", "--config", str(tmp_path)]) == 1  # a folder: one line too
+    assert capsys.readouterr().err == f"mirrorgate: {tmp_path}: cannot read (Is a directory)\n"
 
 
 def test_usage_errors_exit_2() -> None:
@@ -78,3 +84,75 @@ def test_usage_errors_exit_2() -> None:
     with pytest.raises(SystemExit) as info:
         main(["serve", "--port", "eighty"])
     assert info.value.code == 2
+
+
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"mirrorgate {importlib.metadata.version('mirrorgate')}\n"
+
+
+def test_a_bad_log_level_is_a_usage_error_naming_the_choices(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--log-level", "bogus", "check-config", "x.yaml"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --log-level: invalid choice: 'bogus'" in err and "Traceback" not in err
+    monkeypatch.setenv("MIRRORGATE_LOG_LEVEL", "loud")
+    with pytest.raises(SystemExit) as done:
+        main(["check-config", "x.yaml"])
+    assert done.value.code == 2
+    assert "$MIRRORGATE_LOG_LEVEL must be one of debug, info" in capsys.readouterr().err
+
+
+def test_help_shows_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["mock-upstream", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(default: 9999)" in out and "(default: 127.0.0.1)" in out
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "--debug" in capsys.readouterr().out
+
+
+def test_an_unexpected_failure_is_one_line_and_debug_shows_the_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(_args: object) -> int:
+        raise RuntimeError("the disk is on fire\nsecond line")
+
+    monkeypatch.setattr(sys.modules["proxy.cli.main"], "cmd_check_config", broken)
+    assert main(["check-config", "x.yaml"]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        "mirrorgate: check-config failed: RuntimeError: the disk is on fire "
+        "(--debug shows the traceback)\n"
+    )
+    assert main(["--debug", "check-config", "x.yaml"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):") and "second line" in err
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """`mirrorgate check-config | head -0`: no traceback, no 'Exception ignored' at exit."""
+    path = tmp_path / "ok.yaml"
+    path.write_text(GOOD)
+    for args in (["check-config", str(path)], ["--help"]):
+        read, write = os.pipe()
+        os.close(read)  # the reader is gone before the first byte
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "proxy.cli", *args],
+                check=False,
+                stdout=write,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=60,
+            )
+        finally:
+            os.close(write)
+        assert done.stderr == "", args
+        assert done.returncode in (0, 141), args

@@ -112,3 +112,38 @@ def test_probes_need_a_value_group_and_values_to_ask() -> None:
         found = problems(with_probes(block))
         assert len(found) == 1 and found[0].startswith("rules.shipping-policy.probes"), found
         assert expected in found[0]
+
+
+def test_log_settings_have_defaults_and_refuse_what_they_cannot_mean() -> None:
+    server = parse_config(GOOD, ENV).server
+    assert (server.log_format, server.access_log_sample) == ("text", 1.0)
+    fine = GOOD.replace("port: 8080}", "port: 8080, log_format: json, access_log_sample: 0}")
+    assert parse_config(fine, ENV).server.log_format == "json"
+    for bad, key in (
+        ("log_format: xml", "log_format"),
+        ("log_format: [json]", "log_format"),
+        ("access_log_sample: 1.5", "access_log_sample"),
+        ("access_log_sample: -0.1", "access_log_sample"),
+        ("access_log_sample: lots", "access_log_sample"),
+        ("access_log_sample: .nan", "access_log_sample"),
+    ):
+        found = problems(GOOD.replace("port: 8080}", f"port: 8080, {bad}}}"))
+        assert [p.split(":")[0] for p in found] == [f"server.{key}"], (bad, found)
+
+
+def test_the_alert_link_template_is_an_http_url_with_known_placeholders() -> None:
+    default = parse_config(GOOD, ENV).alerts.generator_url
+    assert default.startswith("https://") and default.endswith("docs/runbook.md#{anchor}")
+    for bad, says in (
+        ("'ftp://x/{route}'", "http:// or https://"),
+        ("'https://x/{who}'", "unknown placeholder {who}"),
+        ("'https://x/{}'", "unknown placeholder"),
+        ("'https://x/{route'", "not a valid template"),
+        ("7", "string"),
+    ):
+        found = problems(GOOD + f"\nalerts: {{generator_url: {bad}}}\n")
+        assert len(found) == 1 and found[0].startswith("alerts.generator_url: "), (bad, found)
+        assert says in found[0], (bad, found)
+    long = "https://x/" + "{route}" * 1000
+    (found,) = problems(GOOD + f"\nalerts: {{generator_url: '{long}'}}\n")
+    assert found.startswith("alerts.generator_url: ") and "2000" in found

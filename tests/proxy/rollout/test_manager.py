@@ -13,12 +13,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from proxy.config import parse_config
+from proxy.core import Action
 from proxy.gateway.routing import RouteTable
 from proxy.observability.metrics import GatewayMetrics
-from proxy.rollout.manager import RolloutManager
+from proxy.rollout.manager import RUNBOOK_ANCHORS, RolloutManager
 from proxy.store.errors import StoreUnavailableError
 from proxy.store.exchanges import Store
 from proxy.store.rollouts import RolloutStore
+from tests.prometheus.test_alert_rules import github_anchor
 from tests.proxy.rollout.test_controller import CONFIG
 
 
@@ -94,3 +96,54 @@ def test_an_outage_is_waited_out_and_not_counted_as_a_bug(
     messages = [r.getMessage() for r in caplog.records]
     assert sum("serving the last route table" in m for m in messages) == 1  # once per outage
     assert sum("followed again" in m for m in messages) == 1
+
+
+def manager_for(store: Store, extra: str = "") -> RolloutManager:
+    config = parse_config(CONFIG + extra, {})
+    return RolloutManager(
+        config, RolloutStore(store), RouteTable(config), GatewayMetrics(CollectorRegistry())
+    )
+
+
+def test_a_rollback_or_a_promotion_is_a_warning_and_a_start_or_pause_is_info(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "mirrorgate.rollouts")
+    manager = manager_for(store)
+
+    async def scenario() -> None:
+        await manager.act("bot", Action.START, reason="ship it", actor="operator")
+        await manager.act("bot", Action.PAUSE, reason="look", actor="operator")
+        await manager.act("bot", Action.ROLLBACK, reason="answers got worse", actor="decider")
+        await manager.act("bot", Action.START, reason="again", actor="operator")
+        await manager.act("bot", Action.PROMOTE, reason="fine now", actor="operator")
+
+    asyncio.run(scenario())
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "mirrorgate.rollouts"]
+    levels = [level for level, _ in said]
+    assert levels == [logging.INFO, logging.INFO, logging.WARNING, logging.INFO, logging.WARNING]
+    assert "-> rolled_back" in said[2][1] and "answers got worse" in said[2][1]
+    assert "-> promoted" in said[4][1] and "fine now" in said[4][1]
+
+
+def test_an_alert_link_points_at_the_runbook_section_of_its_kind(store: Store) -> None:
+    default = manager_for(store)
+    assert default.alert_link("rollback", "bot").endswith("docs/runbook.md#mirrorgaterolledback")
+    assert default.alert_link("step_held", "bot").endswith(
+        "#a-step-held-mirrorgates-step_held-warning"
+    )
+    own = manager_for(
+        store, "alerts: {generator_url: 'https://wiki.example.org/{kind}?route={route}'}\n"
+    )
+    assert own.alert_link("rollback", "bot") == "https://wiki.example.org/rollback?route=bot"
+
+
+def test_every_runbook_anchor_is_a_section_of_the_runbook() -> None:
+    runbook = Path(__file__).parents[3] / "docs" / "runbook.md"
+    headings = {
+        github_anchor(line.lstrip("#"))
+        for line in runbook.read_text().splitlines()
+        if line[:1] == "#"
+    }
+    assert set(RUNBOOK_ANCHORS.values()) <= headings
+    assert "reading-the-logs" in headings

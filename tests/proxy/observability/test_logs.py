@@ -1,0 +1,125 @@
+"""The log formats: text and JSON lines, structured fields, uvicorn routed through one handler,
+and the access fields that never carry a body."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+from proxy.core import Arm, ExchangeRecord, Status, Usage
+from proxy.observability import JsonFormatter, TextFormatter, access_fields, configure_logging
+
+
+def log_record(msg: str = "hello %s", *args: object, **extra: object) -> logging.LogRecord:
+    record = logging.LogRecord("mirrorgate.test", logging.WARNING, "f.py", 1, msg, args, None)
+    record.__dict__.update(extra)
+    return record
+
+
+def test_a_json_line_has_the_four_keys_and_the_fields_passed_with_extra() -> None:
+    line = JsonFormatter().format(log_record("hello %s", "there", request_id="abc", n=3))
+    assert "\n" not in line
+    data = json.loads(line)
+    assert data["level"] == "WARNING" and data["logger"] == "mirrorgate.test"
+    assert data["msg"] == "hello there"
+    assert data["request_id"] == "abc" and data["n"] == 3
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", data["ts"])
+    stamp = datetime.fromisoformat(data["ts"].replace("Z", "+00:00"))
+    assert abs((stamp - datetime.now(UTC)).total_seconds()) < 3600
+
+
+def test_a_json_line_keeps_a_traceback_on_one_line_and_bounds_a_field() -> None:
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        import sys
+
+        record = log_record("failed", reason="x" * 5000)
+        record.exc_info = sys.exc_info()
+    line = JsonFormatter().format(record)
+    assert "\n" not in line
+    data = json.loads(line)
+    assert "ValueError: boom" in data["exc"] and len(data["reason"]) == 500
+
+
+def test_a_text_line_keeps_the_shape_and_appends_the_fields() -> None:
+    plain = TextFormatter().format(log_record("hello %s", "there"))
+    assert re.fullmatch(r"\S+ \S+ WARNING mirrorgate\.test: hello there", plain)
+    with_fields = TextFormatter().format(log_record("x", route="bot", ok=True, why="two words"))
+    assert with_fields.endswith('mirrorgate.test: x route=bot ok=true why="two words"')
+
+
+@contextlib.contextmanager
+def bare_root() -> Iterator[None]:
+    """The root logger without the test runner's handlers, restored afterwards (entered in the
+    test itself: pytest adds its capturing handlers after the fixtures)."""
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    for handler in saved:
+        root.removeHandler(handler)
+    yield
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in saved:
+        root.addHandler(handler)
+    root.setLevel(level)
+    logging.getLogger("uvicorn.access").disabled = False
+    logging.getLogger("httpx").setLevel(logging.NOTSET)
+
+
+def test_uvicorn_and_mirrorgate_lines_come_out_of_one_handler_in_one_format() -> None:
+    first, out = io.StringIO(), io.StringIO()
+    with bare_root():
+        configure_logging("info", "text", first)
+        configure_logging("info", "json", out)  # once the config is read: replaced, not added
+        assert len(logging.getLogger().handlers) == 1
+        logging.getLogger("uvicorn.error").info("Started server process [1]")
+        logging.getLogger("mirrorgate").info("listening")
+        logging.getLogger("uvicorn.access").info("GET / 200")  # ours replaces it
+        logging.getLogger("httpx").info("HTTP Request: POST ...")  # a line per request: quiet
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(x["logger"], x["msg"]) for x in lines] == [
+        ("uvicorn.error", "Started server process [1]"),
+        ("mirrorgate", "listening"),
+    ]
+    assert first.getvalue() == ""
+
+
+def test_a_program_that_set_up_logging_keeps_its_handlers() -> None:
+    own = logging.StreamHandler(io.StringIO())
+    with bare_root():
+        logging.getLogger().addHandler(own)
+        configure_logging("debug", "json", io.StringIO())
+        assert logging.getLogger().handlers == [own]
+        assert logging.getLogger().level == logging.DEBUG
+
+
+def test_access_fields_name_the_request_and_never_carry_a_body() -> None:
+    record = ExchangeRecord(
+        "r1", "bot", "prod", "gpt", Arm.CANARY, "messages", "anthropic", True,
+        datetime.now(UTC), 1.25, 0.2, 0.003, Status.OK, 200,
+        usage=Usage(input_tokens=10, cached_input_tokens=5, output_tokens=7), cost_usd=0.0123,
+        request_body="sk-live-secret", response_body="the answer", response_text="the answer",
+    )  # fmt: skip
+    fields = access_fields(record)
+    assert fields == {
+        "request_id": "r1",
+        "route": "bot",
+        "endpoint": "messages",
+        "arm": "canary",
+        "target": "prod",
+        "status": "ok",
+        "http_status": 200,
+        "duration_ms": 1250.0,
+        "ttft_ms": 200.0,
+        "tokens_in": 15,
+        "tokens_out": 7,
+        "cost_usd": 0.0123,
+        "streamed": True,
+        "error_class": None,
+    }
