@@ -365,8 +365,10 @@ def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _seed(db_url: str, migrated: Path) -> None:
-    """A SQLite database that does not exist yet starts as a copy of the migrated one."""
+def seed_sqlite(db_url: str, migrated: Path) -> None:
+    """A SQLite database that does not exist yet starts as a copy of the migrated one (pass the
+    `migrated_sqlite` fixture): its `migrate()` then finds nothing to do, in ~10 ms instead of
+    the ~60-170 ms of every step on a new file. Tests of the migrations themselves start empty."""
     if db_url.startswith("sqlite:///"):
         path = Path(db_url.removeprefix("sqlite:///"))
         if not path.exists():
@@ -385,7 +387,7 @@ def start_gateway(
         db_url: str | None = None, extra: dict[str, Any] | None = None, **kwargs: Any
     ) -> InProcessGateway:
         url = db_url or f"sqlite:///{tmp_path / 'gw.db'}"
-        _seed(url, migrated_sqlite)
+        seed_sqlite(url, migrated_sqlite)
         config = gateway_config(upstream.url, url, extra, kwargs.get("env"))
         kwargs.setdefault("registry", CollectorRegistry())
         gateway = InProcessGateway(config, **kwargs)
@@ -409,7 +411,7 @@ def start_gateway_server(
         db_url: str | None = None, extra: dict[str, Any] | None = None, **kwargs: Any
     ) -> GatewayServer:
         url = db_url or f"sqlite:///{tmp_path / 'gw.db'}"
-        _seed(url, migrated_sqlite)
+        seed_sqlite(url, migrated_sqlite)
         config = gateway_config(upstream.url, url, extra, kwargs.get("env"))
         kwargs.setdefault("registry", CollectorRegistry())
         server = GatewayServer(config, **kwargs).__enter__()

@@ -25,7 +25,7 @@ from proxy.store.exchanges import (
     StoreError,
     StoreUnavailableError,
 )
-from tests.conftest import PG_ADMIN_URL
+from tests.conftest import PG_ADMIN_URL, seed_sqlite
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -62,11 +62,14 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def open_store(db_url: str) -> Iterator[Callable[..., Store]]:
-    """Open migrated stores on `db_url`; every one is closed after the test."""
+def open_store(db_url: str, migrated_sqlite: Path) -> Iterator[Callable[..., Store]]:
+    """Open migrated stores on `db_url`; every one is closed after the test. A new SQLite file
+    starts as a copy of the session's migrated one (`migrate=False` opens it empty)."""
     stores: list[Store] = []
 
     def open_(*, migrate: bool = True, **kwargs: Any) -> Store:
+        if migrate:
+            seed_sqlite(db_url, migrated_sqlite)
         store = Store(db_url, **kwargs)
         stores.append(store)
         if migrate:
