@@ -37,7 +37,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path, migrated_sqlite: Path)
         url = f"sqlite:///{tmp_path / 'w.db'}"
         seed_sqlite(url, migrated_sqlite)
     else:
-        url = str(request.getfixturevalue("pg_schema")[0])
+        url = str(request.getfixturevalue("pg_migrated_schema")[0])
     with Store(url) as opened:
         opened.migrate()
         yield opened

@@ -54,10 +54,13 @@ def make_record(**overrides: Any) -> ExchangeRecord:
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A database nobody else uses: a SQLite file, or a fresh PostgreSQL schema."""
+    """A database nobody else uses: a new SQLite file, or on PostgreSQL the session's migrated
+    schema with every table emptied (`pg_migrated_schema`). A module that sets
+    `EMPTY_DATABASES = True` (the migrations' tests) gets a new, empty schema instead."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'mirrorgate.db'}"
-    url, _schema = request.getfixturevalue("pg_schema")
+    empty = getattr(request.module, "EMPTY_DATABASES", False)
+    url, _schema = request.getfixturevalue("pg_schema" if empty else "pg_migrated_schema")
     return str(url)
 
 
