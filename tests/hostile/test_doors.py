@@ -28,6 +28,8 @@ from tests.alerts.alert_factory import ALERTMANAGER_PAYLOAD as ALERT
 from tests.conftest import wait_until
 from tests.e2e.conftest import free_port
 
+pytestmark = pytest.mark.e2e  # `mirrorgate serve` processes, real servers and raw sockets
+
 TOKEN = "doors-admin-token"
 CLIENT_SECRETS = {
     "authorization": "Bearer client-secret-key",

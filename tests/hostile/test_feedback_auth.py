@@ -25,6 +25,8 @@ from proxy.core import FeedbackTokens
 from proxy.store import FeedbackStore
 from tests.conftest import MockUpstreamServer, wait_until
 
+pytestmark = pytest.mark.e2e  # a real uvicorn server on 127.0.0.1 and raw sockets
+
 ROUTE = "bot"
 APP_TOKEN = "hostile-app-token-0123456789"
 ADMIN = {"MIRRORGATE_ADMIN_TOKEN": "hostile-admin-0123456789"}

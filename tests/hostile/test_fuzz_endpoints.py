@@ -41,7 +41,7 @@ from prometheus_client import CollectorRegistry
 from proxy.app.gateway import Gateway
 from proxy.core.endpoints import ENDPOINTS
 from proxy.mock_upstream.server import MockUpstreamServer
-from tests.conftest import InProcessGateway, _seed, gateway_config, wait_until
+from tests.conftest import InProcessGateway, gateway_config, seed_sqlite, wait_until
 from tests.hostile.fuzzing import ANSWERS, FUZZ, TRIED, flush_report
 
 pytestmark = pytest.mark.fuzz
@@ -357,7 +357,7 @@ def fuzzed(
 ) -> Iterator[Fuzzed]:
     db = tmp_path_factory.mktemp("fuzz") / "fuzz.db"
     url = f"sqlite:///{db}"
-    _seed(url, migrated_sqlite)
+    seed_sqlite(url, migrated_sqlite)
     config = gateway_config(upstream.url, url, extra(upstream.url), ENV)
     gw = InProcessGateway(config, registry=CollectorRegistry(), env=ENV).start()
     try:

@@ -23,6 +23,8 @@ from proxy.mock_upstream.behavior import parse_behavior
 from proxy.mock_upstream.server import MockUpstreamServer
 from tests.conftest import gateway_config, wait_until
 
+pytestmark = pytest.mark.e2e  # a real uvicorn server on 127.0.0.1, raw sockets, real timeouts
+
 CHAT = {"model": "echo", "messages": [{"role": "user", "content": "hello"}]}
 LIMITS = {
     "header_timeout_s": 0.3,

@@ -381,6 +381,7 @@ def test_readyz_fails_while_the_sqlite_file_is_gone_and_recovers_with_a_new_one(
     assert registry.get_sample_value("mirrorgate_store_file_reopened_total") == 2
 
 
+@pytest.mark.e2e  # PostgreSQL behind a real TCP forwarder that cuts its connections
 def test_readyz_fails_while_postgresql_is_cut_off_and_recovers(
     pg_schema: tuple[str, str], start_gateway: Callable[..., InProcessGateway]
 ) -> None:

@@ -17,13 +17,14 @@ from proxy.api.errors import INTERNAL_ERROR_MESSAGE
 from proxy.app.gateway import Gateway
 from proxy.core.records import Arm
 from proxy.store.errors import StoreUnavailableError
-from tests.conftest import gateway_config
+from tests.conftest import gateway_config, seed_sqlite
 from tests.proxy.api.test_rollouts import rollout_config
 from tests.proxy.store.test_exchanges import make_record
 
 
 @pytest.fixture
-def gateway(tmp_path: Path) -> Iterator[Gateway]:
+def gateway(tmp_path: Path, migrated_sqlite: Path) -> Iterator[Gateway]:
+    seed_sqlite(f"sqlite:///{tmp_path / 'api.db'}", migrated_sqlite)
     config = gateway_config(
         "http://127.0.0.1:9", f"sqlite:///{tmp_path / 'api.db'}", rollout_config()
     )

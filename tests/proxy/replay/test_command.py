@@ -24,7 +24,7 @@ from proxy.replay.runner import JobOutcome
 from proxy.store.exchanges import Store
 from proxy.store.redaction import redact
 from proxy.upstream.tokens import count_tokens
-from tests.conftest import InProcessGateway, sdk_client, wait_until
+from tests.conftest import InProcessGateway, sdk_client, seed_sqlite, wait_until
 
 PRICE = {"input_per_mtok": 1.0, "output_per_mtok": 4.0}
 STALE_ANSWER = '{"max_weight": 100}'
@@ -69,7 +69,8 @@ def config(tmp_path: Path, upstream: MockUpstreamServer) -> Path:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(tmp_path: Path, migrated_sqlite: Path) -> Store:
+    seed_sqlite(f"sqlite:///{tmp_path / 'mg.db'}", migrated_sqlite)
     db = Store(f"sqlite:///{tmp_path / 'mg.db'}")
     db.migrate()
     return db

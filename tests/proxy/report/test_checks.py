@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from proxy.core.records import Arm, CheckRecord
 from proxy.report.format import format_time
 from proxy.store.exchanges import Store
+from tests.conftest import seed_sqlite
 from tests.proxy.report.test_command import exchange, report
 
 NOW = datetime.now(UTC)
@@ -20,9 +21,10 @@ RULE = "policy"
 
 
 @pytest.fixture
-def setup(tmp_path: Path) -> Iterator[tuple[Path, Store]]:
+def setup(tmp_path: Path, migrated_sqlite: Path) -> Iterator[tuple[Path, Store]]:
     """A config naming a fresh, migrated SQLite store; yields (config path, store)."""
     db = tmp_path / "mirrorgate.db"
+    seed_sqlite(f"sqlite:///{db}", migrated_sqlite)
     config = tmp_path / "mirrorgate.yaml"
     config.write_text(
         f'store: {{url: "sqlite:///{db}"}}\n'

@@ -23,6 +23,7 @@ from proxy.core.records import (
 )
 from proxy.store.exchanges import Store
 from proxy.store.feedback import FeedbackStore
+from tests.conftest import seed_sqlite
 
 NOW = datetime.now(UTC)
 
@@ -71,9 +72,10 @@ def pair(kind: str, candidate: str, normalized: bool, **fields: Any) -> PairReco
 
 
 @pytest.fixture
-def setup(tmp_path: Path) -> Iterator[tuple[Path, Store]]:
+def setup(tmp_path: Path, migrated_sqlite: Path) -> Iterator[tuple[Path, Store]]:
     """A config naming a fresh, migrated SQLite store; yields (config path, store)."""
     db = tmp_path / "mirrorgate.db"
+    seed_sqlite(f"sqlite:///{db}", migrated_sqlite)
     config = tmp_path / "mirrorgate.yaml"
     config.write_text(
         f'store: {{url: "sqlite:///{db}"}}\n'

@@ -12,6 +12,7 @@ import pytest
 from proxy.core.records import Arm, ExchangeRecord, FeedbackRecord, Status
 from proxy.store.exchanges import Store
 from proxy.store.feedback import FeedbackStore
+from tests.conftest import seed_sqlite
 from tests.proxy.report.test_checks import rows_under
 from tests.proxy.report.test_command import exchange, report, table_row
 
@@ -19,9 +20,10 @@ NOW = datetime.now(UTC)
 
 
 @pytest.fixture
-def setup(tmp_path: Path) -> Iterator[tuple[Path, Store]]:
+def setup(tmp_path: Path, migrated_sqlite: Path) -> Iterator[tuple[Path, Store]]:
     """A config naming a fresh, migrated SQLite store; yields (config path, store)."""
     db = tmp_path / "mirrorgate.db"
+    seed_sqlite(f"sqlite:///{db}", migrated_sqlite)
     config = tmp_path / "mirrorgate.yaml"
     config.write_text(
         f'store: {{url: "sqlite:///{db}"}}\n'

@@ -29,6 +29,7 @@ from proxy.store.judge_windows import ArmExchange, Arms, JudgeWindows
 from proxy.store.leadership import Leadership
 from proxy.store.rollouts import RolloutStore
 from proxy.store.rule_events import RuleEvent, RuleEventStore
+from tests.conftest import seed_sqlite
 from tests.proxy.store.test_exchanges import make_record
 
 CONFIG = """
@@ -58,7 +59,8 @@ class FailingWindows(JudgeWindows):
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
+def store(tmp_path: Path, migrated_sqlite: Path) -> Iterator[Store]:
+    seed_sqlite(f"sqlite:///{tmp_path / 'decider.db'}", migrated_sqlite)
     with Store(f"sqlite:///{tmp_path / 'decider.db'}") as opened:
         opened.migrate()
         yield opened

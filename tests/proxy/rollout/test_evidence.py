@@ -25,17 +25,19 @@ from proxy.rollout.evidence import (
 from proxy.store.exchanges import Store
 from proxy.store.feedback import FeedbackStore
 from proxy.store.judge_windows import JudgeWindows, PairCount
+from tests.conftest import seed_sqlite
 from tests.proxy.store.test_exchanges import T0, make_record
 
 ARMS = Arms("support-bot", "prod", "cand")
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+def store(request: pytest.FixtureRequest, tmp_path: Path, migrated_sqlite: Path) -> Any:
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'w.db'}"
+        seed_sqlite(url, migrated_sqlite)
     else:
-        url = str(request.getfixturevalue("pg_schema")[0])
+        url = str(request.getfixturevalue("pg_migrated_schema")[0])
     with Store(url) as opened:
         opened.migrate()
         yield opened

@@ -20,6 +20,7 @@ from proxy.rollout.manager import RUNBOOK_ANCHORS, RolloutManager
 from proxy.store.errors import StoreUnavailableError
 from proxy.store.exchanges import Store
 from proxy.store.rollouts import RolloutStore
+from tests.conftest import seed_sqlite
 from tests.prometheus.test_alert_rules import github_anchor
 from tests.proxy.rollout.test_controller import CONFIG
 
@@ -40,7 +41,8 @@ class FlakyRollouts(RolloutStore):
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
+def store(tmp_path: Path, migrated_sqlite: Path) -> Iterator[Store]:
+    seed_sqlite(f"sqlite:///{tmp_path / 'manager.db'}", migrated_sqlite)
     with Store(f"sqlite:///{tmp_path / 'manager.db'}") as opened:
         opened.migrate()
         yield opened

@@ -25,7 +25,7 @@ from proxy.store.exchanges import (
     StoreError,
     StoreUnavailableError,
 )
-from tests.conftest import PG_ADMIN_URL
+from tests.conftest import PG_ADMIN_URL, seed_sqlite
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -54,19 +54,25 @@ def make_record(**overrides: Any) -> ExchangeRecord:
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A database nobody else uses: a SQLite file, or a fresh PostgreSQL schema."""
+    """A database nobody else uses: a new SQLite file, or on PostgreSQL the session's migrated
+    schema with every table emptied (`pg_migrated_schema`). A module that sets
+    `EMPTY_DATABASES = True` (the migrations' tests) gets a new, empty schema instead."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'mirrorgate.db'}"
-    url, _schema = request.getfixturevalue("pg_schema")
+    empty = getattr(request.module, "EMPTY_DATABASES", False)
+    url, _schema = request.getfixturevalue("pg_schema" if empty else "pg_migrated_schema")
     return str(url)
 
 
 @pytest.fixture
-def open_store(db_url: str) -> Iterator[Callable[..., Store]]:
-    """Open migrated stores on `db_url`; every one is closed after the test."""
+def open_store(db_url: str, migrated_sqlite: Path) -> Iterator[Callable[..., Store]]:
+    """Open migrated stores on `db_url`; every one is closed after the test. A new SQLite file
+    starts as a copy of the session's migrated one (`migrate=False` opens it empty)."""
     stores: list[Store] = []
 
     def open_(*, migrate: bool = True, **kwargs: Any) -> Store:
+        if migrate:
+            seed_sqlite(db_url, migrated_sqlite)
         store = Store(db_url, **kwargs)
         stores.append(store)
         if migrate:
@@ -258,7 +264,7 @@ def test_schema_parameter_creates_and_uses_its_schema(pg_schema: tuple[str, str]
                 sa.text("SELECT count(*) FROM information_schema.tables WHERE table_schema = :s"),
                 {"s": schema},
             ).scalar()
-        assert found == 13  # twelve tables and schema_version
+        assert found == 14  # thirteen tables and schema_version
         assert store.count() == 1
     finally:
         with store.engine.begin() as conn:

@@ -170,6 +170,7 @@ def test_a_flipped_byte_ends_the_segment_at_the_corrupt_frame() -> None:
 # --- replay -------------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e  # a real child process, killed
 def test_what_a_killed_process_journaled_is_replayed_once_and_the_journal_emptied(
     tmp_path: Path, open_store: Callable[..., Store], make_journal: Callable[..., Any]
 ) -> None:

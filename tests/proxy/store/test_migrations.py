@@ -23,6 +23,7 @@ from tests.proxy.store import test_exchanges as test_store
 from tests.proxy.store.test_exchanges import make_record
 
 db_url = test_store.db_url  # shared fixtures (until they move to tests/conftest.py)
+EMPTY_DATABASES = True  # every PostgreSQL test here starts on a new, empty schema
 open_store = test_store.open_store
 
 

@@ -13,6 +13,7 @@ from proxy.store.pairs import pair_to_row
 from tests.proxy.store import test_exchanges as test_store
 
 db_url = test_store.db_url
+EMPTY_DATABASES = True  # a test here migrates a new schema part of the way
 
 
 def pair(pair_id: str, created_at: datetime, **fields: object) -> PairRecord:

@@ -17,7 +17,7 @@ from proxy.config.specs import StoreSpec
 from proxy.core.records import ExchangeRecord
 from proxy.store.exchanges import Store
 from proxy.store.recorder import BODIES_DROPPED_TAG, RECORD_OVERHEAD_BYTES, Recorder, record_size
-from tests.conftest import wait_until
+from tests.conftest import seed_sqlite, wait_until
 from tests.proxy.store import test_exchanges as test_store
 from tests.proxy.store.test_exchanges import make_record
 
@@ -82,8 +82,11 @@ def make_recorder() -> Iterator[Callable[..., tuple[Recorder, CollectorRegistry]
 
 
 @pytest.fixture
-def sqlite_path(tmp_path: Path) -> Path:
-    return tmp_path / "recorder.db"
+def sqlite_path(tmp_path: Path, migrated_sqlite: Path) -> Path:
+    """A SQLite file of its own, a copy of the session's migrated database."""
+    path = tmp_path / "recorder.db"
+    seed_sqlite(f"sqlite:///{path}", migrated_sqlite)
+    return path
 
 
 def sqlite_store(path: Path, cls: type[Store] = Store, **kwargs: Any) -> Store:
