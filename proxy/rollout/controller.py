@@ -32,6 +32,7 @@ same decision.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -73,6 +74,23 @@ TICK_S = 0.5
 """How often the controller wakes: to take over leadership, and to see which route is due."""
 
 
+def _libc_malloc_trim() -> Callable[[], object]:
+    """glibc's `malloc_trim(0)`: hand the pages of freed heap memory back to the system, in every
+    arena and not only at the top of the heap. A no-op where the C library has none (musl,
+    macOS)."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim  # the process's own C library
+    except (OSError, AttributeError):
+        return lambda: None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return lambda: trim(0)
+
+
+release_freed_memory = _libc_malloc_trim()
+"""Called on the worker thread after every look (see `RolloutController._judged`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class EpochLook:
     """One rule version's check tallies in this look (primary, candidate) and failing examples."""
@@ -110,8 +128,10 @@ class RolloutController:
         *,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
+        release_memory: Callable[[], object] = release_freed_memory,
     ) -> None:
         self.config = config
+        self.release_memory = release_memory
         self.manager = manager
         self.windows = windows
         self.metrics = metrics
@@ -193,7 +213,7 @@ class RolloutController:
         assert canary is not None
         now = self.clock()
         memory = replace(memory, looks=memory.looks + 1)
-        look = await asyncio.to_thread(self._judge, state, spec, memory.looks, now)
+        look = await asyncio.to_thread(self._judged, state, spec, memory.looks, now)
         memory = replace(memory, warnings=look.warnings)
         for _scope, verdict in look.verdicts:
             self.metrics.verdicts.labels(
@@ -319,6 +339,22 @@ class RolloutController:
                 rollout_id=state.rollout_id,
             )
         )
+
+    def _judged(self, state: RolloutState, spec: RouteSpec, looks: int, now: datetime) -> Look:
+        """`_judge`, then the freed memory handed back (blocking).
+
+        A look reads and drops thousands of rows on a worker thread; glibc keeps the freed chunks
+        in its arenas, returning only what sits at the top of a heap, so under traffic the holes
+        they leave piled up: a 50 requests/s soak with a canary held grew about 2 MiB a minute
+        while the live heap stayed flat (`malloc_stats`: about 50 MB in use while the arenas' size
+        grew 62 -> 72 MB in 4 minutes; SQLite's own memory stayed under 2 MB), and one
+        `malloc_trim(0)` took the gateway from 158 to 140 MiB. Trimming after each look (every
+        `analysis.interval_s`; well under a millisecond idle) passed the 600 s soak and, side by
+        side, about halved the growth (bench/README.md, the soak)."""
+        try:
+            return self._judge(state, spec, looks, now)
+        finally:
+            self.release_memory()
 
     def _judge(self, state: RolloutState, spec: RouteSpec, looks: int, now: datetime) -> Look:
         """Read both arms' evidence and judge it (blocking)."""
