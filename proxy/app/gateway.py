@@ -55,7 +55,7 @@ from proxy.gateway import (
     Send,
     version_policies,
 )
-from proxy.mirror import AnalysisWorker, CompiledRules, Judge, ShadowDispatcher
+from proxy.mirror import AnalysisWorker, CompiledRules, Judge, ProbeDispatcher, ShadowDispatcher
 from proxy.observability import (
     AlertDeliveryMetrics,
     ConnectionMetrics,
@@ -156,6 +156,19 @@ class Gateway:
                 shed_busy=config.server.shadow_shed_busy_percent / 100,
                 cpu_clock=cpu_clock,
             )
+        self.probes: ProbeDispatcher | None = None
+        if any(r.probes is not None for r in config.rules.values()):
+            # One overload monitor for all background traffic: the shadows' when they run.
+            self.probes = ProbeDispatcher(
+                config,
+                self.caller,
+                self.metrics,
+                self.tracer,
+                self.sinks,
+                overload=self.shadows.overload if self.shadows is not None else None,
+                max_pending=config.server.max_shadow_calls,
+            )
+        self._cpu_clock = cpu_clock
         self.rule_events = RuleEventStore(self.store)
         self.rule_tracker = RuleTracker(
             self.rule_events,
@@ -168,7 +181,7 @@ class Gateway:
         """Signs the answers' feedback tokens; its key is loaded at start (`lifespan`)."""
         # The client path's observers, in the order they hear each hook.
         observers: list[ExchangeObserver] = [
-            part for part in (self.shadows, self.analysis) if part is not None
+            part for part in (self.shadows, self.probes, self.analysis) if part is not None
         ]
         self.proxy = ProxyHandler(
             config,
@@ -256,6 +269,13 @@ class Gateway:
             self.background.spawn(self.controller.run(), "rollout-controller")
         if self.shadows is not None:
             self.shadows.start()
+        if self.probes is not None:
+            server = self.config.server
+            self.probes.start(
+                server.shadow_shed_lag_ms / 1000,
+                server.shadow_shed_busy_percent / 100,
+                cpu_clock=self._cpu_clock,
+            )
         self.ready = True
         try:
             yield
@@ -279,6 +299,8 @@ class Gateway:
             await self.alert_client.aclose()
         if self.shadows is not None:
             await self.shadows.stop(self.config.server.drain_timeout_s / 2)
+        if self.probes is not None:
+            await self.probes.stop(self.config.server.drain_timeout_s / 2)
         if self.analysis is not None:
             await asyncio.to_thread(self.analysis.stop, self.config.server.drain_timeout_s / 2)
         for client in self.clients.values():
