@@ -12,7 +12,8 @@ function here:
   of that string, and every other field, is unchanged; only the containers on the way to the
   rewritten string are copied, so the caller's body is never mutated;
 - `expect_for`: the `expect` checks' fields with `{value}` replaced by a value (the number itself
-  where a field is exactly `{value}` and the value is numeric, `re.escape(value)` in regexes);
+  where `equals` or an item of `in` is exactly `{value}` and the value is numeric,
+  `re.escape(value)` in regexes, the text elsewhere);
 - `answered_value`: the value an answer states, for the record.
 """
 
@@ -31,6 +32,8 @@ PLACEHOLDER = "{value}"
 """What stands for the value asked in an `expect` check's string fields."""
 REGEX_FIELDS = frozenset({"pattern", "regex"})
 """Check fields that are regular expressions: the value is substituted escaped."""
+JSON_FIELDS = frozenset({"equals", "in"})
+"""Check fields compared with JSON values: exactly `{value}` there is the number, if it is one."""
 TEXT_FIELDS = frozenset({"equals", "value", *REGEX_FIELDS})
 """Check fields in which `{value}` is substituted (and every item of `in`)."""
 MAX_ANSWERED_CHARS = 200
@@ -192,7 +195,7 @@ def _substitute(field: str, given: Any, value: str) -> Any:
         return given
     if field in REGEX_FIELDS:
         return given.replace(PLACEHOLDER, re.escape(value))
-    if given == PLACEHOLDER:
+    if given == PLACEHOLDER and field in JSON_FIELDS:
         number = numeric(value)
         if number is not None:
             return number  # `equals: "{value}"` compares 150 == 150, not "150"
