@@ -39,7 +39,8 @@ analysis worker: they answer a rule value that no live request carries, and thei
 count against the live version's pass rates.
 
 The client never waits for a probe and its answer never depends on one: `request_planned` is
-synchronous and O(targets), and a probe only reads what the client path already holds.
+synchronous (for a sampled request, one search of `parameter` in the system prompt and a copy of
+the text it rewrites, then O(targets)), and a probe only reads what the client path holds.
 """
 
 from __future__ import annotations
