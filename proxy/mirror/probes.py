@@ -359,9 +359,12 @@ class ProbeDispatcher(ExchangeObserver):
         """From the gateway's lifespan, on the serving loop. Without a shared overload monitor,
         start one of its own when a threshold is set (`shed_lag_s`, `shed_busy`)."""
         if self.overload is None and (shed_lag_s > 0 or shed_busy > 0):
-            self.overload = LoopLoadMonitor(shed_lag_s, shed_busy, **monitor)
+            own = self.overload = LoopLoadMonitor(shed_lag_s, shed_busy, **monitor)
             self._owns_overload = True
-            self.overload.start()
+            # The loop's readings, as the shadows' monitor exposes them when shadows run.
+            self.metrics.loop_lag.set_function(lambda: own.lag_s)
+            self.metrics.loop_busy.set_function(lambda: own.busy)
+            own.start()
 
     async def stop(self, timeout_s: float) -> None:
         """Refuse new probes, give running ones `timeout_s`, then cancel the rest (counted)."""

@@ -266,6 +266,9 @@ def test_overload_sheds_every_probe(
     probes = gw.gateway.probes
     assert probes is not None
     wait_until(lambda: probes.overload is not None and probes.overload.overloaded, what="overload")
+    assert gw.gateway.shadows is None  # no shadows: the probes run the monitor themselves
+    busy = gw.gateway.registry.get_sample_value("mirrorgate_event_loop_busy_ratio")
+    assert busy is not None and busy > 0.7  # the monitor's reading, exposed
     marker = uuid.uuid4().hex
     ask(gw, chat(marker))
     assert dropped(gw, "stale", "overload") == dropped(gw, "echo", "overload") == 1
