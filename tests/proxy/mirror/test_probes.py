@@ -164,6 +164,23 @@ def test_a_probe_is_the_clients_request_with_only_the_value_changed_and_is_score
     assert gw.gateway.store.query(arm=Arm.PRIMARY, route="probed") == [live]
 
 
+def test_probe_answers_are_not_checked_against_the_live_version(
+    start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer
+) -> None:
+    extra = probed(targets=["rule-follower", "stale"])
+    check = {"name": "max-100", "type": "json_path", "path": "$.max_weight", "equals": 100}
+    extra["rules"]["shipping"]["checks"] = [check]
+    gw = start_gateway(extra=extra)
+    response = ask(gw, chat(uuid.uuid4().hex))
+    request_id = response.headers["x-mirrorgate-request-id"]
+    probe_rows(gw, 2)
+    store = gw.gateway.store
+    (verdict,) = wait_until(lambda: store.query_checks(request_id=request_id), what="verdict")
+    settled(gw)
+    assert (verdict.arm, verdict.target, verdict.result) == (Arm.PRIMARY, "rule-follower", "pass")
+    assert store.query_checks(request_id=request_id) == [verdict]  # the probes' answers: none
+
+
 def test_default_targets_are_the_primary_shadows_and_canary(
     start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer
 ) -> None:
