@@ -143,7 +143,22 @@ class ProbeDispatcher(ExchangeObserver):
         self._owns_overload = False
         self.tasks = TaskSet("probe")
         self.accepting = True
-        self.rules: dict[str, _Rule] = {
+        self.rules: dict[str, _Rule] = {}
+        self._compiled: OrderedDict[tuple[str, str], list[Check]] = OrderedDict()
+        self.configure(config)
+        self.inflight: dict[tuple[str, str], int] = {}
+        """Probes in flight, by (rule, target)."""
+        self.spend: dict[tuple[str, str], HourlySpend] = {}
+        """USD spent in the last hour, by (rule, target)."""
+        self.started: dict[tuple[str, str], HourlySpend] = {}
+        """Probes started in the last hour, by (rule, target) (one "dollar" each)."""
+        self._counters: dict[tuple[Counter, tuple[str, ...]], Counter] = {}
+
+    def configure(self, config: MirrorgateConfig) -> None:
+        """Take the rules' probe settings from `config` (at start, and on a reload). Probes in
+        flight finish under the settings they started with; the hourly rate and spend of each
+        (rule, target) carry over."""
+        self.rules = {
             name: _Rule(
                 name,
                 rule.probes,
@@ -153,14 +168,7 @@ class ProbeDispatcher(ExchangeObserver):
             for name, rule in config.rules.items()
             if rule.probes is not None
         }
-        self.inflight: dict[tuple[str, str], int] = {}
-        """Probes in flight, by (rule, target)."""
-        self.spend: dict[tuple[str, str], HourlySpend] = {}
-        """USD spent in the last hour, by (rule, target)."""
-        self.started: dict[tuple[str, str], HourlySpend] = {}
-        """Probes started in the last hour, by (rule, target) (one "dollar" each)."""
-        self._compiled: OrderedDict[tuple[str, str], list[Check]] = OrderedDict()
-        self._counters: dict[tuple[Counter, tuple[str, ...]], Counter] = {}
+        self._compiled.clear()
 
     # --- on the client path -----------------------------------------------------------------------
 

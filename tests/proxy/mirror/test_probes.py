@@ -181,6 +181,29 @@ def test_probe_answers_are_not_checked_against_the_live_version(
     assert store.query_checks(request_id=request_id) == [verdict]  # the probes' answers: none
 
 
+def test_configure_swaps_the_probe_settings_and_keeps_the_hours_counts(
+    start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer
+) -> None:
+    gw = start_gateway(extra=probed(targets=["stale"], max_per_hour=1))
+    ask(gw, chat(uuid.uuid4().hex))
+    probe_rows(gw, 1)
+    probes = settled(gw)
+    config = gw.gateway.config
+    rule = config.rules["shipping"]
+    assert rule.probes is not None
+    edited = rule.probes.model_copy(update={"targets": ["stale", "echo"]})
+    rules = {"shipping": rule.model_copy(update={"probes": edited})}
+    probes.configure(config.model_copy(update={"rules": rules}))
+    ask(gw, chat(uuid.uuid4().hex))
+    settled(gw)
+    assert dropped(gw, "stale", "rate") == 1  # the hour's count carried over
+    assert {r.target for r in probe_rows(gw, 2)} == {"stale", "echo"}
+    probes.configure(config.model_copy(update={"rules": {}}))  # probes removed from the rule
+    ask(gw, chat(uuid.uuid4().hex))
+    settled(gw)
+    assert len(probe_rows(gw, 2)) == 2 and dropped(gw, "stale", "rate") == 1
+
+
 def test_default_targets_are_the_primary_shadows_and_canary(
     start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer
 ) -> None:
