@@ -527,10 +527,18 @@ def test_config_cross_checks_name_the_key_path() -> None:
         ({"parameter": PARAMETER, "values": [1], "sample": 2}, "rules.shipping.probes.sample"),
         ({"parameter": PARAMETER, "values": [1], "targets": "prod"},
          "rules.shipping.probes.targets"),
+        ({"parameter": PARAMETER, "values": list(range(101))}, "rules.shipping.probes.values"),
+        ({"parameter": PARAMETER, "values": [1], "expect": []}, "rules.shipping.probes.expect"),
+        ({"parameter": "(?P<value>\\d*)", "values": [1]}, "rules.shipping.probes.parameter"),
+        ({"parameter": "(?P<value>[", "values": [1]}, "rules.shipping.probes.parameter"),
+        ({"parameter": PARAMETER, "values": [{"a": 1}]}, "rules.shipping.probes.values"),
+        ({"parameter": PARAMETER, "values": [1], "max_per_hour": 0},
+         "rules.shipping.probes.max_per_hour"),
     ],
 )  # fmt: skip
 def test_hostile_probe_settings_are_refused(probes: dict[str, Any], where: str) -> None:
     problems = config_problems({"expect": JSON_EXPECT, **probes})
+    assert problems, probes
     assert problems and all(p.startswith(where) for p in problems), problems
 
 
