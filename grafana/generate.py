@@ -151,7 +151,7 @@ OVERVIEW = Dashboard(
             (
                 Panel(
                     "Requests per second",
-                    "Upstream calls per second, every arm (shadows included).",
+                    "Upstream calls per second, every arm (shadows, probes and judge included).",
                     (q(rate("mirrorgate_requests_total", SEL)),),
                     "reqps",
                     kind="stat",

@@ -58,7 +58,7 @@ from proxy.gateway import (
     Send,
     version_policies,
 )
-from proxy.mirror import AnalysisWorker, CompiledRules, Judge, ShadowDispatcher
+from proxy.mirror import AnalysisWorker, CompiledRules, Judge, ProbeDispatcher, ShadowDispatcher
 from proxy.observability import (
     AlertDeliveryMetrics,
     ConnectionMetrics,
@@ -166,6 +166,19 @@ class Gateway:
                 shed_busy=config.server.shadow_shed_busy_percent / 100,
                 cpu_clock=cpu_clock,
             )
+        self.probes: ProbeDispatcher | None = None
+        if any(r.probes is not None for r in config.rules.values()):
+            # One overload monitor for all background traffic: the shadows' when they run.
+            self.probes = ProbeDispatcher(
+                config,
+                self.caller,
+                self.metrics,
+                self.tracer,
+                self.sinks,
+                overload=self.shadows.overload if self.shadows is not None else None,
+                max_pending=config.server.max_shadow_calls,
+            )
+        self._cpu_clock = cpu_clock
         self.rule_events = RuleEventStore(self.store)
         self.rule_tracker = RuleTracker(
             self.rule_events,
@@ -179,7 +192,9 @@ class Gateway:
         # The client path's observers, in the order they hear each hook.
         self.access_log = AccessLog(server.access_log_sample)
         observers: list[ExchangeObserver] = [
-            part for part in (self.shadows, self.analysis, self.access_log) if part is not None
+            part
+            for part in (self.shadows, self.probes, self.analysis, self.access_log)
+            if part is not None
         ]
         self.proxy = ProxyHandler(
             config,
@@ -262,6 +277,13 @@ class Gateway:
         self._start_deciding()
         if self.shadows is not None:
             self.shadows.start()
+        if self.probes is not None:
+            server = self.config.server
+            self.probes.start(
+                server.shadow_shed_lag_ms / 1000,
+                server.shadow_shed_busy_percent / 100,
+                cpu_clock=self._cpu_clock,
+            )
         self.ready = True
         try:
             yield
@@ -350,6 +372,8 @@ class Gateway:
         self.rule_tracker.reconfigure(version_policies(config))
         if self.analysis is not None:
             self.analysis.rules = CompiledRules(config)
+        if self.probes is not None:  # the hour's probe counts and spend carry over
+            self.probes.configure(config)
         drain_s = config.server.drain_timeout_s / 4
         if self.shadows is not None and config.judge != self.config.judge:
             retired_judge, self.shadows.judge = self.shadows.judge, self._judge(config)
@@ -381,6 +405,12 @@ class Gateway:
                 for name, r in config.rules.items()
                 if r.checks or any(v.checks for v in r.versions.values())
             ]
+        if self.probes is None:
+            missing += [
+                f"rules.{name}.probes (no probe dispatcher runs: restart to start one)"
+                for name, r in config.rules.items()
+                if r.probes is not None
+            ]
         return missing
 
     def _load_feedback_key(self) -> None:
@@ -399,6 +429,8 @@ class Gateway:
             await self.alert_client.aclose()
         if self.shadows is not None:
             await self.shadows.stop(self.config.server.drain_timeout_s / 2)
+        if self.probes is not None:
+            await self.probes.stop(self.config.server.drain_timeout_s / 2)
         if self.analysis is not None:
             await asyncio.to_thread(self.analysis.stop, self.config.server.drain_timeout_s / 2)
         for client in [*self.clients.values(), *self.retired_clients]:

@@ -14,6 +14,8 @@ undefined model or route and every unset key variable is named even when a secti
 - `check_judge` — the judge's model is defined;
 - `check_analyzers` — every analyzer plugin named is installed;
 - `check_rules` — one rule set per route, and each rule set's checks compile with unique names;
+- `check_probes` — a rule's probe targets are defined models that speak the wire format of every
+  route of the rule, and its `expect` checks compile with a value in place of `{value}`;
 - `check_server` — a listener beyond loopback has its admin token set; feedback tokens and the
   feedback signing key, when set, are long enough to be secrets.
 
@@ -37,9 +39,16 @@ from typing import Any
 from analyzers.checks import compile_check
 from analyzers.errors import SpecError
 from analyzers.plugins import ENTRY_POINT_GROUP, available_analyzers
+from analyzers.rule_flip import expect_for, value_text
 
 from .errors import ConfigProblem
-from .specs import CheckSpec, MirrorgateConfig, agreement_spec, unavailable_evidence
+from .specs import (
+    CheckSpec,
+    MirrorgateConfig,
+    ProbesSpec,
+    agreement_spec,
+    unavailable_evidence,
+)
 
 DocumentCheck = Callable[[Mapping[str, Any], Mapping[str, str]], list[ConfigProblem]]
 """A check of the raw document (a YAML mapping, before validation) and the environment."""
@@ -251,12 +260,59 @@ def check_rules(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigPro
     return problems
 
 
-def _check_list(path: str, checks: list[CheckSpec]) -> list[ConfigProblem]:
+def check_probes(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigProblem]:
+    """`rules.<r>.probes`: every target is a defined model speaking the wire format of each
+    route of the rule (a probe is the route's request, re-sent as it is), and `expect` compiles
+    with a sample value (the first of `values`, else a number) in place of `{value}`."""
+    problems: list[ConfigProblem] = []
+    for rule_name, rule in cfg.rules.items():
+        probes = rule.probes
+        if probes is None:
+            continue
+        base = f"rules.{rule_name}.probes"
+        wires = {
+            route: cfg.models[cfg.routes[route].primary].provider
+            for route in rule.routes
+            if route in cfg.routes and cfg.routes[route].primary in cfg.models
+        }
+        for i, target in enumerate(probes.targets or ()):
+            model = cfg.models.get(target)
+            if model is None:
+                problems.append(
+                    ConfigProblem(f"{base}.targets[{i}]", f"model '{target}' is not defined")
+                )
+                continue
+            for route, wire in wires.items():
+                if model.provider != wire:
+                    problems.append(
+                        ConfigProblem(
+                            f"{base}.targets[{i}]",
+                            f"'{target}' speaks {model.provider} but route '{route}' speaks "
+                            f"{wire}; requests are not translated between wire formats",
+                        )
+                    )
+        problems += _check_list(f"{base}.expect", probes.expect, _sample_value(probes))
+    return problems
+
+
+def _sample_value(probes: ProbesSpec) -> str:
+    """A value to compile `expect` with: the first configured one, else a generated number."""
+    return value_text(probes.values[0]) if probes.values else "150"
+
+
+def _check_list(
+    path: str, checks: list[CheckSpec], probe_value: str | None = None
+) -> list[ConfigProblem]:
+    """Each check compiles, under a name unique in the list; `probe_value`: compile a probe's
+    `expect` with this value in place of `{value}`."""
     problems = []
     seen: set[str] = set()
     for i, check in enumerate(checks):
+        fields = check.model_dump(by_alias=True, exclude_none=True)
+        if probe_value is not None:
+            fields = expect_for(fields, probe_value)
         try:
-            compile_check(check.model_dump(by_alias=True, exclude_none=True))
+            compile_check(fields)
         except SpecError as exc:
             where = f"{path}[{i}].{exc.field}" if exc.field else f"{path}[{i}]"
             problems.append(ConfigProblem(where, exc.message))
@@ -358,6 +414,7 @@ SPEC_CHECKS: tuple[SpecCheck, ...] = (
     check_judge,
     check_analyzers,
     check_rules,
+    check_probes,
     check_server,
 )
 """Run by the loader on the validated config, in this order."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from proxy.core import as_utc
+from proxy.core import Arm, as_utc
 
 from .errors import DuplicateRecordError, translated
 from .exchanges import Store, exchanges_table
@@ -115,14 +115,15 @@ class RuleEventStore:
 
     def traffic(self) -> dict[tuple[str, str], VersionTraffic]:
         """(rule, version) → the recorded exchanges that carried it, for every version seen in
-        the exchanges table."""
+        the exchanges table. Probe calls carry the version of the live request they were made
+        from but ask another value of the rule: they are not the version's traffic."""
         c = exchanges_table.c
         statement = (
             sa.select(
                 c.rule, c.rule_version, sa.func.count(), sa.func.min(c.started_at),
                 sa.func.max(c.started_at),
             )
-            .where(c.rule.is_not(None))
+            .where(c.rule.is_not(None), c.arm != Arm.PROBE.value)
             .group_by(c.rule, c.rule_version)
         )  # fmt: skip
         with translated("counting exchanges per rule version"), self._engine.connect() as conn:

@@ -90,7 +90,18 @@ EVERY_SECTION_WRONG: dict[str, Any] = {
     "server": {"host": "0.0.0.0"},
     "models": {"prod": MODEL, "claude": CLAUDE},
     "routes": {"bot": {"primary": "prod", "fallback": "claude"}},
-    "rules": {"a": {"routes": ["bot"]}, "b": {"routes": ["bot"]}},
+    "rules": {
+        "a": {
+            "routes": ["bot"],
+            "probes": {
+                "parameter": "w = (?P<value>\\d+)",
+                "values": [2],
+                "targets": ["claude"],
+                "expect": [{"name": "e", "type": "json_path", "path": "$.w", "equals": "{value}"}],
+            },
+        },
+        "b": {"routes": ["bot"]},
+    },
     "judge": {"model": "ghost"},
     "analyzers": ["no-such-analyzer"],
 }
@@ -104,6 +115,7 @@ def test_each_section_check_reports_its_own_section() -> None:
         "check_judge": ["judge.model"],
         "check_analyzers": ["analyzers[0]"],
         "check_rules": ["rules.b.routes[0]"],
+        "check_probes": ["rules.a.probes.targets[0]"],
         "check_server": ["server.admin_token_env"],
     }
     assert check_server(cfg, {"MIRRORGATE_ADMIN_TOKEN": "t"}) == []
@@ -116,6 +128,7 @@ def test_the_loader_runs_the_section_checks_in_their_order() -> None:
         "judge.model",
         "analyzers[0]",
         "rules.b.routes[0]",
+        "rules.a.probes.targets[0]",
         "server.admin_token_env",
     ]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
+from proxy.core.records import Arm
 from proxy.store.exchanges import Store
 from proxy.store.rule_events import RuleEvent, RuleEventStore, VersionTraffic
 from tests.proxy.store import test_exchanges as test_store
@@ -43,6 +44,8 @@ def test_traffic_counts_the_exchanges_of_each_version(open_store: Callable[..., 
             make_record(rule="shipping", rule_version="v1", started_at=T0 + timedelta(minutes=5)),
             make_record(rule="shipping", rule_version="v2", started_at=T0 + timedelta(minutes=9)),
             make_record(started_at=T0),  # no rule: not a version's traffic
+            # A rule-flip probe asks another value: not the version's traffic either.
+            make_record(rule="shipping", rule_version="v2", arm=Arm.PROBE, started_at=T0),
         ]
     )
     traffic = RuleEventStore(store).traffic()
