@@ -63,12 +63,14 @@ from proxy.observability import (
     GatewayMetrics,
     build_tracer_provider,
 )
-from proxy.rollout import RolloutController, RolloutManager
+from proxy.rollout import RolloutController, RolloutManager, RuleGuard
 from proxy.store import (
     FeedbackStore,
+    GuardStore,
     Journal,
     JudgeWindows,
     Leadership,
+    ProbeStore,
     Recorder,
     RolloutStore,
     RuleEventStore,
@@ -217,6 +219,9 @@ class Gateway:
             JudgeWindows(self.store),
             Leadership(self.store),
             self.metrics,
+            guard=RuleGuard(config, self.rollouts, GuardStore(self.store), ProbeStore(self.store))
+            if any(r.guard is not None for r in config.routes.values())
+            else None,
         )
         for warning in config_warnings(config, self.env):
             log.warning("config: %s", warning)
@@ -252,7 +257,7 @@ class Gateway:
         self.background.spawn(
             self.rollouts.run_refresh(self.config.server.route_refresh_s), "route-refresh"
         )
-        if any(r.canary is not None for r in self.config.routes.values()):
+        if any(r.canary is not None or r.guard is not None for r in self.config.routes.values()):
             self.background.spawn(self.controller.run(), "rollout-controller")
         if self.shadows is not None:
             self.shadows.start()
