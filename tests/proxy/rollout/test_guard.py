@@ -181,7 +181,11 @@ def test_switch_mode_moves_the_route_to_the_best_candidate_and_restore_gives_it_
         plan = routes.plan("bot")
         assert plan is not None and (plan.target, plan.arm) == ("follower", Arm.FALLBACK)
         state = manager.state("bot")
-        assert (state.phase, state.override, state.actor) == (Phase.ROLLED_BACK, "follower", "guard")
+        assert (state.phase, state.override, state.actor) == (
+            Phase.ROLLED_BACK,
+            "follower",
+            "guard",
+        )
         await controller.tick(force=True)  # switched: nothing more on this route
         assert controller.guard_looks == []
         await manager.act("bot", Action.RESTORE, reason="checked", actor="operator")
@@ -250,7 +254,7 @@ def test_a_new_guard_over_the_same_store_does_not_alert_twice_and_keeps_the_swit
 def test_alert_mode_resumes_without_a_second_alert(store: Store) -> None:
     stubborn_primary(store)
     for _ in range(2):
-        controller, manager, alerts, _, _ = gateway(store, "alert")
+        controller, _, alerts, _, _ = gateway(store, "alert")
         asyncio.run(controller.tick(force=True))
         last = alerts.sent
     assert last == []  # the second life found the decision row
@@ -282,7 +286,9 @@ def test_the_look_interval_defaults() -> None:
     spec = config("alert").routes["bot"]
     assert interval_s(spec) == DEFAULT_INTERVAL_S
     tuned = parse_config(
-        CONFIG.replace("MODE", "alert").replace("min_samples: 30", "min_samples: 30, interval_s: 2"),
+        CONFIG.replace("MODE", "alert").replace(
+            "min_samples: 30", "min_samples: 30, interval_s: 2"
+        ),
         {},
     )
     assert interval_s(tuned.routes["bot"]) == 2
