@@ -18,14 +18,10 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from analyzers.rule_guard import (  # noqa: E402
+from analyzers.rule_guard import (
     GuardEvidence,
     GuardOutcome,
     choose_candidate,

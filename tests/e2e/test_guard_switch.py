@@ -122,4 +122,3 @@ def test_a_stubborn_primary_is_switched_to_the_follower_and_restored(
         back = ask("v2", 150)
         assert back.headers["x-mirrorgate-arm"] == "primary"
         assert back.json()["choices"][0]["message"]["content"] == '{"max_weight": 100}'
-
