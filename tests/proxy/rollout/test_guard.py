@@ -302,19 +302,27 @@ def test_two_replicas_on_postgresql_exactly_one_acts_and_the_other_follows(
         one.migrate()
         stubborn_primary(one)
 
-        async def scenario() -> tuple[int, int, str | None]:
-            first = gateway(one, "switch")
-            second = gateway(two, "switch")
+        async def scenario() -> tuple[list[str | None], int, list[str | None], list[object]]:
+            first, second = gateway(one, "switch"), gateway(two, "switch")
+            assert first[0].guard is not None and second[0].guard is not None
+            # Both replicas' guards look at once (a takeover racing a slow leader): the decision
+            # row is claimed by one of them, the switch fenced by the route's revision.
+            raced = await asyncio.gather(first[0].guard.look("bot"), second[0].guard.look("bot"))
+            for replica in (first, second):
+                await replica[1].refresh()
+            # Then the controllers: only the leader looks, and finds the version decided.
             await first[0].tick(force=True)
             await second[0].tick(force=True)
-            # Whoever does not hold the leadership looks at nothing; force a look by the other
-            # guard directly, as a takeover would: it finds the decision row and does nothing.
-            await second[0].guard.look("bot") if second[0].guard else None
-            await second[1].refresh()
-            plan = second[3].plan("bot")
+            looked = [*first[0].guard_looks, *second[0].guard_looks]
             first[0].leadership.release()
-            return len(first[2].sent), len(second[2].sent), plan.target if plan else None
+            sent = sum(len(replica[2].sent) for replica in (first, second))
+            served = [
+                plan.target if plan else None
+                for plan in (r[3].plan("bot") for r in (first, second))
+            ]
+            actions = sorted((look.action for look in raced if look is not None), key=str)
+            return actions, sent, served, looked
 
-        sent_first, sent_second, followed = asyncio.run(scenario())
-    assert sent_first + sent_second == 1
-    assert followed == "follower"
+        actions, sent, served, looked = asyncio.run(scenario())
+    assert actions == [None, "switched"] and sent == 1
+    assert served == ["follower", "follower"] and looked == []
