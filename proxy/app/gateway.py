@@ -66,12 +66,14 @@ from proxy.observability import (
     GatewayMetrics,
     build_tracer_provider,
 )
-from proxy.rollout import RolloutController, RolloutManager
+from proxy.rollout import RolloutController, RolloutManager, RuleGuard
 from proxy.store import (
     FeedbackStore,
+    GuardStore,
     Journal,
     JudgeWindows,
     Leadership,
+    ProbeStore,
     Recorder,
     RolloutStore,
     RuleEventStore,
@@ -233,6 +235,8 @@ class Gateway:
             JudgeWindows(self.store),
             Leadership(self.store),
             self.metrics,
+            # Built whatever the config (it looks at guarded routes only), so a reload can add one.
+            guard=RuleGuard(config, self.rollouts, GuardStore(self.store), ProbeStore(self.store)),
         )
         for warning in config_warnings(config, self.env):
             log.warning("config: %s", warning)
@@ -292,8 +296,11 @@ class Gateway:
             await self.close()
 
     def _start_deciding(self) -> None:
-        """Run the rollout controller while some route has a canary (from a reload on too)."""
-        wanted = any(r.canary is not None for r in self.config.routes.values())
+        """Run the rollout controller while some route has a canary or a guard (from a reload
+        on too)."""
+        wanted = any(
+            r.canary is not None or r.guard is not None for r in self.config.routes.values()
+        )
         if wanted and (self._deciding is None or self._deciding.done()):
             self._deciding = self.background.spawn(self.controller.run(), "rollout-controller")
 
@@ -368,6 +375,8 @@ class Gateway:
         self.caller.clients = clients
         self.rollouts.reconfigure(config)  # and the route table, from the rollout states
         self.controller.config = config
+        if self.controller.guard is not None:
+            self.controller.guard.config = config
         self.proxy.reconfigure(config)
         self.rule_tracker.reconfigure(version_policies(config))
         if self.analysis is not None:

@@ -4,13 +4,16 @@
 undefined model or route and every unset key variable is named even when a section is invalid:
 
 - `check_model_keys` — `models.<m>.api_key_env` names a variable that is set;
-- `check_route_references` — a route's primary, fallback, shadows and canary are defined models;
+- `check_route_references` — a route's primary, fallback, shadows, canary and guard candidates
+  are defined models;
 - `check_rule_references` — a rule set's routes are defined routes.
 
 `SPEC_CHECKS` run on the validated config, each on its section, in this order:
 
 - `check_routes` — agreement settings, shadows (same wire format as the primary, none twice), the
   canary (not the primary, same wire format) and the fallback (same wire format);
+- `check_guards` — a guard's route is governed by a rule set, `switch` has candidates, each
+  candidate speaks the primary's wire format and is not the primary;
 - `check_judge` — the judge's model is defined;
 - `check_analyzers` — every analyzer plugin named is installed;
 - `check_rules` — one rule set per route, and each rule set's checks compile with unique names;
@@ -94,6 +97,9 @@ def check_route_references(raw: Mapping[str, Any], env: Mapping[str, str]) -> li
         for i, shadow in enumerate(shadows if isinstance(shadows, list) else ()):
             need(f"routes.{rname}.shadows[{i}].model", _dict(shadow).get("model"))
         need(f"routes.{rname}.canary.model", _dict(fields.get("canary")).get("model"))
+        candidates = _dict(fields.get("guard")).get("candidates")
+        for i, name in enumerate(candidates if isinstance(candidates, list) else ()):
+            need(f"routes.{rname}.guard.candidates[{i}]", name)
     return problems
 
 
@@ -409,8 +415,60 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def check_guards(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigProblem]:
+    """`routes.<name>.guard`: the route is governed by a rule set (the guard judges its
+    versions); `switch` has a candidate to switch to; each candidate speaks the primary's wire
+    format and is not the primary itself (an error: a switch to the model that regressed is no
+    switch, and a guard whose only candidate is its primary would judge an A/A run)."""
+    problems = []
+    for rname, route in cfg.routes.items():
+        guard = route.guard
+        if guard is None:
+            continue
+        base = f"routes.{rname}.guard"
+        if cfg.rule_of(rname) is None:
+            problems.append(
+                ConfigProblem(
+                    base,
+                    f"a guard needs a rule set governing the route: list '{rname}' in some "
+                    "rules.<name>.routes",
+                )
+            )
+        if guard.on_rule_regression == "switch" and not guard.candidates:
+            problems.append(
+                ConfigProblem(
+                    f"{base}.candidates",
+                    "'switch' needs at least one candidate to switch to (or use 'alert')",
+                )
+            )
+        primary = cfg.models.get(route.primary)
+        seen: set[str] = set()
+        for i, name in enumerate(guard.candidates):
+            path = f"{base}.candidates[{i}]"
+            if name == route.primary:
+                problems.append(
+                    ConfigProblem(
+                        path, f"'{name}' is the route's primary: it cannot replace itself"
+                    )
+                )
+            elif name in seen:
+                problems.append(ConfigProblem(path, f"'{name}' is listed twice"))
+            seen.add(name)
+            model = cfg.models.get(name)
+            if primary is not None and model is not None and model.provider != primary.provider:
+                problems.append(
+                    ConfigProblem(
+                        path,
+                        f"'{name}' speaks {model.provider} but the primary speaks "
+                        f"{primary.provider}; requests are not translated between wire formats",
+                    )
+                )
+    return problems
+
+
 SPEC_CHECKS: tuple[SpecCheck, ...] = (
     check_routes,
+    check_guards,
     check_judge,
     check_analyzers,
     check_rules,

@@ -387,6 +387,9 @@ class GuardSpec(Spec):
     min_samples: int = Field(30, ge=1)
     """Fewer judged answers than this, of the primary or of a candidate, on the new version hold
     the guard: too little evidence never switches."""
+    interval_s: float | None = Field(None, gt=0, le=3600)
+    """Seconds between two looks at the route (default: its `canary.analysis.interval_s`, else
+    5). Looking often costs nothing: the guard's bounds are valid at every look."""
 
 
 class RouteSpec(Spec):

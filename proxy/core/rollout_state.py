@@ -22,8 +22,10 @@ A rollback has a target (`RollbackTarget`): the action's own, else the route's
   as arm `fallback`). A route without a fallback refuses it (`IllegalTransition`).
 
 A route rolled back to `primary` can still be rolled back to `fallback` (the primary must be left
-too); the way back from `fallback` is `restore`. `RolloutState.rolled_back_to` says which kind
-of rollback the route is in; it is derived from the persisted phase and override arm.
+too); the way back from `fallback` is `restore`. A rollback to `fallback` may name another model
+to serve as the fallback arm (`model`: the guard's switch to one of `guard.candidates`).
+`RolloutState.rolled_back_to` says which kind of rollback the route is in; it is derived from
+the persisted phase and override arm.
 
 `aborted` and `restore` extend the contract's lists: an operator withdrawing a canary is not a
 rollback, and after a rollback someone must be able to give the route back to its configured
@@ -196,11 +198,17 @@ def transition(
     reason: str,
     actor: str,
     target: RollbackTarget | None = None,
+    model: str | None = None,
 ) -> Transition:
     """The state after `action`. Raises `IllegalTransition` when the phase does not allow it.
 
     `target` is a rollback's (`rollback_target` fills it in from the config when None); other
-    actions refuse one."""
+    actions refuse one.
+
+    `model`: a rollback to `fallback` may name the model that serves the route instead of its
+    `fallback` (the guard's switch): it must be one the route's config names for that, its
+    `fallback` or one of its `guard.candidates`. Served as arm `fallback`, undone by `restore`
+    like any rollback to the fallback. Other actions and targets refuse one."""
     phase = state.phase
 
     def illegal(why: str) -> IllegalTransition:
@@ -223,6 +231,12 @@ def transition(
     stopped = {"step": -1, "weight": 0.0, "step_started_at": None}
     if target is not None and action is not Action.ROLLBACK:
         raise illegal("only a rollback has a target")
+    if model is not None:
+        if action is not Action.ROLLBACK or rollback_target(spec, target) != "fallback":
+            raise illegal("only a rollback to the fallback names the model that serves")
+        allowed = {spec.fallback, *(spec.guard.candidates if spec.guard is not None else ())}
+        if model not in allowed:
+            raise illegal(f"'{model}' is neither the route's fallback nor a guard candidate")
     if action is Action.START:
         canary = spec.canary
         if canary is None:
@@ -279,14 +293,15 @@ def transition(
         return to(phase=Phase.ABORTED, **stopped)
     if action is Action.ROLLBACK:
         target = rollback_target(spec, target)
-        if state.rolled_back_to == target:
+        serves = model or spec.fallback
+        if state.rolled_back_to == target and (model is None or state.override == model):
             return same()
         if target == "fallback":
-            if spec.fallback is None:
+            if serves is None:
                 raise illegal("the route has no fallback to roll back to")
             return to(
                 phase=Phase.ROLLED_BACK,
-                override=spec.fallback,
+                override=serves,
                 override_arm=Arm.FALLBACK,
                 **stopped,
             )

@@ -6,14 +6,17 @@ Imports `proxy.gateway` and below; never a sibling (`mirror`, `replay`, `report`
 
 from .controller import RolloutController
 from .evidence import traffic_profile
+from .guard import GuardLook, RuleGuard
 from .manager import RolloutManager, RouteUnknownError, TransitionConflictError
 from .plan import RolloutPlan, StepPlan, TrafficProfile, plan_rollout
 
 __all__ = [
+    "GuardLook",
     "RolloutController",
     "RolloutManager",
     "RolloutPlan",
     "RouteUnknownError",
+    "RuleGuard",
     "StepPlan",
     "TrafficProfile",
     "TransitionConflictError",

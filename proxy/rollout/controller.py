@@ -66,6 +66,7 @@ from .evidence import (
     judge_deltas,
     traffic_windows,
 )
+from .guard import GuardLook, RuleGuard, interval_s
 from .manager import RolloutManager, TransitionConflictError
 
 log = logging.getLogger("mirrorgate.controller")
@@ -129,9 +130,16 @@ class RolloutController:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
         release_memory: Callable[[], object] = release_freed_memory,
+        guard: RuleGuard | None = None,
     ) -> None:
         self.config = config
         self.release_memory = release_memory
+        self.guard = guard
+        """The production model's guard, looked after by the same leader (None: no route has
+        one)."""
+        self.guard_looks: list[GuardLook] = []
+        """The guard's looks of the last tick (for callers that drive it, and tests)."""
+        self._last_guard_look: dict[str, float] = {}
         self.manager = manager
         self.windows = windows
         self.metrics = metrics
@@ -164,9 +172,12 @@ class RolloutController:
         if leading != self.leading:
             self.leading = leading
             self._memory.clear()  # a new leader reads what the last one persisted
+            if self.guard is not None:
+                self.guard.forget()
         if not leading:
             return []
         done: list[Transition] = []
+        await self._guard_tick(force)
         for route, spec in self.config.routes.items():
             if spec.canary is None:
                 continue
@@ -190,6 +201,29 @@ class RolloutController:
             if change is not None:
                 done.append(change)
         return done
+
+    async def _guard_tick(self, force: bool) -> None:
+        """Look at every guarded route that is due (canary or not). The guard shares this loop
+        and its leadership: one replica decides both, and a switch and a canary decision on one
+        route are fenced by the same revision."""
+        self.guard_looks = []
+        if self.guard is None:
+            return
+        for route in self.guard.routes():
+            now_mono = self.monotonic()
+            last = self._last_guard_look.get(route, float("-inf"))
+            if not force and now_mono - last < interval_s(self.config.routes[route]):
+                continue
+            self._last_guard_look[route] = now_mono
+            try:
+                look = await self.guard.look(route)
+            except StoreUnavailableError:
+                raise
+            except Exception:  # one route's bad look must not stop the others being guarded
+                self._internal_error(f"guarding route {route} failed")
+                continue
+            if look is not None:
+                self.guard_looks.append(look)
 
     async def _remembered(self, state: RolloutState) -> DeciderMemory:
         """This rollout's decision state: in memory, else as the last decider persisted it."""

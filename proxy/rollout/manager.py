@@ -45,8 +45,10 @@ RUNBOOK_ANCHORS = {
     "rollback": "mirrorgaterolledback",
     "rule_regression": "mirrorgaterolledback",
     "step_held": "a-step-held-mirrorgates-step_held-warning",
+    "guard": "a-route-switched-by-the-guard-rule_regression-from-the-guard",
 }
-"""docs/runbook.md's section for each kind of alert the rollouts send."""
+"""docs/runbook.md's section for each kind of alert the rollouts send (`guard`: the guard's
+`rule_regression`)."""
 
 MAX_RACES = 5
 
@@ -63,7 +65,7 @@ def rollback_reason_class(actor: str, reason: str) -> str:
     """The bounded `reason` label of `mirrorgate_rollbacks_total`."""
     if actor == "judge":
         return "rule_check" if reason.startswith("check_pass_rate") else "judge"
-    if actor in ("alertmanager", "operator"):
+    if actor in ("alertmanager", "operator", "guard"):
         return actor
     return "other"
 
@@ -181,11 +183,14 @@ class RolloutManager:
         alert: Alert | None = None,
         expect_revision: int | None = None,
         to: RollbackTarget | None = None,
+        model: str | None = None,
     ) -> Transition:
         """Make `action` on `route`: persisted, then applied. Raises `RouteUnknownError`,
         `IllegalTransition`, `StoreUnavailableError`, `TransitionConflictError`.
 
-        `to`: a rollback's target (None: the route's `canary.rollback_to`).
+        `to`: a rollback's target (None: the route's `canary.rollback_to`). `model`: with
+        `to="fallback"`, the model that serves instead of the route's fallback (the guard's
+        switch; a configured model the route names as fallback or guard candidate).
 
         `expect_revision` (the judge's): act only if the route is still at the revision the
         decision was made on, so no decision is applied twice or to a newer state
@@ -193,6 +198,10 @@ class RolloutManager:
         spec = self.config.routes.get(route)
         if spec is None:
             raise RouteUnknownError(route)
+        if model is not None and model not in self.config.models:
+            raise IllegalTransition(
+                route, action, self.state(route).phase, f"'{model}' is not a configured model"
+            )
         # As the store will keep it: the state served from memory says what a reload would.
         reason = self.store.text.text(reason) or ""
         for _ in range(MAX_RACES):
@@ -206,7 +215,14 @@ class RolloutManager:
                     route, action, current.phase, "the route changed since the decision"
                 )
             change = transition(
-                current, action, spec, now=self.clock(), reason=reason, actor=actor, target=to
+                current,
+                action,
+                spec,
+                now=self.clock(),
+                reason=reason,
+                actor=actor,
+                target=to,
+                model=model,
             )
             if not change.changed:
                 return change

@@ -33,6 +33,7 @@ from .errors import (
 )
 from .exchanges import Store, masked_url
 from .feedback import FeedbackStore
+from .guard import AnswerTally, GuardDecision, GuardStore, RuleEpochs
 from .journal import Journal, ReplayReport
 from .judge_windows import (
     ArmExchange,
@@ -53,6 +54,7 @@ from .rule_events import RuleEvent, RuleEventStore, VersionTraffic
 from .signing_keys import SigningKeyStore
 
 __all__ = [
+    "AnswerTally",
     "ArmExchange",
     "Arms",
     "CheckCount",
@@ -60,6 +62,8 @@ __all__ = [
     "Epoch",
     "FeedbackStore",
     "FindingCount",
+    "GuardDecision",
+    "GuardStore",
     "Journal",
     "JudgeWindows",
     "Leadership",
@@ -70,6 +74,7 @@ __all__ = [
     "Recorder",
     "ReplayReport",
     "RolloutStore",
+    "RuleEpochs",
     "RuleEvent",
     "RuleEventStore",
     "SchemaVersionError",

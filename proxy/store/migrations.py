@@ -383,6 +383,23 @@ def _v12_probes(conn: Connection) -> None:
     conn.execute(sa.text("ALTER TABLE rule_events ADD COLUMN rule_value VARCHAR"))
 
 
+def _v13_guard_decisions(conn: Connection) -> None:
+    sa.Table(
+        "guard_decisions",
+        sa.MetaData(),
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("rule", sa.String(), nullable=False),
+        sa.Column("version", sa.String(), nullable=False),
+        sa.Column("outcome", sa.String(), nullable=False),
+        sa.Column("model", sa.String(), nullable=True),
+        sa.Column("reason", sa.Text(), nullable=False),
+        sa.Column("evidence", sa.Text(), nullable=False),
+        sa.Column("decided_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Index("ix_guard_decisions_route_rule_version", "route", "rule", "version", unique=True),
+    ).create(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "exchanges table and its indexes", _v1_exchanges),
     Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
@@ -407,6 +424,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         12,
         "probe_results (rule-flip probes scored) and rule_events.rule_value",
         _v12_probes,
+    ),
+    Migration(
+        13,
+        "guard_decisions: the production model's guard, one decision per route and rule version",
+        _v13_guard_decisions,
     ),
 )
 """The schema's whole history, oldest first. Append only."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 
 from proxy.config import (
@@ -112,6 +113,7 @@ def test_each_section_check_reports_its_own_section() -> None:
     found = {check.__name__: [p.path for p in check(cfg, {})] for check in SPEC_CHECKS}
     assert found == {
         "check_routes": ["routes.bot.fallback"],
+        "check_guards": [],
         "check_judge": ["judge.model"],
         "check_analyzers": ["analyzers[0]"],
         "check_rules": ["rules.b.routes[0]"],
@@ -274,3 +276,53 @@ def test_credential_warnings_name_keyless_arms_on_other_hosts_and_opt_ins() -> N
         )
     )
     assert [(p.path, "judge" in p.message) for p in judged] == [("models.keyless", True)]
+
+
+def test_a_guard_needs_a_rule_candidates_for_switch_and_same_format_candidates() -> None:
+    anthropic = {"provider": "anthropic", "base_url": "http://127.0.0.1:9", "model": "c"}
+    models = {"prod": MODEL, "cand": MODEL, "claude": anthropic}
+    route: dict[str, Any] = {"primary": "prod", "guard": {"on_rule_regression": "switch"}}
+    doc: dict[str, Any] = {"models": models, "routes": {"bot": route}}
+    found = problems(yaml.safe_dump(doc), env={})
+    assert [p.split(":")[0] for p in found] == ["routes.bot.guard", "routes.bot.guard.candidates"]
+    assert "a guard needs a rule set governing the route" in found[0]
+    doc["rules"] = {"r": {"routes": ["bot"], "checks": [{"name": "j", "type": "json"}]}}
+    route["guard"]["candidates"] = ["prod", "claude", "cand", "cand"]
+    found = problems(yaml.safe_dump(doc), env={})
+    assert [p.split(":")[0] for p in found] == [
+        "routes.bot.guard.candidates[0]",
+        "routes.bot.guard.candidates[1]",
+        "routes.bot.guard.candidates[3]",
+    ]
+    assert "is the route's primary" in found[0] and "speaks anthropic" in found[1]
+    route["guard"]["candidates"] = ["cand"]
+    assert parse_config(yaml.safe_dump(doc), env={}).routes["bot"].guard is not None
+    route["guard"] = {"on_rule_regression": "alert"}  # alert needs no candidate
+    assert parse_config(yaml.safe_dump(doc), env={}).routes["bot"].guard is not None
+
+
+def test_guard_candidates_must_be_defined_models() -> None:
+    route = {"primary": "prod", "guard": {"candidates": ["ghost"]}}
+    doc = {"models": {"prod": MODEL}, "routes": {"bot": route}}
+    found = problems(yaml.safe_dump(doc), env={})
+    assert found[0].startswith("routes.bot.guard.candidates[0]") and "ghost" in found[0]
+
+
+@pytest.mark.parametrize(
+    "guard",
+    [
+        {"on_rule_regression": "rollback"},
+        {"candidates": "cand"},
+        {"min_samples": 0},
+        {"min_samples": "many"},
+        {"interval_s": -1},
+        {"interval_s": 10**9},
+        {"unknown_key": 1},
+        "switch",
+    ],
+)
+def test_a_malformed_guard_is_refused_naming_its_key(guard: Any) -> None:
+    route = {"primary": "prod", "guard": guard}
+    doc = {"models": {"prod": MODEL, "cand": MODEL}, "routes": {"bot": route}}
+    found = problems(yaml.safe_dump(doc), env={})
+    assert any(p.startswith("routes.bot.guard") for p in found), found

@@ -83,7 +83,7 @@ PROBES = r"""
       values: [150, 175]
       expect: [{name: follows, type: json_path, path: $.max_weight, equals: "{value}"}]
 """
-GUARDED = "    primary: prod\n    guard: {on_rule_regression: switch}\n"
+GUARDED = "    primary: prod\n    guard: {on_rule_regression: switch, candidates: [safe]}\n"
 
 
 def with_probes(block: str = PROBES) -> str:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
-from proxy.config import MirrorgateConfig, RollbackTarget, RouteSpec, parse_config
+from proxy.config import GuardSpec, MirrorgateConfig, RollbackTarget, RouteSpec, parse_config
 from proxy.core.records import Arm
 from proxy.core.rollout_state import (
     Action,
@@ -394,3 +394,63 @@ def test_a_canary_removed_from_the_config_stops_taking_traffic() -> None:
     table.apply(state)
     arms = {table.plan("bot", [], {}, f"r{i}").arm for i in range(200)}  # type: ignore[union-attr]
     assert arms == {Arm.PRIMARY}
+
+
+GUARDED = SPEC.model_copy(
+    update={"guard": GuardSpec(on_rule_regression="switch", candidates=["cand", "other"])}
+)
+
+
+def guard_switch(state: RolloutState, model: str, spec: RouteSpec = GUARDED) -> RolloutState:
+    return transition(
+        state, Action.ROLLBACK, spec, now=T0, reason="guard", actor="guard",
+        target="fallback", model=model,
+    ).after  # fmt: skip
+
+
+@pytest.mark.parametrize("setup", [[], [Action.START], [Action.START, Action.PAUSE]])
+def test_a_rollback_to_fallback_may_name_a_guard_candidate_that_serves(
+    setup: list[Action],
+) -> None:
+    state = initial_state("bot", GUARDED)
+    for action in setup:
+        state = act(state, action)
+    after = guard_switch(state, "cand")
+    assert (after.phase, after.override, after.override_arm) == (
+        Phase.ROLLED_BACK, "cand", Arm.FALLBACK,
+    )  # fmt: skip
+    assert after.rolled_back_to == "fallback" and after.weight == 0.0 and not after.active
+    # The same switch again changes nothing; another candidate is a new transition.
+    again = transition(
+        after, Action.ROLLBACK, GUARDED, now=T0, reason="r", actor="guard",
+        target="fallback", model="cand",
+    )  # fmt: skip
+    assert not again.changed
+    assert guard_switch(after, "other").override == "other"
+    restored = act(after, Action.RESTORE)
+    assert (restored.phase, restored.override, restored.override_arm) == (
+        Phase.PENDING, None, Arm.PRIMARY,
+    )  # fmt: skip
+
+
+def test_a_named_model_must_be_configured_for_the_route_and_only_with_fallback() -> None:
+    state = initial_state("bot", GUARDED)
+    with pytest.raises(IllegalTransition, match="neither the route's fallback nor a guard"):
+        guard_switch(state, "prod")
+    with pytest.raises(IllegalTransition, match="only a rollback to the fallback"):
+        transition(
+            state, Action.ROLLBACK, GUARDED, now=T0, reason="r", actor="guard",
+            target="primary", model="cand",
+        )  # fmt: skip
+    with pytest.raises(IllegalTransition, match="only a rollback to the fallback"):
+        transition(state, Action.START, GUARDED, now=T0, reason="r", actor="t", model="cand")
+    # The route's own fallback may be named (it is what a plain rollback to fallback serves).
+    assert guard_switch(state, "safe", SPEC).override == "safe"
+
+
+def test_the_route_table_serves_the_named_model_as_fallback() -> None:
+    cfg = config()
+    table = RouteTable(cfg)
+    table.apply(guard_switch(initial_state("bot", GUARDED), "cand"))
+    plan = table.plan("bot")
+    assert plan is not None and (plan.target, plan.arm) == ("cand", Arm.FALLBACK)
