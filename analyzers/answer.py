@@ -41,6 +41,10 @@ class Answer:
     """The answer's text: every text part, concatenated in order."""
     tool_calls: tuple[ToolCall, ...] = ()
     """The tool calls, in the order the model made them."""
+    reasoning: str = ""
+    """The model's reasoning text, where the provider returned it and the gateway captured it
+    (Anthropic `thinking` blocks, OpenAI-compatible `reasoning_content`, a Responses reasoning
+    summary); "" otherwise. Only `phantom_rule` looks at it."""
 
     @cached_property
     def text_problem(self) -> str | None:

@@ -51,6 +51,7 @@ from proxy.gateway import (
     Receive,
     RouteTable,
     RuleTracker,
+    RuleValues,
     Scope,
     Send,
     version_policies,
@@ -130,12 +131,14 @@ class Gateway:
         self.sinks: tuple[RecordSink, ...] = (self.recorder.submit, self.recent)
         self.caller = ModelCaller(self.clients, keep_bodies=config.store.bodies != "none")
         plugins = load_analyzers(config.analyzers, available_analyzers(_entry_points()))
+        self.rule_values = RuleValues.from_config(config)
+        """Each rule version's value: the rule tracker fills it, phantom_rule checks read it."""
         self.analysis: AnalysisWorker | None = None
         if plugins or any(
             r.checks or any(v.checks for v in r.versions.values()) for r in config.rules.values()
         ):
             self.analysis = AnalysisWorker(
-                CompiledRules(config), plugins, self.metrics, self.recorder.submit
+                CompiledRules(config, self.rule_values), plugins, self.metrics, self.recorder.submit
             )
         self.shadows: ShadowDispatcher | None = None
         if any(r.shadows or r.noise_sample for r in config.routes.values()):
@@ -162,6 +165,7 @@ class Gateway:
             keep_prompts=config.store.bodies != "none",
             metrics=self.metrics,
             policies=version_policies(config),
+            values=self.rule_values,
         )
         server = config.server
         self.feedback_tokens = FeedbackTokens(server.feedback_token_ttl_s)

@@ -8,6 +8,7 @@ from .asgi import ClientGone, Receive, Scope, Send, read_body
 from .exchange import ProxyHandler
 from .hooks import ExchangeObserver, FinishedExchange
 from .routing import RoutePlan, RouteState, RouteTable
+from .rule_values import RuleValues, VersionValues
 from .rules import OVERFLOW_VERSION, RuleTracker, VersionPolicy, version_policies
 
 __all__ = [
@@ -21,9 +22,11 @@ __all__ = [
     "RouteState",
     "RouteTable",
     "RuleTracker",
+    "RuleValues",
     "Scope",
     "Send",
     "VersionPolicy",
+    "VersionValues",
     "read_body",
     "version_policies",
 ]
