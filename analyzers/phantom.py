@@ -43,13 +43,15 @@ _NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
 
 
 def compile_parameter(source: object, field: str = "parameter") -> re.Pattern[str]:
-    """A `parameter` regex: it compiles safely and has the named group `value`; raises
-    `CheckConfigError(field, ...)` otherwise."""
+    """A `parameter` regex: it compiles safely, has the named group `value` and does not match
+    the empty string; raises `CheckConfigError(field, ...)` otherwise."""
     pattern = compile_pattern(source, field)
     if VALUE_GROUP not in pattern.groupindex:
         raise CheckConfigError(
             field, "needs a named group 'value', e.g. 'max_weight\\s*=\\s*(?P<value>\\d+)'"
         )
+    if pattern.search(""):
+        raise CheckConfigError(field, "matches the empty string (it would find a value anywhere)")
     return pattern
 
 

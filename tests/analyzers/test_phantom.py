@@ -166,6 +166,7 @@ def test_rule_value_reads_the_named_group_of_the_system_prompt() -> None:
         (r"max_weight = (\d+)", "needs a named group 'value'"),
         (r"max_weight = (?P<value>\d+", "parameter"),
         (42, "parameter"),
+        (r"(?P<value>\d*)", "matches the empty string"),
     ],
 )
 def test_a_bad_parameter_is_a_compile_error_on_its_field(parameter: object, message: str) -> None:

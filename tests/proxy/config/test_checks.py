@@ -326,3 +326,24 @@ def test_a_phantom_rule_with_its_own_parameter_is_valid_without_probes() -> None
         {},
     )
     assert config.rules["shipping"].value_parameter() == r"tier=(?P<value>\w+)"
+
+
+def test_a_hostile_phantom_rule_parameter_is_named_by_its_key_path() -> None:
+    for value, expected in (
+        ("42", "Input should be a valid string"),
+        ("[a, b]", "Input should be a valid string"),
+        ("{value: x}", "Input should be a valid string"),
+        ("'(?P<value>'", "not a valid regular expression"),
+        ("'(?P<value>(a+)+)'", "backtrack"),
+        ("'(?P<value>\\d*)'", "matches the empty string"),
+    ):
+        found = problems(
+            PHANTOM_BASE + f"    checks: [{{name: p, type: phantom_rule, parameter: {value}}}]"
+        )
+        assert len(found) == 1 and found[0].startswith("rules.shipping.checks[0]"), found
+        assert expected in found[0], found
+    huge = "'(?P<value>x)" + "y" * 200_000 + "'"
+    config = parse_config(
+        PHANTOM_BASE + f"    checks: [{{name: p, type: phantom_rule, parameter: {huge}}}]", {}
+    )
+    assert config.rules["shipping"].value_parameter() == huge.strip("'")
