@@ -68,17 +68,43 @@ def rule_value(parameter: re.Pattern[str], system_prompt: str) -> str | None:
 
 def states_value(text: str, value: str) -> bool:
     """Whether `value` stands in `text` as a token of its own (see the module docstring)."""
-    return bool(value) and _token(value).search(text) is not None
+    return _Text(text).states(value)
+
+
+class _Text:
+    """A text searched for several values; its lowercase form is made once, when needed."""
+
+    __slots__ = ("_lower", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._lower: str | None = None
+
+    def states(self, value: str) -> bool:
+        if not value:
+            return False
+        if _NUMBER.fullmatch(value):
+            return _token(value, number=True).search(self.text) is not None
+        if self._lower is None:
+            self._lower = self.text.lower()
+        return _token(value.lower(), number=False).search(self._lower) is not None
 
 
 @lru_cache(maxsize=1024)
-def _token(value: str) -> re.Pattern[str]:
-    literal = re.escape(value)
-    if _NUMBER.fullmatch(value):
-        # Not after a digit, a decimal point or a thousands comma; not before a digit or a
-        # decimal part (a full stop ending a sentence is fine).
-        return re.compile(rf"(?<![\d.])(?<!\d,){literal}(?!\d|[.,]\d)")
-    return re.compile(rf"(?<!\w){literal}(?!\w)", re.IGNORECASE)
+def _token(value: str, number: bool) -> re.Pattern[str]:
+    """The value as a token: a number with no digit or decimal part after it (a full stop ending
+    a sentence is fine) and no digit, decimal point or thousands comma before it; anything else
+    with no word character on either side (matched against lowercase text).
+
+    The pattern begins with the value itself, so the engine's fast literal search finds the
+    candidates, and looks behind only from the end of a hit (a fixed-width lookbehind over the
+    value): a pattern that began with a lookbehind was tried at every position of the text, more
+    than a second for a megabyte answer.
+    """
+    literal, width = re.escape(value), len(value)
+    if number:
+        return re.compile(rf"(?s){literal}(?!\d|[.,]\d)(?<![\d.].{{{width}}})(?<!\d,.{{{width}}})")
+    return re.compile(rf"(?s){literal}(?!\w)(?<!\w.{{{width}}})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,14 +157,15 @@ class PhantomRuleCheck(BaseCheck):
         texts += [(f"tool call {c.name or '?'}", c.arguments) for c in answer.tool_calls]
         texts.append(("reasoning", answer.reasoning))
         stated_current = False
-        for where, text in texts:
-            if not text:
+        for where, raw in texts:
+            if not raw:
                 continue
-            if self.current is not None and states_value(text, self.current):
+            text = _Text(raw)
+            if self.current is not None and text.states(self.current):
                 stated_current = True
                 continue
             for version, value in self.earlier:
-                if states_value(text, value):
+                if text.states(value):
                     return "fail", self._phantom(where, version, value)
         if stated_current:
             return "pass", f"states the current{self._quoted(self.current)}"
