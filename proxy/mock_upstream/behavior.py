@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 EXAMPLES_DIR = Path(__file__).parent / "examples"
 """Behaviour files shipped with the package (default, rule-follower, stale-rule, ...)."""
@@ -91,15 +99,21 @@ class RegexFromSystemAnswer(Spec):
             raise ValueError(f"invalid regular expression: {exc}") from exc
         return value
 
-    @model_validator(mode="after")
-    def _group_exists(self) -> RegexFromSystemAnswer:
-        groups = re.compile(self.pattern).groups
-        if self.memorised is not None and self.memorised.group > groups:
+    @field_validator("memorised")
+    @classmethod
+    def _group_exists(
+        cls, value: MemorisedValue | None, info: ValidationInfo
+    ) -> MemorisedValue | None:
+        pattern = info.data.get("pattern")  # absent when the pattern itself was refused
+        if value is None or pattern is None:
+            return value
+        groups = re.compile(pattern).groups
+        if value.group > groups:
             raise ValueError(
-                f"memorised.group {self.memorised.group} is not in the pattern "
+                f"group {value.group} is not in the pattern "
                 f"(it has {groups} capturing group{'' if groups == 1 else 's'})"
             )
-        return self
+        return value
 
 
 AnswerSpec = Annotated[

@@ -121,12 +121,12 @@ def test_a_memorised_value_is_validated_by_key_path() -> None:
     )
     assert set(found) == {
         "models.rate.answer.memorised.rate",
-        "models.group.answer",
+        "models.group.answer.memorised",
         "models.value.answer.memorised.value",
         "models.extra.answer.memorised.chance",
     }
     assert "1.5" in found["models.rate.answer.memorised.rate"]
-    assert "memorised.group 2 is not in the pattern" in found["models.group.answer"]
+    assert "group 2 is not in the pattern" in found["models.group.answer.memorised"]
 
 
 def test_the_memoriser_example_stages_a_follower_and_two_memorisers() -> None:
