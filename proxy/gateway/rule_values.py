@@ -73,6 +73,24 @@ class RuleValues:
                 parameters[name] = re.compile(source)
         return cls(parameters)
 
+    def reconfigure(self, config: MirrorgateConfig) -> None:
+        """Follow a reloaded configuration: a rule whose value parameter is unchanged keeps what
+        it knows; a new rule, or one whose parameter changed, starts empty (each version's value
+        is learned again from its next request); a rule that lost its parameter is dropped."""
+        fresh = RuleValues.from_config(config)
+        with self._lock:
+            rules = {}
+            for rule, entry in fresh._rules.items():
+                old = self._rules.get(rule)
+                if old is not None and old.parameter.pattern == entry.parameter.pattern:
+                    rules[rule] = old
+                else:
+                    entry.revision = (old.revision + 1) if old is not None else 0
+                    if old is not None:
+                        entry.order = list(old.order)  # the versions and their order stay
+                    rules[rule] = entry
+            self._rules = rules
+
     def tracks(self, rule: str) -> bool:
         """Whether `rule` has a value parameter."""
         return rule in self._rules

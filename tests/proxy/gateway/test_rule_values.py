@@ -162,3 +162,28 @@ rules:
     assert values.extract("probed", "max_weight = 150") == "150"
     assert values.extract("own", "tier=gold") == "gold"
     assert values.extract("plain", "anything") is None
+
+
+def test_a_reload_keeps_values_of_an_unchanged_parameter_and_relearns_a_changed_one() -> None:
+    base = """
+models: {prod: {provider: openai, base_url: "http://h/v1", model: m}}
+routes: {a: {primary: prod}, b: {primary: prod}}
+rules:
+  kept: {routes: [a], checks: [{name: p, type: phantom_rule, parameter: 'w=(?P<value>\\d+)'}]}
+  changed: {routes: [b], checks: [{name: p, type: phantom_rule, parameter: 'PARAM'}]}
+"""
+    values = RuleValues.from_config(parse_config(base.replace("PARAM", "x=(?P<value>\\d+)"), {}))
+    for rule in ("kept", "changed"):
+        values.opened(rule, "v1", "100")
+    before = values.revision("changed")
+    values.reconfigure(parse_config(base.replace("PARAM", "y=(?P<value>\\d+)"), {}))
+    kept = values.context("kept", "v1")
+    assert kept is not None and (kept.known, kept.current) == (True, "100")
+    changed = values.context("changed", "v2")
+    assert changed is not None and changed.earlier == (("v1", None),)
+    assert not values.knows("changed", "v1") and values.revision("changed") > before
+    assert values.extract("changed", "y=7") == "7"
+    values.reconfigure(
+        parse_config(base.replace("PARAM", "y=(?P<value>\\d+)").split("  changed")[0], {})
+    )
+    assert not values.tracks("changed") and values.tracks("kept")
