@@ -1,4 +1,5 @@
-"""What the checks look at: a model's answer, reduced to its text and its tool calls.
+"""What the checks look at: a model's answer, reduced to its text, its tool calls and (where the
+provider returned one in a non-streamed answer) its reasoning text.
 
 The proxy builds one `Answer` per exchange from any wire format:
 
@@ -8,6 +9,9 @@ The proxy builds one `Answer` per exchange from any wire format:
   `function_call` output item (`name`, `arguments`);
 - Anthropic messages: the text of every `text` content block, and every `tool_use` block
   (`name`, and its `input` object serialised with `json.dumps`).
+
+Reasoning: chat `message.reasoning_content` (as OpenAI-compatible providers send it), the summary
+texts of Responses `reasoning` items, Anthropic `thinking` blocks.
 
 Text the proxy could not decode as UTF-8 should reach here decoded with `errors="surrogateescape"`
 (lone surrogates mark the bad bytes), never silently "fixed": the checks then fail it with a reason.
@@ -41,6 +45,10 @@ class Answer:
     """The answer's text: every text part, concatenated in order."""
     tool_calls: tuple[ToolCall, ...] = ()
     """The tool calls, in the order the model made them."""
+    reasoning: str = ""
+    """The model's reasoning text, where the provider returned it and the gateway captured it
+    (Anthropic `thinking` blocks, OpenAI-compatible `reasoning_content`, a Responses reasoning
+    summary); "" otherwise. Only `phantom_rule` looks at it."""
 
     @cached_property
     def text_problem(self) -> str | None:

@@ -8,7 +8,8 @@
 The config fields (docs/checks.md): `name` and `type` always; `pattern` (regex, not_regex);
 `path` with one or more of `equals`, `in`, `min`, `max`, `regex` (json_path; all given must
 hold); `schema` (json_schema); `value` (contains, not_contains); `max` (max_chars); `phrases`
-(refusal, optional); `tool` and optional `arguments_schema` (tool_call). A field whose value is
+(refusal, optional); `tool` and optional `arguments_schema` (tool_call); optional `parameter`
+(phantom_rule: compiled unbound, see `analyzers.phantom`). A field whose value is
 None counts as absent, so `CheckSpec.model_dump()` can be passed as it is (pydantic's attribute
 names `in_` and `schema_` are accepted for `in` and `schema`); `equals: null` is therefore not
 expressible — write `in: [null]`. A field that the type does not use is refused, as is an
@@ -49,6 +50,7 @@ from analyzers.json_checks import (
 )
 from analyzers.jsonpath import compile_path
 from analyzers.patterns import compile_pattern
+from analyzers.phantom import PhantomRuleCheck, compile_parameter
 from analyzers.refusal import DEFAULT_REFUSAL_PHRASES, fold
 from analyzers.schema import compile_schema
 from analyzers.text_checks import (
@@ -166,6 +168,14 @@ def _tool_call(name: str, fields: Fields, limits: CheckLimits) -> Check:
     return ToolCallCheck(name, tool, validator, limits.quote_values)
 
 
+def _phantom_rule(name: str, fields: Fields, limits: CheckLimits) -> Check:
+    parameter = fields.get("parameter")
+    pattern = None if parameter is None else compile_parameter(parameter)
+    return PhantomRuleCheck(
+        name, pattern, quote_values=limits.quote_values, quote_max_chars=limits.quote_max_chars
+    )
+
+
 _BUILDERS: dict[str, tuple[tuple[str, ...], _Builder]] = {
     "json": ((), _json),
     "json_schema": (("schema",), _json_schema),
@@ -177,6 +187,7 @@ _BUILDERS: dict[str, tuple[tuple[str, ...], _Builder]] = {
     "max_chars": (("max",), _max_chars),
     "refusal": (("phrases",), _refusal),
     "tool_call": (("tool", "arguments_schema"), _tool_call),
+    "phantom_rule": (("parameter",), _phantom_rule),
 }
 
 CHECK_TYPES: tuple[str, ...] = tuple(_BUILDERS)

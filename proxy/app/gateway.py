@@ -54,6 +54,7 @@ from proxy.gateway import (
     Receive,
     RouteTable,
     RuleTracker,
+    RuleValues,
     Scope,
     Send,
     version_policies,
@@ -146,12 +147,14 @@ class Gateway:
         self.sinks: tuple[RecordSink, ...] = (self.recorder.submit, self.recent)
         self.caller = ModelCaller(self.clients, keep_bodies=config.store.bodies != "none")
         plugins = load_analyzers(config.analyzers, available_analyzers(_entry_points()))
+        self.rule_values = RuleValues.from_config(config)
+        """Each rule version's value: the rule tracker fills it, phantom_rule checks read it."""
         self.analysis: AnalysisWorker | None = None
         if plugins or any(
             r.checks or any(v.checks for v in r.versions.values()) for r in config.rules.values()
         ):
             self.analysis = AnalysisWorker(
-                CompiledRules(config), plugins, self.metrics, self.recorder.submit
+                CompiledRules(config, self.rule_values), plugins, self.metrics, self.recorder.submit
             )
         self.shadows: ShadowDispatcher | None = None
         if any(r.shadows or r.noise_sample for r in config.routes.values()):
@@ -187,6 +190,7 @@ class Gateway:
             keep_prompts=config.store.bodies != "none",
             metrics=self.metrics,
             policies=version_policies(config),
+            values=self.rule_values,
         )
         server = config.server
         self.feedback_tokens = FeedbackTokens(server.feedback_token_ttl_s)
@@ -379,8 +383,9 @@ class Gateway:
             self.controller.guard.config = config
         self.proxy.reconfigure(config)
         self.rule_tracker.reconfigure(version_policies(config))
+        self.rule_values.reconfigure(config)
         if self.analysis is not None:
-            self.analysis.rules = CompiledRules(config)
+            self.analysis.rules = CompiledRules(config, self.rule_values)
         if self.probes is not None:  # the hour's probe counts and spend carry over
             self.probes.configure(config)
         drain_s = config.server.drain_timeout_s / 4

@@ -17,6 +17,7 @@ undefined model or route and every unset key variable is named even when a secti
 - `check_judge` — the judge's model is defined;
 - `check_analyzers` — every analyzer plugin named is installed;
 - `check_rules` — one rule set per route, and each rule set's checks compile with unique names;
+  every phantom_rule check has the rule's one value parameter;
 - `check_probes` — a rule's probe targets are defined models that speak the wire format of every
   route of the rule, and its `expect` checks compile with a value in place of `{value}`;
 - `check_server` — a listener beyond loopback has its admin token set; feedback tokens and the
@@ -49,6 +50,7 @@ from .specs import (
     CheckSpec,
     MirrorgateConfig,
     ProbesSpec,
+    RuleSpec,
     agreement_spec,
     unavailable_evidence,
 )
@@ -263,6 +265,40 @@ def check_rules(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigPro
         problems += _check_list(f"rules.{rule_name}.checks", rule.checks)
         for vname, version in rule.versions.items():
             problems += _check_list(f"rules.{rule_name}.versions.{vname}.checks", version.checks)
+        problems += _check_phantom_parameters(rule_name, rule)
+    return problems
+
+
+def _check_phantom_parameters(rule_name: str, rule: RuleSpec) -> list[ConfigProblem]:
+    """A phantom_rule check needs a parameter (its own or the rule's `probes.parameter`), and a
+    rule has one: each version stores one value (`rule_events.rule_value`)."""
+    problems = []
+    lists = [(f"rules.{rule_name}.checks", rule.checks)]
+    for vname, version in rule.versions.items():
+        lists.append((f"rules.{rule_name}.versions.{vname}.checks", version.checks))
+    chosen = rule.value_parameter()
+    for path, checks in lists:
+        for i, check in enumerate(checks):
+            if check.type != "phantom_rule":
+                continue
+            if chosen is None:
+                problems.append(
+                    ConfigProblem(
+                        f"{path}[{i}].parameter",
+                        "a phantom_rule check needs 'parameter' (a regex with a named group "
+                        "'value', where the rule's value sits in the system prompt) or the "
+                        "rule's probes.parameter",
+                    )
+                )
+            elif check.parameter is not None and check.parameter != chosen:
+                source = "probes.parameter" if rule.probes is not None else "the first one"
+                problems.append(
+                    ConfigProblem(
+                        f"{path}[{i}].parameter",
+                        f"differs from {source} ({chosen!r}): a rule has one value parameter "
+                        "(each version stores one value)",
+                    )
+                )
     return problems
 
 

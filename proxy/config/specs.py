@@ -428,8 +428,8 @@ class CheckSpec(Spec):
     tool: str | None = None
     arguments_schema: dict[str, Any] | None = None
     parameter: str | None = None
-    """phantom_rule: a regex with a named group `value`, where the rule's value sits in an answer
-    (default: the rule's `probes.parameter`)."""
+    """phantom_rule: a regex with a named group `value`, where the rule's value sits in a
+    version's system prompt (default: the rule's `probes.parameter`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -558,6 +558,17 @@ class RuleSpec(Spec):
     the version `overflow` (counted in `mirrorgate_rule_versions_overflow_total`)."""
     probes: ProbesSpec | None = None
     """Rule-flip probes (off unless set)."""
+
+    def value_parameter(self) -> str | None:
+        """The regex (named group `value`) that finds the rule's value in a version's system
+        prompt: `probes.parameter`, else the first own `parameter` of a phantom_rule check;
+        None when the rule has neither (its versions then carry no value)."""
+        if self.probes is not None:
+            return self.probes.parameter
+        for check in (*self.checks, *(c for v in self.versions.values() for c in v.checks)):
+            if check.type == "phantom_rule" and check.parameter is not None:
+                return check.parameter
+        return None
 
     @field_validator("versions")
     @classmethod

@@ -9,6 +9,7 @@ from .asgi import ClientGone, Receive, Scope, Send, read_body
 from .exchange import ProxyHandler
 from .hooks import ExchangeObserver, FinishedExchange, RefusedRequest
 from .routing import RoutePlan, RouteState, RouteTable
+from .rule_values import RuleValues, VersionValues
 from .rules import OVERFLOW_VERSION, RuleTracker, VersionPolicy, version_policies
 
 __all__ = [
@@ -24,9 +25,11 @@ __all__ = [
     "RouteState",
     "RouteTable",
     "RuleTracker",
+    "RuleValues",
     "Scope",
     "Send",
     "VersionPolicy",
+    "VersionValues",
     "read_body",
     "version_policies",
 ]

@@ -28,6 +28,12 @@ their time, the previous version and — when bodies are stored — a diff of th
 While the store is unavailable the event is retried with backoff (the store's one retry loop,
 `proxy.store.WriteRetry`) until it is written: the rollout judge reads epochs from the store, so a
 rule change first seen during an outage must not be forgotten.
+
+A rule with a value parameter (`proxy.gateway.rule_values`) also has each version's value: the
+tracker extracts it from the version's system prompt when the version opens, persists it with the
+event (`rule_value`), reads it back in `load`, and learns the value of any version it does not
+know yet (a pending one, a stored event without a value) from the prompt of its next request —
+one regex search per version, not per request.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ from proxy.config import MirrorgateConfig
 from proxy.core import TaskSet
 from proxy.observability import GatewayMetrics
 from proxy.store import RuleEvent, RuleEventStore, StoreUnavailableError, WriteRetry, redact
+
+from .rule_values import RuleValues
 
 log = logging.getLogger("mirrorgate.rules")
 
@@ -164,8 +172,11 @@ class RuleTracker:
         keep_prompts: bool,
         metrics: GatewayMetrics,
         policies: Mapping[str, VersionPolicy] | None = None,
+        values: RuleValues | None = None,
     ) -> None:
         self._events = events
+        self.values = values if values is not None else RuleValues({})
+        """Each version's value, shared with the analysis worker's phantom_rule checks."""
         self._retry = WriteRetry()
         self._metrics = metrics
         self._keep_prompts = keep_prompts
@@ -191,6 +202,9 @@ class RuleTracker:
                 if event.version not in self._policy(event.rule).named:
                     state.capped += 1
             state.latest = (event.version, "")
+            self.values.opened(
+                event.rule, event.version, event.rule_value, known=event.rule_value is not None
+            )
         for rule, state in self._rules.items():
             cap = self._policy(rule).max_versions
             if state.capped >= cap:
@@ -211,6 +225,10 @@ class RuleTracker:
         opens here has its event persisted in the background."""
         state = self._state(match.rule)
         version = match.version
+        if version != OVERFLOW_VERSION and not self.values.knows(match.rule, version):
+            self.values.learn(
+                match.rule, version, self.values.extract(match.rule, match.system_prompt)
+            )
         if version in state.open:
             if state.latest is not None and state.latest[0] == version and not state.latest[1]:
                 state.latest = (version, match.system_prompt)
@@ -247,6 +265,7 @@ class RuleTracker:
         diff = None
         if self._keep_prompts and previous is not None and previous[1]:
             diff = system_prompt_diff(previous[1], match.system_prompt)
+        value = self.values.extract(match.rule, match.system_prompt)
         event = RuleEvent(
             rule=match.rule,
             version=match.version,
@@ -255,7 +274,9 @@ class RuleTracker:
             request_id=first.request_id,
             route=first.route,
             prompt_diff=diff,
+            rule_value=value,
         )
+        self.values.opened(match.rule, match.version, value)
         state.open.add(match.version)
         state.capped += int(capped)
         state.latest = (match.version, match.system_prompt)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -44,10 +45,11 @@ from analyzers import (
     run_safely,
 )
 from analyzers.checks import compile_check, run_checks
+from analyzers.phantom import PhantomRuleCheck
 from analyzers.rule_version import extract_system_prompt
 from proxy.config import MirrorgateConfig
 from proxy.core import CheckRecord, ExchangeRecord, FindingRecord
-from proxy.gateway import ExchangeObserver, FinishedExchange
+from proxy.gateway import ExchangeObserver, FinishedExchange, RuleValues, VersionValues
 from proxy.observability import GatewayMetrics
 
 log = logging.getLogger("mirrorgate.analysis")
@@ -58,23 +60,64 @@ _STOP = object()
 
 class CompiledRules:
     """Every rule set's checks, compiled once at start (the config loader already proved they
-    compile)."""
+    compile).
 
-    def __init__(self, config: MirrorgateConfig) -> None:
+    phantom_rule checks are compiled unbound and bound per (rule, version) to the values `values`
+    knows then (the version's value, the earlier versions'); the bound list is cached until the
+    rule's revision changes (a version opened or its value became known), at most
+    `BOUND_CACHE_MAX` (rule, version) pairs.
+    """
+
+    BOUND_CACHE_MAX = 4096
+
+    def __init__(self, config: MirrorgateConfig, values: RuleValues | None = None) -> None:
         self._base: dict[str, list[Check]] = {}
         self._versions: dict[tuple[str, str], list[Check]] = {}
         self._named: dict[str, frozenset[str]] = {}
+        self._values = values
+        self._phantom: set[str] = set()
+        self._bound: OrderedDict[tuple[str, str], tuple[int, list[Check]]] = OrderedDict()
+        self._lock = threading.Lock()
         for name, rule in config.rules.items():
             self._base[name] = [compile_check(_fields(c)) for c in rule.checks]
             self._named[name] = frozenset(rule.versions)
             for version, spec in rule.versions.items():
                 self._versions[(name, version)] = [compile_check(_fields(c)) for c in spec.checks]
+            checks = [*rule.checks, *(c for v in rule.versions.values() for c in v.checks)]
+            if any(c.type == "phantom_rule" for c in checks):
+                self._phantom.add(name)
 
     def checks_for(self, rule: str, version: str) -> list[Check]:
-        return [*self._base.get(rule, ()), *self._versions.get((rule, version), ())]
+        checks = [*self._base.get(rule, ()), *self._versions.get((rule, version), ())]
+        if rule not in self._phantom or self._values is None:
+            return checks
+        key = (rule, version)
+        revision = self._values.revision(rule)
+        with self._lock:
+            cached = self._bound.get(key)
+            if cached is not None and cached[0] == revision:
+                self._bound.move_to_end(key)
+                return cached[1]
+        context = self._values.context(rule, version)
+        bound = [_bind(check, version, context) for check in checks]
+        with self._lock:
+            self._bound[key] = (context.revision if context else revision, bound)
+            self._bound.move_to_end(key)
+            if len(self._bound) > self.BOUND_CACHE_MAX:
+                self._bound.popitem(last=False)
+        return bound
 
     def is_named(self, rule: str, version: str) -> bool:
         return version in self._named.get(rule, frozenset())
+
+
+def _bind(check: Check, version: str, context: VersionValues | None) -> Check:
+    """A phantom_rule check bound to the version's values; any other check as it is."""
+    if not isinstance(check, PhantomRuleCheck):
+        return check
+    if context is None:
+        return check.bind(version, None, (), known=False)
+    return check.bind(version, context.current, context.earlier, known=context.known)
 
 
 def _fields(check: Any) -> dict[str, Any]:
@@ -82,12 +125,18 @@ def _fields(check: Any) -> dict[str, Any]:
 
 
 def answer_of(endpoint: str, text: str, body: Mapping[str, Any] | None) -> Answer:
-    """The answer to check: its text, and the tool calls of a non-streamed body."""
+    """The answer to check: its text, and the tool calls and reasoning of a non-streamed body
+    (chat: `message.reasoning_content`, as OpenAI-compatible providers return it; Responses: the
+    summary texts of `reasoning` items; Anthropic: the `thinking` blocks). A stream's reasoning
+    is not captured."""
     calls: list[ToolCall] = []
+    reasoning: list[str] = []
     if body is not None:
         if endpoint == "chat.completions":
             choices = body.get("choices") or [{}]
             message = choices[0].get("message") if isinstance(choices[0], dict) else None
+            if isinstance(message, dict) and isinstance(message.get("reasoning_content"), str):
+                reasoning.append(message["reasoning_content"])
             for call in (message or {}).get("tool_calls") or ():
                 function = call.get("function") if isinstance(call, dict) else None
                 if isinstance(function, dict):
@@ -100,12 +149,19 @@ def answer_of(endpoint: str, text: str, body: Mapping[str, Any] | None) -> Answe
                     calls.append(
                         ToolCall(str(item.get("name", "")), str(item.get("arguments", "")))
                     )
+                elif isinstance(item, dict) and item.get("type") == "reasoning":
+                    for part in item.get("summary") or ():
+                        if isinstance(part, dict) and isinstance(part.get("text"), str):
+                            reasoning.append(part["text"])
         elif endpoint == "messages":
             for block in body.get("content") or ():
                 if isinstance(block, dict) and block.get("type") == "tool_use":
                     arguments = orjson.dumps(block.get("input", {})).decode()
                     calls.append(ToolCall(str(block.get("name", "")), arguments))
-    return Answer(text=text, tool_calls=tuple(calls))
+                elif isinstance(block, dict) and block.get("type") == "thinking":
+                    if isinstance(block.get("thinking"), str):
+                        reasoning.append(block["thinking"])
+    return Answer(text=text, tool_calls=tuple(calls), reasoning="\n".join(reasoning))
 
 
 class AnalysisWorker(ExchangeObserver):

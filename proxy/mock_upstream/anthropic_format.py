@@ -7,10 +7,17 @@ all input tokens, 1 output token), `content_block_start`, `ping`, one `content_b
 reported apart in `cache_read_input_tokens`, as Anthropic does. With usage switched off the
 `usage` objects are left out entirely (the SDK's `messages.stream()` helper then cannot
 accumulate; raw `create(stream=True)` events still parse).
+
+An answer with reasoning starts with a `thinking` content block, as Anthropic's extended
+thinking sends it: in a body `{"type": "thinking", "thinking": ..., "signature": ...}` before the
+text block; in a stream a block of index 0 with `thinking_delta` events and one
+`signature_delta`, the text block being index 1.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -19,6 +26,8 @@ import orjson
 from proxy.mock_upstream.conversation import Prompt, RequestError, Turn
 from proxy.mock_upstream.wire import Frame, content_text, event_frame, optional_int, require_model
 
+_THINKING_PIECE_CHARS = 32
+"""Characters of reasoning per `thinking_delta` event."""
 _ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -81,7 +90,11 @@ class MessagesFormat:
         )
 
     def body(self, turn: Turn) -> bytes:
-        message = self._message(turn, [{"type": "text", "text": turn.text}], _stop_reason(turn))
+        content: list[dict[str, Any]] = [{"type": "text", "text": turn.text}]
+        if turn.reasoning:
+            thinking = {"type": "thinking", "thinking": turn.reasoning}
+            content.insert(0, {**thinking, "signature": _signature(turn.reasoning)})
+        message = self._message(turn, content, _stop_reason(turn))
         if turn.usage:
             message["usage"] = _usage(turn, turn.output_tokens)
         return orjson.dumps(message)
@@ -93,18 +106,25 @@ class MessagesFormat:
         yield Frame(
             event_frame("message_start", {"type": "message_start", "message": start}), False
         )
+        ping = Frame(event_frame("ping", {"type": "ping"}), False)
+        index = 0
+        if turn.reasoning:
+            thinking = list(_thinking_frames(turn.reasoning))
+            yield from (thinking[0], ping, *thinking[1:])
+            index = 1
         block = {
             "type": "content_block_start",
-            "index": 0,
+            "index": index,
             "content_block": {"type": "text", "text": ""},
         }
         yield Frame(event_frame("content_block_start", block), False)
-        yield Frame(event_frame("ping", {"type": "ping"}), False)
+        if not turn.reasoning:
+            yield ping
         for piece in turn.pieces:
             delta = {"type": "text_delta", "text": piece}
-            payload = {"type": "content_block_delta", "index": 0, "delta": delta}
+            payload = {"type": "content_block_delta", "index": index, "delta": delta}
             yield Frame(event_frame("content_block_delta", payload), True)
-        stop = {"type": "content_block_stop", "index": 0}
+        stop = {"type": "content_block_stop", "index": index}
         yield Frame(event_frame("content_block_stop", stop), False)
         ending: dict[str, Any] = {
             "type": "message_delta",
@@ -129,3 +149,27 @@ class MessagesFormat:
             "stop_reason": stop,
             "stop_sequence": None,
         }
+
+
+def _signature(reasoning: str) -> str:
+    """An opaque signature for a thinking block (a digest of its text, so it is stable)."""
+    return base64.b64encode(hashlib.sha256(reasoning.encode()).digest()).decode()
+
+
+def _thinking_frames(reasoning: str) -> Iterator[Frame]:
+    """The thinking block of index 0: start, the text in `thinking_delta`s, the signature, stop."""
+    start = {
+        "type": "content_block_start",
+        "index": 0,
+        "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+    }
+    yield Frame(event_frame("content_block_start", start), False)
+    for i in range(0, len(reasoning), _THINKING_PIECE_CHARS):
+        delta = {"type": "thinking_delta", "thinking": reasoning[i : i + _THINKING_PIECE_CHARS]}
+        payload = {"type": "content_block_delta", "index": 0, "delta": delta}
+        yield Frame(event_frame("content_block_delta", payload), False)
+    signed = {"type": "signature_delta", "signature": _signature(reasoning)}
+    payload = {"type": "content_block_delta", "index": 0, "delta": signed}
+    yield Frame(event_frame("content_block_delta", payload), False)
+    stop = {"type": "content_block_stop", "index": 0}
+    yield Frame(event_frame("content_block_stop", stop), False)

@@ -36,7 +36,7 @@ from proxy.mock_upstream.behavior import (
 from proxy.mock_upstream.connection import ClientConnection
 from proxy.mock_upstream.conversation import RequestError
 from proxy.mock_upstream.embeddings import embeddings_body, read_embedding_request
-from proxy.mock_upstream.faults import FaultSchedule, InjectedFault
+from proxy.mock_upstream.faults import FaultSchedule, InjectedFault, RateCounter
 from proxy.mock_upstream.openai_format import (
     ChatCompletionsFormat,
     CompletionsFormat,
@@ -65,6 +65,10 @@ class MockUpstreamApp:
         self.behavior = behavior
         self.tokens = tokens or TokenCounter()
         self.faults = FaultSchedule()
+        self.memory = RateCounter()
+        """The per-model counters of memorised answers (`answer.memorised.rate`)."""
+        self.memorised = 0
+        """Answers given from memory rather than from the prompt (for GET /_mock/stats)."""
         self.recorder = RequestRecorder(behavior.max_recorded_requests, behavior.record_requests)
         self._extra_headers = tuple(
             (k.lower().encode("latin-1"), v.encode("latin-1"))
@@ -128,7 +132,7 @@ class MockUpstreamApp:
         fault = self.faults.pick(prompt.model, spec, prompt.stream)
         if fault is not None and not await _before_answer(fault, fmt, client):
             return
-        turn = compose(prompt, spec, self.tokens)
+        turn = compose(prompt, spec, self.tokens, lambda rate: self._recall(prompt.model, rate))
         if prompt.stream:
             await _stream(list(fmt.frames(turn)), spec, fault, client)
         elif isinstance(fault, GarbageFault):
@@ -139,6 +143,12 @@ class MockUpstreamApp:
             await client.send_json(200, fmt.body(turn), _flood(fault))
         else:
             self.abandoned += 1
+
+    def _recall(self, model: str, rate: float) -> bool:
+        """Whether this answer of `model` comes from memory, on the model's own counter."""
+        recalled = self.memory.due(model, "memorised", rate)
+        self.memorised += recalled
+        return recalled
 
     async def _embed(self, body: dict[str, Any], client: ClientConnection) -> None:
         request = read_embedding_request(body)
@@ -158,6 +168,8 @@ class MockUpstreamApp:
         if method == "POST" and path == "/_mock/reset":
             self.recorder.clear()
             self.faults.reset()
+            self.memory.clear()
+            self.memorised = 0
             self.abandoned = 0
             payload = {"reset": True}
         elif method == "GET" and path == "/_mock/requests":
@@ -170,6 +182,7 @@ class MockUpstreamApp:
                 "paths": paths,
                 "faults": faults,
                 "abandoned": self.abandoned,
+                "memorised": self.memorised,
             }
         elif method == "GET" and path == "/_mock/behavior":
             payload = self.behavior.model_dump(mode="json")

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 EXAMPLES_DIR = Path(__file__).parent / "examples"
 """Behaviour files shipped with the package (default, rule-follower, stale-rule, ...)."""
@@ -45,10 +53,30 @@ class FixedAnswer(Spec):
     """The answer is `text` this many times over: a huge answer from a short behaviour file."""
 
 
+class MemorisedValue(Spec):
+    """A rule the model memorised: on a share `rate` of its answers, group `group` of the
+    pattern is answered as `value`, whatever the prompt says.
+
+    `rate` is a counter, like a fault's: the n-th answer (of this model, whose system prompt
+    matched) is memorised when floor(n*r) > floor((n-1)*r), so 0.3 memorises answers 4, 7, 10...
+    and 0.95 all but the first of every twenty; POST /_mock/reset starts the count again.
+    """
+
+    group: int = Field(1, ge=1)
+    """Which capturing group of `pattern` holds the rule's value (1 = the first)."""
+    value: str
+    """The memorised value, answered in place of the group's text."""
+    rate: float = Field(1.0, ge=0, le=1)
+    """Share of answers that say `value` (0: a follower, 1: always the memorised value)."""
+
+
 class RegexFromSystemAnswer(Spec):
     """Search the system prompt with `pattern`; fill `{0}`, `{1}`... in `template` with the groups.
 
-    Only `{<digits>}` is replaced, so JSON braces in the template stay as they are.
+    Only `{<digits>}` is replaced, so JSON braces in the template stay as they are. With
+    `memorised`, a share of answers fill the memorised group with the memorised value instead
+    (a model that learned an old rule); `reasoning`, if set, is filled the same way and sent as
+    the provider sends reasoning.
     """
 
     type: Literal["regex_from_system"] = "regex_from_system"
@@ -56,6 +84,11 @@ class RegexFromSystemAnswer(Spec):
     template: str
     default: str = "I found no rule in my instructions."
     """Answer when the pattern does not match (or there is no system prompt)."""
+    memorised: MemorisedValue | None = None
+    """A memorised rule value that overrides the prompt's on a share of answers."""
+    reasoning: str | None = None
+    """Reasoning text, a template like `template` (same groups, memorised or not with it):
+    Anthropic sends it as a `thinking` block, OpenAI chat as `message.reasoning_content`."""
 
     @field_validator("pattern")
     @classmethod
@@ -64,6 +97,22 @@ class RegexFromSystemAnswer(Spec):
             re.compile(value)
         except re.error as exc:
             raise ValueError(f"invalid regular expression: {exc}") from exc
+        return value
+
+    @field_validator("memorised")
+    @classmethod
+    def _group_exists(
+        cls, value: MemorisedValue | None, info: ValidationInfo
+    ) -> MemorisedValue | None:
+        pattern = info.data.get("pattern")  # absent when the pattern itself was refused
+        if value is None or pattern is None:
+            return value
+        groups = re.compile(pattern).groups
+        if value.group > groups:
+            raise ValueError(
+                f"group {value.group} is not in the pattern "
+                f"(it has {groups} capturing group{'' if groups == 1 else 's'})"
+            )
         return value
 
 

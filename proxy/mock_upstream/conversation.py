@@ -65,3 +65,7 @@ class Turn:
     """`length` when the answer was cut at the request's `max_tokens`."""
     usage: bool
     """Report usage at all (the behaviour's `usage` switch)."""
+    reasoning: str = ""
+    """Reasoning sent before the answer (Anthropic `thinking`, OpenAI `reasoning_content`);
+    empty: none. Its tokens are part of `output_tokens`."""
+    reasoning_tokens: int = 0

@@ -42,17 +42,36 @@ InjectedFault = (
 _EPSILON = 1e-9
 
 
+class RateCounter:
+    """Counters keyed by (model, kind): `due` says whether the next event is one of the share
+    `rate`, by the schedule floor(n*r) > floor((n-1)*r). Faults and memorised answers use it."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], int] = {}
+
+    def clear(self) -> None:
+        """Start every count again from the first event."""
+        self._seen.clear()
+
+    def due(self, model: str, kind: str, rate: float) -> bool:
+        """Count one event of (model, kind); True when it falls in the share `rate`."""
+        key = (model, kind)
+        n = self._seen.get(key, 0) + 1
+        self._seen[key] = n
+        return math.floor(n * rate + _EPSILON) > math.floor((n - 1) * rate + _EPSILON)
+
+
 class FaultSchedule:
     """The per-(model, fault) counters of one mock server."""
 
     def __init__(self) -> None:
-        self._seen: dict[tuple[str, str], int] = {}
+        self._counter = RateCounter()
         self.injected: Counter[str] = Counter()
         """How many times each fault kind was injected (for GET /_mock/stats)."""
 
     def reset(self) -> None:
         """Start every schedule again from the first request."""
-        self._seen.clear()
+        self._counter.clear()
         self.injected.clear()
 
     def pick(self, model: str, spec: ModelBehaviorSpec, stream: bool) -> InjectedFault | None:
@@ -76,7 +95,4 @@ class FaultSchedule:
         return chosen
 
     def _due(self, model: str, kind: str, rate: float) -> bool:
-        key = (model, kind)
-        n = self._seen.get(key, 0) + 1
-        self._seen[key] = n
-        return math.floor(n * rate + _EPSILON) > math.floor((n - 1) * rate + _EPSILON)
+        return self._counter.due(model, kind, rate)

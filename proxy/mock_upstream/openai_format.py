@@ -3,6 +3,11 @@
 Streams follow OpenAI exactly: with `stream_options.include_usage` every chunk carries
 `"usage": null` and one last chunk before `data: [DONE]` has `"choices": []` and the usage;
 without it no chunk has a `usage` key at all.
+
+An answer with reasoning carries it in the chat message's `reasoning_content` field (streamed as
+`delta.reasoning_content` chunks before the content), the way several OpenAI-compatible
+providers (DeepSeek, vLLM, Qwen) return it: OpenAI's own chat API does not return reasoning text.
+Legacy completions and Responses leave reasoning out.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ _ERROR_TYPES = {
     422: "invalid_request_error",
     429: "rate_limit_error",
 }
+_REASONING_PIECE_CHARS = 32
+"""Characters of reasoning per streamed `reasoning_content` delta."""
 _ERROR_CODES = {401: "invalid_api_key", 404: "model_not_found", 429: "rate_limit_exceeded"}
 
 
@@ -51,7 +58,7 @@ def completion_usage(turn: Turn) -> dict[str, Any]:
         "total_tokens": turn.input_tokens + turn.output_tokens,
         "prompt_tokens_details": {"cached_tokens": turn.cached_tokens, "audio_tokens": 0},
         "completion_tokens_details": {
-            "reasoning_tokens": 0,
+            "reasoning_tokens": turn.reasoning_tokens,
             "audio_tokens": 0,
             "accepted_prediction_tokens": 0,
             "rejected_prediction_tokens": 0,
@@ -120,6 +127,8 @@ class ChatCompletionsFormat:
             "refusal": None,
             "annotations": [],
         }
+        if turn.reasoning:
+            message["reasoning_content"] = turn.reasoning
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": turn.finish}
         payload: dict[str, Any] = {
             "id": "chatcmpl-" + turn.id,
@@ -143,6 +152,9 @@ class ChatCompletionsFormat:
             return data_frame({**head, "choices": [choice]})
 
         yield Frame(chunk({"role": "assistant", "content": "", "refusal": None}), False)
+        for i in range(0, len(turn.reasoning), _REASONING_PIECE_CHARS):
+            piece = turn.reasoning[i : i + _REASONING_PIECE_CHARS]
+            yield Frame(chunk({"reasoning_content": piece}), False)
         for piece in turn.pieces:
             yield Frame(chunk({"content": piece}), True)
         yield Frame(chunk({}, turn.finish), False)

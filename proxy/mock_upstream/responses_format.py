@@ -26,7 +26,7 @@ def response_usage(turn: Turn) -> dict[str, Any]:
         "input_tokens": turn.input_tokens,
         "input_tokens_details": {"cached_tokens": turn.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": turn.output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": turn.reasoning_tokens},
         "total_tokens": turn.input_tokens + turn.output_tokens,
     }
 

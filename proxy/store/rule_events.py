@@ -31,6 +31,7 @@ rule_events_table = sa.Table(
     sa.Column("request_id", sa.String()),
     sa.Column("route", sa.String()),
     sa.Column("prompt_diff", sa.Text()),
+    sa.Column("rule_value", sa.String()),
 )
 _events = rule_events_table
 
@@ -54,6 +55,10 @@ class RuleEvent:
     prompt_diff: str | None
     """Unified diff of the system prompt against the previous version's (None when bodies are
     not kept, or for the first version)."""
+    rule_value: str | None = None
+    """The value of the rule's parameter (`probes.parameter`, or a phantom_rule check's own) in
+    the version's system prompt, at most 100 characters; None when the rule has no parameter,
+    the prompt carries no value, or the event predates migration 12."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +90,7 @@ class RuleEventStore:
             "request_id": event.request_id,
             "route": event.route,
             "prompt_diff": self._text.derived(event.prompt_diff),
+            "rule_value": self._text.text(_short(event.rule_value)),
         }
         try:
             with translated("storing a rule change", writing=True), self._engine.begin() as conn:
@@ -109,6 +115,7 @@ class RuleEventStore:
                 request_id=row["request_id"],
                 route=row["route"],
                 prompt_diff=row["prompt_diff"],
+                rule_value=row["rule_value"],
             )
             for row in rows
         ]
@@ -132,3 +139,8 @@ class RuleEventStore:
             (str(rule), str(version)): VersionTraffic(int(count), as_utc(first), as_utc(last))
             for rule, version, count, first, last in rows
         }
+
+
+def _short(value: str | None) -> str | None:
+    """A rule value as stored: at most 100 characters (they are short; a longer one is cut)."""
+    return None if value is None else value[:100]

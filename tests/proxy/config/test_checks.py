@@ -326,3 +326,89 @@ def test_a_malformed_guard_is_refused_naming_its_key(guard: Any) -> None:
     doc = {"models": {"prod": MODEL, "cand": MODEL}, "routes": {"bot": route}}
     found = problems(yaml.safe_dump(doc), env={})
     assert any(p.startswith("routes.bot.guard") for p in found), found
+
+
+PHANTOM_BASE = """
+models: {prod: {provider: openai, base_url: "http://h/v1", model: m}}
+routes: {bot: {primary: prod}}
+rules:
+  shipping:
+    routes: [bot]
+"""
+
+
+def test_a_phantom_rule_check_needs_a_parameter_somewhere() -> None:
+    found = problems(
+        PHANTOM_BASE
+        + """
+    checks: [{name: json, type: json}, {name: phantom, type: phantom_rule}]
+    versions:
+      v2: {checks: [{name: phantom-v2, type: phantom_rule}]}
+"""
+    )
+    assert any(p.startswith("rules.shipping.checks[1].parameter: a phantom_rule check needs")
+               for p in found)  # fmt: skip
+    assert any(p.startswith("rules.shipping.versions.v2.checks[0].parameter:") for p in found)
+
+
+def test_a_phantom_rule_parameter_needs_the_group_value() -> None:
+    found = problems(
+        PHANTOM_BASE
+        + """
+    checks: [{name: phantom, type: phantom_rule, parameter: 'max_weight = (\\d+)'}]
+"""
+    )
+    assert found == [
+        "rules.shipping.checks[0].parameter: needs a named group 'value', "
+        "e.g. 'max_weight\\s*=\\s*(?P<value>\\d+)'"
+    ]
+
+
+def test_a_phantom_rule_takes_the_rules_probes_parameter_and_no_other() -> None:
+    probes = """
+    probes:
+      parameter: 'max_weight\\s*=\\s*(?P<value>\\d+)'
+      values: [150]
+      expect: [{name: follows, type: contains, value: "{value}"}]
+"""
+    config = parse_config(
+        PHANTOM_BASE + "    checks: [{name: phantom, type: phantom_rule}]" + probes, {}
+    )
+    assert config.rules["shipping"].value_parameter() == r"max_weight\s*=\s*(?P<value>\d+)"
+    found = problems(
+        PHANTOM_BASE
+        + "    checks: [{name: phantom, type: phantom_rule, parameter: 'w=(?P<value>\\d+)'}]"
+        + probes
+    )
+    assert len(found) == 1
+    assert found[0].startswith("rules.shipping.checks[0].parameter: differs from probes.parameter")
+
+
+def test_a_phantom_rule_with_its_own_parameter_is_valid_without_probes() -> None:
+    config = parse_config(
+        PHANTOM_BASE
+        + "    checks: [{name: phantom, type: phantom_rule, parameter: 'tier=(?P<value>\\w+)'}]",
+        {},
+    )
+    assert config.rules["shipping"].value_parameter() == r"tier=(?P<value>\w+)"
+
+
+def test_a_hostile_phantom_rule_parameter_is_named_by_its_key_path() -> None:
+    for value, expected in (
+        ("42", "Input should be a valid string"),
+        ("[a, b]", "Input should be a valid string"),
+        ("{value: x}", "Input should be a valid string"),
+        ("'(?P<value>'", "not a valid regular expression"),
+        ("'(?P<value>(a+)+)'", "backtrack"),
+        ("'(?P<value>\\d*)'", "matches the empty string"),
+    ):
+        found = problems(
+            PHANTOM_BASE + f"    checks: [{{name: p, type: phantom_rule, parameter: {value}}}]"
+        )
+        assert len(found) == 1 and found[0].startswith("rules.shipping.checks[0]"), found
+        assert expected in found[0], found
+    huge = "'(?P<value>x)" + "y" * 200_000 + "'"
+    config = parse_config(
+        PHANTOM_BASE + f"    checks: [{{name: p, type: phantom_rule, parameter: {huge}}}]", {}
+    )
+    assert config.rules["shipping"].value_parameter() == huge.strip("'")

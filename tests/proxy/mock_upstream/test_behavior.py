@@ -105,3 +105,35 @@ def test_yaml_syntax_and_missing_files_are_behaviour_errors(tmp_path: Path) -> N
         load_behavior(broken)
     with pytest.raises(BehaviorError, match="cannot read"):
         load_behavior(tmp_path / "absent.yaml")
+
+
+def test_a_memorised_value_is_validated_by_key_path() -> None:
+    answer = {"type": "regex_from_system", "pattern": r"max_weight = (\d+)", "template": "{1}"}
+    found = problems(
+        {
+            "models": {
+                "rate": {"answer": {**answer, "memorised": {"value": "100", "rate": 1.5}}},
+                "group": {"answer": {**answer, "memorised": {"value": "100", "group": 2}}},
+                "value": {"answer": {**answer, "memorised": {"rate": 0.5}}},
+                "extra": {"answer": {**answer, "memorised": {"value": "1", "chance": 0.5}}},
+            }
+        }
+    )
+    assert set(found) == {
+        "models.rate.answer.memorised.rate",
+        "models.group.answer.memorised",
+        "models.value.answer.memorised.value",
+        "models.extra.answer.memorised.chance",
+    }
+    assert "1.5" in found["models.rate.answer.memorised.rate"]
+    assert "group 2 is not in the pattern" in found["models.group.answer.memorised"]
+
+
+def test_the_memoriser_example_stages_a_follower_and_two_memorisers() -> None:
+    spec = load_behavior("memoriser")
+    rates = {}
+    for name in ("follower", "memoriser", "wavering"):
+        answer = spec.for_model(name).answer
+        assert isinstance(answer, RegexFromSystemAnswer) and answer.reasoning
+        rates[name] = answer.memorised.rate if answer.memorised else 0.0
+    assert rates == {"follower": 0.0, "memoriser": 0.95, "wavering": 0.3}

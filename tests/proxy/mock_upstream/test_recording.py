@@ -61,6 +61,7 @@ def test_stats_count_per_path_and_reset_clears_everything(
         "paths": {"/v1/embeddings": 2, "/v1/completions": 1},
         "faults": {},
         "abandoned": 0,
+        "memorised": 0,
     }
     assert raw.post("/_mock/reset").json() == {"reset": True}
     assert raw.get("/_mock/requests").json() == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -53,3 +54,15 @@ def test_traffic_counts_the_exchanges_of_each_version(open_store: Callable[..., 
         ("shipping", "v1"): VersionTraffic(2, T0, T0 + timedelta(minutes=5)),
         ("shipping", "v2"): VersionTraffic(1, T0 + timedelta(minutes=9), T0 + timedelta(minutes=9)),
     }
+
+
+def test_a_version_keeps_its_rule_value_capped_at_100_characters(
+    open_store: Callable[..., Store],
+) -> None:
+    events = RuleEventStore(open_store())
+    v1 = dataclasses.replace(event("v1"), rule_value="100")
+    v2 = dataclasses.replace(event("v2", "v1", seconds=60), rule_value="x" * 250)
+    v3 = event("v3", "v2", seconds=120)  # a rule without a value parameter
+    for e in (v1, v2, v3):
+        assert events.add(e) is True
+    assert [e.rule_value for e in events.events()] == ["100", "x" * 100, None]
