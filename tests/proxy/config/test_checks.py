@@ -229,7 +229,7 @@ def test_credential_warnings_name_keyless_arms_on_other_hosts_and_opt_ins() -> N
     doc: dict[str, Any] = {
         "models": {
             "prod": primary,
-            "same-host": {**primary, "model": "s"},  # the primary's origin: gets the client's key
+            "same-host": {**primary, "model": "s", "pass_client_key": True},  # the key's own host
             "keyless": elsewhere,
             "keyed": {**elsewhere, "api_key_env": "OTHER_KEY"},
             "opted-in": {**elsewhere, "pass_client_key": True},
