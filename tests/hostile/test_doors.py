@@ -370,7 +370,7 @@ def test_credentials_reach_only_the_models_that_opt_in(
         ]
 
     client_keys = {k: v for k, v in CLIENT_SECRETS.items() if k != "cookie"}
-    # The primary and the noise floor (the primary asked again): opted in, the host the client meant.
+    # The primary and its noise floor (the primary asked again): opted in, on the meant host.
     assert credentials("here:prod-m") == [client_keys] * len(seen["here:prod-m"])
     assert credentials("there:optin-m") == [client_keys]  # opted in, on another host
     assert credentials("there:keyed-m") == [{"authorization": "Bearer gateway-own-key"}]
