@@ -85,8 +85,10 @@ def cmd_mock_upstream(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from .demo import print_config, run_demo
 
+    if args.print_config:
+        return print_config(sys.stdout)
     return run_demo(port=args.port, duration_s=args.duration, keep_running=args.keep_running)
 
 
@@ -232,6 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--keep-running", action="store_true", help="keep the gateway up after the story"
+    )
+    demo.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the demo's configuration (placeholder addresses) as YAML and exit",
     )
     demo.set_defaults(func=cmd_demo)
     return parser
