@@ -261,3 +261,18 @@ def test_credential_warnings_name_keyless_arms_on_other_hosts_and_opt_ins() -> N
         )
     )
     assert [(p.path, "judge" in p.message) for p in judged] == [("models.keyless", True)]
+
+
+def test_a_keyless_arm_on_the_primarys_own_host_is_warned_about_unless_it_opts_in() -> None:
+    # The primary's origin is no licence: without api_key_env or pass_client_key: true the
+    # fallback sends no key, wherever it is; opted in on the same host, nothing to warn about.
+    primary = {"provider": "openai", "base_url": "https://primary.example/v1", "model": "p"}
+    doc: dict[str, Any] = {
+        "models": {"prod": primary, "same-host": {**primary, "model": "s"}},
+        "routes": {"bot": {"primary": "prod", "fallback": "same-host"}},
+    }
+    found = [(p.path, p.message) for p in credential_warnings(parse_config(yaml.safe_dump(doc)))]
+    assert len(found) == 1 and found[0][0] == "models.same-host", found
+    assert "fallback of route 'bot' sends no key" in found[0][1]
+    doc["models"]["same-host"]["pass_client_key"] = True
+    assert credential_warnings(parse_config(yaml.safe_dump(doc))) == []
