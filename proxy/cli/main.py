@@ -114,8 +114,10 @@ def cmd_mock_upstream(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from .demo import print_config, run_demo
 
+    if args.print_config:
+        return print_config(sys.stdout)
     return run_demo(port=args.port, duration_s=args.duration, keep_running=args.keep_running)
 
 
@@ -299,6 +301,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--log-format", choices=LOG_FORMATS, default="text", help="log lines as text or JSON"
+    )
+    demo.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the demo's configuration (placeholder addresses) as YAML and exit",
     )
     demo.set_defaults(func=cmd_demo)
     return parser
