@@ -370,9 +370,10 @@ def judge(
     either arm has scored rule-flip probes (`adaptation`), and then, with `min_adaptation`, the
     candidate's adaptation against that floor (`rule_adaptation:min_adaptation`). All of them,
     and the `sequences` (steps, rule epochs) the caller judges apart, share the false-rollback
-    budget equally. Verdicts come in a fixed order, checks by name; windows with nothing in them give
-    no verdicts at all. `with_needs=False` leaves `needs` of inconclusive verdicts unknown (None),
-    for callers that only want the decisions (the simulation): it is the costliest part of a look.
+    budget equally. Verdicts come in a fixed order, checks by name; windows with nothing in them
+    give no verdicts at all. `with_needs=False` leaves `needs` of inconclusive verdicts unknown
+    (None), for callers that only want the decisions (the simulation): it is the costliest part
+    of a look.
     Raises ValueError for `sequences` below 1."""
     if sequences < 1:
         raise ValueError(f"sequences must be >= 1, got {sequences}")

@@ -69,6 +69,7 @@ from proxy.store import (
     Journal,
     JudgeWindows,
     Leadership,
+    ProbeStore,
     Recorder,
     RolloutStore,
     RuleEventStore,
@@ -157,6 +158,8 @@ class Gateway:
                 cpu_clock=cpu_clock,
             )
         self.rule_events = RuleEventStore(self.store)
+        self.probes = ProbeStore(self.store)
+        """Rule-flip probes' results, read by the rollout judge and `/admin/rules`."""
         self.rule_tracker = RuleTracker(
             self.rule_events,
             keep_prompts=config.store.bodies != "none",
@@ -217,6 +220,7 @@ class Gateway:
             JudgeWindows(self.store),
             Leadership(self.store),
             self.metrics,
+            probes=self.probes,
         )
         for warning in config_warnings(config, self.env):
             log.warning("config: %s", warning)
