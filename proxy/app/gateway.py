@@ -323,6 +323,8 @@ class Gateway:
                 admin_auth,
                 self.routes,
                 self.rule_events,
+                self.probes,
+                [name for name, rule in self.config.rules.items() if rule.probes is not None],
             )
         )
         api.include_router(
