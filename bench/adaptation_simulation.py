@@ -15,7 +15,7 @@ Every setting not given is the config's default, read from the config models: th
    probability p (`analyzers.adaptation.adaptation_score`): the share of runs whose estimate is
    within ±5 points of p, the 95th percentile of the absolute error, and how often the 95% Wilson
    interval covers p.
-2. **Gate**: probes reach each target at min(rate × sample, max_per_hour / 3600) per second
+2. **Gate**: probes reach each target at min(rate * sample, max_per_hour / 3600) per second
    (Poisson), from the rollout's start; every `interval_s` the controller's `rule_adaptation` look
    judges both arms' tallies so far (`analyzers.judge_stats.judge`, `sequences = len(steps)`);
    `failure_limit` consecutive failing looks roll back. A memoriser (adaptation 0) against a
@@ -32,15 +32,15 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from analyzers.adaptation import adaptation_score  # noqa: E402
-from analyzers.judge_stats import judge  # noqa: E402
-from analyzers.verdicts import ArmWindow, Outcome, Thresholds  # noqa: E402
-from proxy.config import ProbesSpec, RouteSpec  # noqa: E402
+from analyzers.adaptation import adaptation_score
+from analyzers.judge_stats import judge
+from analyzers.verdicts import ArmWindow, Outcome, Thresholds
+from proxy.config import ProbesSpec, RouteSpec
 
 STAGED = (0.0, 0.3, 0.95)
 PROBES = 200
@@ -159,7 +159,7 @@ def gate_run(
 
 def gate(
     s: Settings, rate: float, fail_runs: int, aa_runs: int, horizon_s: float, seed: int
-) -> dict[str, float | None]:  # noqa: E501
+) -> dict[str, float | None]:
     per_s = s.probes_per_s(rate)
     rng = random.Random(f"{seed}-memoriser-{rate}-{per_s}")
     times = []
@@ -211,15 +211,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     variants = [("default max_per_hour", settings)]
     if args.uncapped:
-        from dataclasses import replace
-
         variants.append(("no max_per_hour", replace(settings, max_per_hour=None)))
     for name, s in variants:
         print(
             f"\n## Gate, sample {s.sample:g}, {name} ({s.max_per_hour or '-'}/h), interval "
-            f"{s.interval_s:g} s, failure_limit {s.failure_limit}, min {s.thresholds.min_samples_probes} "
-            f"probes ({args.fail_runs} memoriser runs, {args.aa_runs:,} A/A runs of "
-            f"{args.horizon_h:g} h)\n"
+            f"{s.interval_s:g} s, failure_limit {s.failure_limit}, min "
+            f"{s.thresholds.min_samples_probes} probes ({args.fail_runs} memoriser runs, "
+            f"{args.aa_runs:,} A/A runs of {args.horizon_h:g} h)\n"
         )
         print(
             "| req/s | probes/s per target | memoriser rolled back: median | p90 | never "

@@ -80,7 +80,7 @@ def probes(now: datetime) -> list[ProbeRecord]:
                     result=result,
                     answered_value=None,
                     cost_usd=0.0,
-                )  # fmt: skip
+                )
                 for _ in range(count)
             )
     return records

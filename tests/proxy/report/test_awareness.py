@@ -58,7 +58,7 @@ def probes(target: str, at: datetime, **results: int) -> list[ProbeRecord]:
             result=result,
             answered_value=None,
             cost_usd=0.0,
-        )  # fmt: skip
+        )
         for result, count in results.items()
         for i in range(count)
     ]
