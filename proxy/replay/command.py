@@ -27,7 +27,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from proxy.config import ConfigError, MirrorgateConfig, ModelSpec, agreement_spec, load_config
+from proxy.config import (
+    ConfigError,
+    MirrorgateConfig,
+    ModelSpec,
+    agreement_spec,
+    load_config,
+    model_key_problems,
+)
 from proxy.core import parse_since
 from proxy.store import Store, StoreError
 from proxy.upstream import ModelCaller, UpstreamClient, shared_ssl_context
@@ -88,11 +95,15 @@ def _run(args: argparse.Namespace, on_result: Callable[[JobOutcome], None] | Non
     since = _check_usage(args)
     config_path = args.config or os.environ.get("MIRRORGATE_CONFIG") or "mirrorgate.yaml"
     try:
-        config = load_config(config_path)
+        # Only the candidates are called: their keys are checked, no other model's.
+        config = load_config(config_path, secrets=False)
+        candidates = _candidates(config, config_path, args.candidate)
+        missing = model_key_problems(config, candidates, os.environ)
+        if missing:
+            raise ConfigError(missing)
     except ConfigError as exc:
         lines = [f"{config_path}: {len(exc.problems)} problem(s)"]
         raise ReplayProblem("\n  ".join(lines + [str(p) for p in exc.problems])) from None
-    candidates = _candidates(config, config_path, args.candidate)
     try:
         store = Store(config.store.url)
     except StoreError as exc:

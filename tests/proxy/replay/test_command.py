@@ -524,6 +524,35 @@ def test_a_bad_config_names_every_problem(
     assert "problem(s)" in capsys.readouterr().err
 
 
+def test_only_the_candidates_keys_are_needed(
+    tmp_path: Path, store: Store, upstream: MockUpstreamServer,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The primary's key (and the admin token) are unset: a replay to `stale`, whose key is set,
+    runs; one to `broken`, whose key is not, is refused naming its key before anything is sent."""
+    path = write_config(tmp_path, upstream)
+    doc = yaml.safe_load(path.read_text())
+    doc["server"] = {"host": "0.0.0.0", "admin_token_env": "MG_UNSET_ADMIN"}
+    doc["models"]["prod"]["api_key_env"] = "MG_UNSET_PROD_KEY"
+    doc["models"]["broken"]["api_key_env"] = "MG_UNSET_BROKEN_KEY"
+    doc["models"]["stale"]["api_key_env"] = "MG_STALE_KEY"
+    path.write_text(yaml.safe_dump(doc))
+    for name in ("MG_UNSET_ADMIN", "MG_UNSET_PROD_KEY", "MG_UNSET_BROKEN_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MG_STALE_KEY", "sk-stale")
+    marker = uuid.uuid4().hex
+    seed(store, [(body(marker, 150), STALE_ANSWER)])
+
+    assert replay(path, "--candidate", "broken") == 1
+    err = capsys.readouterr().err
+    assert "models.broken.api_key_env: environment variable MG_UNSET_BROKEN_KEY" in err
+    assert "MG_UNSET_PROD_KEY" not in err
+    assert sent(upstream, marker) == []
+
+    assert replay(path, "--candidate", "stale") == 0
+    assert per_model(upstream, marker) == {"stale": 1}
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
