@@ -508,3 +508,35 @@ def test_html_of_an_empty_window(
     assert code == 0
     assert "No exchanges in this window" in out
     assert "<svg" not in out
+
+
+def test_the_report_needs_only_the_stores_url(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No provider key, admin token or other variable of the config is set: the report still
+    reads the store; serving the same config is refused."""
+    db = tmp_path / "mirrorgate.db"
+    with Store(f"sqlite:///{db}") as store:
+        store.migrate()
+        store.write_batch([exchange()])
+    config = tmp_path / "mirrorgate.yaml"
+    config.write_text(
+        'store: {url: "${MG_REPORT_STORE}"}\n'
+        "server: {host: 0.0.0.0, admin_token_env: MG_UNSET_ADMIN_TOKEN}\n"
+        "models:\n"
+        '  prod: {provider: openai, base_url: "http://127.0.0.1:9/v1", model: m,'
+        " api_key_env: MG_UNSET_PROD_KEY}\n"
+        '  cand: {provider: openai, base_url: "http://127.0.0.1:9/v1", model: m,'
+        " api_key_env: MG_UNSET_CAND_KEY}\n"
+        "routes: {bot: {primary: prod, shadows: [{model: cand}]}}\n"
+    )
+    for name in ("MG_UNSET_ADMIN_TOKEN", "MG_UNSET_PROD_KEY", "MG_UNSET_CAND_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MG_REPORT_STORE", f"sqlite:///{db}")
+    code, out, err = report(config, capsys)
+    assert code == 0, err
+    assert table_row(out, "primary · prod")["requests"] == "1"
+    assert main(["serve", "--config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert "models.prod.api_key_env" in err
+    assert "MG_UNSET_CAND_KEY" in err
