@@ -342,9 +342,7 @@ def rollout_svg(index: int, route: str, rollout: RolloutReport) -> str:
         [f"{format_time_short(t.at)} {describe_transition(t)}" for t in rollout.transitions]
         + [f"{len(rollout.verdicts)} verdicts"]
     )
-    parts = [
-        _svg_open("rollout", index, route, height, f"Rollout timeline, route {route}", desc)
-    ]
+    parts = [_svg_open("rollout", index, route, height, f"Rollout timeline, route {route}", desc)]
     for tick in x.ticks:
         p = x(tick)
         parts.append(

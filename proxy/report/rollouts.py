@@ -34,7 +34,7 @@ class TransitionReport:
     to_phase: str | None
     step: int | None
     weight: float | None
-    """The canary's share of traffic after the transition (0 to 1)."""
+    """Percent of live traffic the canary gets after the transition."""
     actor: str
     """`judge`, an operator's name, or `alertmanager`."""
     reason: str
@@ -86,17 +86,17 @@ class RolloutReport:
 
     @property
     def first_at(self) -> datetime:
-        return min(item.at for item in (*self.transitions, *self.verdicts))
+        return min(item.at for item in self.timeline())
 
     @property
     def last_at(self) -> datetime:
-        return max(item.at for item in (*self.transitions, *self.verdicts))
+        return max(item.at for item in self.timeline())
 
     def timeline(self) -> list[TransitionReport | VerdictReport]:
-        """Transitions and verdicts in time order (a transition before the verdicts of its
-        moment: the look that caused it is listed right after it, as in the store)."""
+        """Transitions and verdicts in time order; at one moment the verdicts come first (the
+        judge's look, then the transition it led to)."""
         items: list[TransitionReport | VerdictReport] = [*self.transitions, *self.verdicts]
-        return sorted(items, key=lambda item: (item.at, isinstance(item, VerdictReport)))
+        return sorted(items, key=lambda item: (item.at, isinstance(item, TransitionReport)))
 
 
 def _verdict(row: Mapping[str, Any]) -> VerdictReport:
@@ -171,7 +171,7 @@ def build_rollouts(
 
 
 def _value(value: float | None) -> str:
-    return "–" if value is None else f"{value:.3g}"
+    return "—" if value is None else f"{value:.3g}"
 
 
 def describe_transition(item: TransitionReport) -> str:
@@ -181,7 +181,7 @@ def describe_transition(item: TransitionReport) -> str:
     if item.step is not None:
         details.append(f"step {item.step}")
     if item.weight is not None:
-        details.append(f"canary {item.weight * 100:.4g}%")
+        details.append(f"canary {item.weight:g}%")
     return f"{start} → {item.to_phase or '(none)'} ({', '.join(details)})"
 
 

@@ -540,3 +540,36 @@ def test_the_report_needs_only_the_stores_url(
     err = capsys.readouterr().err
     assert "models.prod.api_key_env" in err
     assert "MG_UNSET_CAND_KEY" in err
+
+
+def test_live_routes_come_first_and_offline_answers_are_labelled_by_their_run(
+    setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An evaluation set's pseudo-route sorts before `bot` by name, yet is reported after it;
+    replay and eval answers (stored as shadows tagged by their run) are not shadow arms."""
+    config, store = setup
+    store.write_batch(
+        [
+            exchange(route="eval:aaa", target="cand", arm=Arm.SHADOW, tags=("eval", "aaa")),
+            exchange(),
+            exchange(target="cand", arm=Arm.SHADOW),
+            exchange(target="cand", arm=Arm.SHADOW, tags=("replay",)),
+            exchange(target="cand", arm=Arm.SHADOW, tags=("replay",)),
+        ]
+    )
+    store.write_batch([pair("replay", "cand", True), pair("eval", "cand", False, route="eval:aaa")])
+    code, out, err = report(config, capsys)
+    assert code == 0, err
+    headings = [line for line in out.splitlines() if line.startswith("## Route ")]
+    assert headings == ["## Route bot", "## Route eval:aaa"]
+    assert table_row(out, "shadow · cand")["requests"] == "1"  # only the live shadow
+    assert table_row(out, "replay · cand")["requests"] == "2"
+    assert table_row(out, "eval · cand")["requests"] == "1"
+    labels = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")]
+    assert labels.index("primary · prod") < labels.index("shadow · cand")
+    assert labels.index("shadow · cand") < labels.index("replay · cand")
+    page = main(["report", "--config", str(config), "--format", "html"])
+    assert page == 0
+    html = capsys.readouterr().out
+    assert html.index('data-route="bot"') < html.index('data-route="eval:aaa"')
+    assert 'data-arm="replay · cand"' in html
