@@ -19,6 +19,7 @@ from proxy.cli.main import main
 from proxy.core.records import Arm, CheckRecord, ExchangeRecord, PairRecord, Status, Usage
 from proxy.store.exchanges import Store
 from tests.conftest import require_service
+from tests.proxy.report.test_rollouts import seed_rollout
 
 pytestmark = pytest.mark.e2e
 
@@ -124,6 +125,7 @@ def html_report(tmp_path: Path) -> Path:
     with Store(f"sqlite:///{db}") as store:
         store.migrate()
         store.write_batch(traffic(datetime.now(UTC)))
+        seed_rollout(store, ROUTE)  # start, advance, rollback; three looks' verdicts
     config = tmp_path / "mirrorgate.yaml"
     config.write_text(
         f'store: {{url: "sqlite:///{db}"}}\n'
@@ -161,6 +163,7 @@ def test_the_html_report_renders_offline_in_chromium(html_report: Path, tmp_path
 
             assert page.title() == f"mirrorgate report: {ROUTE}"
             charts = _charts(page)
+            rollout = _rollout_chart(page)
             page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         finally:
             browser.close()
@@ -194,6 +197,35 @@ def test_the_html_report_renders_offline_in_chromium(html_report: Path, tmp_path
     assert all(
         width > 0 for per_arm in checks["check_widths"].values() for width in per_arm.values()
     )
+    # The rollout on its time axis: three phases drawn in order (the first two as long as the
+    # 11 and 9 minutes they lasted), three transitions with the rollback marked, every verdict.
+    assert rollout["width"] > 300 and rollout["height"] > 80
+    first, second, last = rollout["phase_widths"]
+    assert first > 0 and second > 0 and last > 0
+    assert first / second == pytest.approx(11 / 9, rel=0.05)
+    assert (rollout["transitions"], rollout["rollbacks"]) == (3, 1)
+    assert rollout["verdicts"] == {"pass": 1, "fail": 1, "inconclusive": 1}
+    assert rollout["rows"] == 6
+
+
+def _rollout_chart(page: Any) -> dict[str, Any]:
+    """The rollout timeline as laid out: phase bands, transition marks, verdict dots."""
+    svg = page.locator(f'svg.chart.rollout[data-route="{ROUTE}"]')
+    assert svg.count() == 1
+    box = svg.bounding_box()
+    phases = svg.locator("rect.phase")
+    return {
+        "width": box["width"],
+        "height": box["height"],
+        "phase_widths": [phases.nth(i).bounding_box()["width"] for i in range(phases.count())],
+        "transitions": svg.locator("line.transition").count(),
+        "rollbacks": svg.locator("line.transition.rollback").count(),
+        "verdicts": {
+            outcome: svg.locator(f"circle.verdict.{outcome}").count()
+            for outcome in ("pass", "fail", "inconclusive")
+        },
+        "rows": page.locator(f'table.rollout-events[data-route="{ROUTE}"] tbody tr').count(),
+    }
 
 
 def _charts(page: Any) -> dict[str, dict[str, Any]]:

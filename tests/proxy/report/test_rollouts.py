@@ -50,7 +50,7 @@ def verdict(metric: str, outcome: Outcome, estimate: float) -> MetricVerdict:
     )
 
 
-def seed_rollout(store: Store) -> None:
+def seed_rollout(store: Store, route: str = "bot") -> None:
     """start (T0) → look 1 passes (T0+10) → advance (T0+11) → look 2 fails (T0+20) → rollback
     (T0+20, with the judge's evidence)."""
     rollouts = RolloutStore(store)
@@ -63,7 +63,7 @@ def seed_rollout(store: Store) -> None:
         assert rollouts.commit(change, evidence)
         return change.after
 
-    state = act(initial_state("bot", SPEC), Action.START, 0, "alice", "ship cand")
+    state = act(initial_state(route, SPEC), Action.START, 0, "alice", "ship cand")
     rollouts.add_verdicts(
         state, 1, [("", verdict("error_rate", Outcome.PASS, 0.001))], T0 + timedelta(minutes=10)
     )
