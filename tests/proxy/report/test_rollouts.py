@@ -7,6 +7,7 @@ import re
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -206,7 +207,7 @@ def test_html_draws_the_rollout_on_a_time_axis(
 
 def test_history_rows_become_reports_and_words() -> None:
     at = T0
-    events = [
+    events: list[dict[str, Any]] = [
         {"route": "r", "action": "start", "from_phase": None, "to_phase": "progressing",
          "step": 0, "weight": 10.0, "actor": "bob", "reason": "go", "evidence": {}, "at": at},
         {"route": "r", "action": "rollback", "from_phase": "progressing",
@@ -214,7 +215,7 @@ def test_history_rows_become_reports_and_words() -> None:
          "evidence": {"verdicts": "not a list", "example_request_ids": [1, 2, 3, 4, 5, 6, 7]},
          "at": at + timedelta(minutes=1)},
     ]  # fmt: skip
-    verdicts = [
+    verdicts: list[dict[str, Any]] = [
         {"route": "r", "look": 1, "scope": "v2", "metric": "m", "verdict": "pass",
          "estimate": None, "low": None, "high": None, "threshold": None, "reason": "",
          "at": at + timedelta(seconds=30)},
