@@ -182,7 +182,7 @@ def _route_section(index: int, route: RouteReport) -> str:
     else:
         parts.append(
             '<p class="note">No exchanges for this route in this window '
-            "(only pairs or rule checks).</p>"
+            "(only pairs, rule checks or rollout events).</p>"
         )
     parts.append(agreement_section(route, colours))
     parts.append(checks_section(index, route, colours))

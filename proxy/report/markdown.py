@@ -110,7 +110,11 @@ def _route(route: RouteReport) -> list[str]:
             lines.append("")
     else:
         lines.extend(
-            ["No exchanges for this route in this window (only pairs or rule checks).", ""]
+            [
+                "No exchanges for this route in this window "
+                "(only pairs, rule checks or rollout events).",
+                "",
+            ]
         )
     lines.extend(_agreement(route))
     lines.extend(_checks(route))
