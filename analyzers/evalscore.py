@@ -101,7 +101,7 @@ _NOT_JSON = object()
 def _parsed(text: str) -> Any:
     try:
         return json.loads(text)
-    except ValueError:  # JSONDecodeError, or a number too large to convert
+    except (ValueError, RecursionError):  # not JSON, a number too large, nested too deeply
         return _NOT_JSON
 
 
@@ -125,7 +125,10 @@ def score_json(answer: str, expected: Any) -> AnswerScore:
     text = json.dumps(expected, ensure_ascii=False)
     comparison = compare_text(text, answer)
     value = _parsed(answer.strip())
-    equal = value is not _NOT_JSON and json_equal(value, expected)
+    try:
+        equal = value is not _NOT_JSON and json_equal(value, expected)
+    except RecursionError:  # as deep as the parser allows, and deeper than `expected` can be
+        equal = False
     return AnswerScore(
         comparison.exact,
         comparison.normalized,

@@ -148,6 +148,8 @@ def _parse_item(line: str) -> EvalItem:
         raise ValueError(f"not valid JSON ({exc.msg} at character {exc.pos + 1})") from None
     except ValueError as exc:  # e.g. a number too large to convert
         raise ValueError(f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError("not valid JSON (nested too deeply)") from None
     if not isinstance(raw, dict):
         raise ValueError("not a JSON object")
     item_id = raw.get("id")

@@ -102,3 +102,11 @@ def test_score_checks_is_correct_only_when_every_check_passes() -> None:
     assert score_checks("x", "", []).correct is False  # nothing verified is not a pass
     result = accuracy([score_checks("x", "", [passed]), score_json("1", 2), None])
     assert (result.items, result.correct, result.unanswered) == (3, 1, 1)
+
+
+def test_score_json_of_a_hostile_answer_is_wrong_not_a_crash() -> None:
+    deep = "[" * 200_000 + "]" * 200_000
+    assert score_json(deep, [1]).correct is False
+    nested = "[" * 900 + "]" * 900  # parses, and recursing into it may not fit the stack
+    assert score_json(nested, [1]).correct is False
+    assert score_json("1e999999", 1).correct is False  # inf is not 1

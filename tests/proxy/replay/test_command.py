@@ -708,6 +708,7 @@ def test_eval_items_score_by_json_equality_and_the_routes_rule_checks(
         ({"id": "a", "input": "q", "expect": "x", "route": "r"}, "'route' only goes with"),
         ({"id": "a", "input": "q", "expect": "{not", "score": "json"}, "is not JSON text"),
         ({"id": "a", "input": "q", "score": ["checks"], "route": "r"}, "'score' must be one of"),
+        ({"id": "a", "input": "q", "score": "checks", "route": 7}, "needs 'route'"),
     ],
 )
 def test_bad_scoring_fields_are_named_by_line(
@@ -719,6 +720,18 @@ def test_bad_scoring_fields_are_named_by_line(
     assert evalset.items == ()
     (problem,) = evalset.problems
     assert problem.startswith(f"{path}:1: ") and message in problem
+
+
+def test_an_eval_line_nested_too_deeply_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "set.jsonl"
+    deep = "[" * 100_000 + "]" * 100_000
+    good = json.dumps({"id": "b", "input": "q", "expect": {"json": [1]}})
+    path.write_text('{"id": "a", "input": "q", "expect": {"json": ' + deep + "}}\n" + good + "\n")
+    evalset = read_eval_set(path)
+    assert [item.item_id for item in evalset.items] == ["b"]
+    assert evalset.items[0].method == "json" and evalset.items[0].expect_value == [1]
+    (problem,) = evalset.problems
+    assert problem.startswith(f"{path}:1: not valid JSON")
 
 
 def test_eval_string_inputs_suit_anthropic_candidates(
