@@ -205,6 +205,8 @@ def _rollout_section(index: int, route: RouteReport) -> str:
     heading = "<h3>Rollouts</h3>"
     rollout = route.rollout
     if rollout is None:
+        if route.offline:
+            return ""  # an evaluation set is never rolled out
         return heading + '<p class="note">No rollout transitions or verdicts in this window.</p>'
     figure = (
         '<figure class="chart-card rollout-chart"><figcaption><strong>Rollout timeline'

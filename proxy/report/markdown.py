@@ -334,6 +334,8 @@ def _rollout(route: RouteReport) -> list[str]:
     lines = [f"### Rollouts: {_md(route.route)}", ""]
     rollout = route.rollout
     if rollout is None:
+        if route.offline:
+            return []  # an evaluation set is never rolled out
         return [*lines, "No rollout transitions or verdicts in this window.", ""]
     lines.append("| time | what | detail | actor | reason |")
     lines.append("|---|---|---|---|---|")

@@ -267,6 +267,11 @@ class RouteReport:
         return " (with its fields and tolerance)" if fielded else ""
 
     @property
+    def offline(self) -> bool:
+        """An evaluation set's pseudo-route (`eval:<set>`), not live traffic."""
+        return self.route.startswith(EVAL_ROUTE_PREFIX)
+
+    @property
     def has_streams(self) -> bool:
         return any(arm.ttfts_s for arm in self.arms)
 

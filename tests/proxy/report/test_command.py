@@ -562,6 +562,7 @@ def test_live_routes_come_first_and_offline_answers_are_labelled_by_their_run(
     assert code == 0, err
     headings = [line for line in out.splitlines() if line.startswith("## Route ")]
     assert headings == ["## Route bot", "## Route eval:aaa"]
+    assert "### Rollouts: bot" in out and "### Rollouts: eval:aaa" not in out
     assert table_row(out, "shadow · cand")["requests"] == "1"  # only the live shadow
     assert table_row(out, "replay · cand")["requests"] == "2"
     assert table_row(out, "eval · cand")["requests"] == "1"
