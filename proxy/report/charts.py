@@ -24,7 +24,7 @@ import html
 from collections.abc import Sequence
 from datetime import datetime
 
-from .axis import Axis
+from .axis import Axis, TimeAxis
 from .format import format_duration, format_percent, format_time_short, format_usd
 from .model import ArmReport, CheckArmReport, RouteReport, RuleVersionReport
 from .rollouts import RolloutReport, describe_transition, describe_verdict
@@ -313,27 +313,30 @@ def _check_bar(
 
 
 def _tick_offset(seconds: float) -> str:
-    """A time-axis tick, as the time since the first event: `+0`, `+90 s`, `+15 min`, `+2 h`."""
+    """A time-axis tick, as the time since the first event: `+0`, `+90 s`, `+15 min`, `+2 h`,
+    `+3 d` (ticks fall on round times, `TimeAxis`)."""
     if seconds == 0:
         return "+0"
     if seconds < 120:
         return f"+{seconds:g} s"
     if seconds < 7200:
         return f"+{seconds / 60:g} min"
-    return f"+{seconds / 3600:g} h"
+    if seconds < 172800:
+        return f"+{seconds / 3600:g} h"
+    return f"+{seconds / 86400:g} d"
 
 
 def rollout_svg(index: int, route: str, rollout: RolloutReport) -> str:
     """The rollout timeline: phase bands and transitions on top, verdict lanes below."""
     metrics = list(dict.fromkeys(v.metric for v in rollout.verdicts))
     label_width = min(200, max(96, 7 * max((len(m) for m in metrics), default=6) + 16))
-    left, right, top, band, lane = label_width, WIDTH - _PLOT_RIGHT, 14, 30, 20
+    left, right, top, band, lane = label_width, WIDTH - 34, 14, 30, 20  # room for the last tick
     lanes_top = top + band + 12
     bottom = lanes_top + lane * len(metrics)
     height = bottom + 44
     start = rollout.first_at
     span = (rollout.last_at - start).total_seconds()
-    x = Axis(0.0, max(span, 1.0), left, right, log=False)
+    x = TimeAxis(span, left, right)
 
     def px(moment: datetime) -> float:
         return x((moment - start).total_seconds())
@@ -359,15 +362,18 @@ def rollout_svg(index: int, route: str, rollout: RolloutReport) -> str:
         x0 = px(item.at)
         x1 = px(transitions[i + 1].at) if i + 1 < len(transitions) else right
         phase = item.to_phase or "none"
+        label = phase
+        if phase in ("progressing", "paused") and item.weight is not None:
+            label = f"{phase} {item.weight:g}%"
         parts.append(
             f'<rect class="phase phase-{_e(phase)}" data-phase="{_e(phase)}" x="{x0:.1f}" '
             f'y="{top}" width="{max(x1 - x0, 1.5):.1f}" height="{band}" rx="3">'
             f"<title>{_e(phase)} from {_e(format_time_short(item.at))}</title></rect>"
         )
-        if x1 - x0 > 7 * len(phase) + 8:
+        if x1 - x0 > 7 * len(label) + 8:
             parts.append(
                 f'<text class="phase-label" x="{x0 + 5:.1f}" y="{top + band / 2 + 4:.1f}">'
-                f"{_e(phase)}</text>"
+                f"{_e(label)}</text>"
             )
     for item in transitions:
         p = px(item.at)

@@ -230,8 +230,11 @@ def _rollout_section(index: int, route: RouteReport) -> str:
         )
     table = (
         f'<div class="table-wrap"><table class="rollout-events" data-route="{_e(route.route)}">'
-        "<thead><tr><th>time</th><th>what</th><th>detail</th><th>actor</th><th>reason</th>"
-        f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+        "<thead><tr><th>time</th>"
+        + "".join(
+            f'<th class="label">{name}</th>' for name in ("what", "detail", "actor", "reason")
+        )
+        + f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
     evidence = []
     for rollback in rollout.rollbacks:

@@ -175,13 +175,14 @@ def _value(value: float | None) -> str:
 
 
 def describe_transition(item: TransitionReport) -> str:
-    """`progressing → rolled_back (rollback, step 2, canary 10%)`."""
+    """`pending → progressing (start, step 0, canary 10%)`; `progressing → rolled_back
+    (rollback)`."""
     start = item.from_phase or "(none)"
     details = [item.action]
-    if item.step is not None:
+    if item.step is not None and item.step >= 0:  # -1: no step (the canary takes no traffic)
         details.append(f"step {item.step}")
-    if item.weight is not None:
-        details.append(f"canary {item.weight:g}%")
+        if item.weight is not None:
+            details.append(f"canary {item.weight:g}%")
     return f"{start} → {item.to_phase or '(none)'} ({', '.join(details)})"
 
 

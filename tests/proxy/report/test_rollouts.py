@@ -131,7 +131,7 @@ def test_markdown_lists_transitions_and_verdicts_in_time_order(
     assert "| alice | ship cand |" in rows[0]
     assert "progressing → progressing (advance, step 1, canary 50%)" in rows[2]
     assert "error_rate: fail, 0.09 (0.08 to 0.11) against 0.02" in rows[3]
-    assert "progressing → rolled_back (rollback" in rows[5] and "| judge |" in rows[5]
+    assert "progressing → rolled_back (rollback) | judge |" in rows[5]
     # The rollback's evidence: its reason, the verdicts that failed (only those), examples.
     assert "Rolled back at " in text and "error_rate failed" in text
     evidence = text[text.index("Rolled back at") :]
