@@ -18,7 +18,8 @@ half-loads.
 Commands that only read the store or call a few models (`report`, `replay`) load with
 `secrets=False`: the checks of the gateway's own secrets (`checks.SECRET_CHECKS`: the models' key
 variables, the admin and feedback tokens) are not run, and an unset `${VAR}` is a problem only in
-the `store` section (the one thing such a command needs); elsewhere it stays as written. A command
+the `store` section (the one thing such a command needs); elsewhere it stays as written, and if
+the key is then invalid (a URL, a number), its problem says which variable is unset. A command
 that calls a model then checks that model's key itself (`checks.model_key_problems`).
 """
 
@@ -94,13 +95,18 @@ def _interpolate(
     path: tuple[str | int, ...],
     problems: list[ConfigProblem],
     secrets: bool = True,
+    unresolved: dict[str, str] | None = None,
 ) -> Any:
     if isinstance(node, dict):
         return {
-            k: _interpolate(v, env, (*path, str(k)), problems, secrets) for k, v in node.items()
+            k: _interpolate(v, env, (*path, str(k)), problems, secrets, unresolved)
+            for k, v in node.items()
         }
     if isinstance(node, list):
-        return [_interpolate(v, env, (*path, i), problems, secrets) for i, v in enumerate(node)]
+        return [
+            _interpolate(v, env, (*path, i), problems, secrets, unresolved)
+            for i, v in enumerate(node)
+        ]
     if isinstance(node, str) and "${" in node:
         needed = secrets or (bool(path) and path[0] in _READ_ONLY_SECTIONS)
 
@@ -111,12 +117,19 @@ def _interpolate(
             if default is not None:
                 return default
             if not needed:
+                if unresolved is not None:
+                    unresolved.setdefault(_join(path), name)
                 return match.group(0)  # a read-only command does not use it
             problems.append(ConfigProblem(_join(path), f"environment variable {name} is not set"))
             return ""
 
         return _ENV_REF.sub(replace, node)
     return node
+
+
+def _under(path: str, parent: str) -> bool:
+    """`path` is `parent` or a key inside it."""
+    return path == parent or path.startswith((parent + ".", parent + "["))
 
 
 Overrides = Mapping[str, Mapping[str, Any]]
@@ -162,7 +175,8 @@ def parse_config(
     for document_check in DOCUMENT_CHECKS:
         if secrets or document_check not in SECRET_CHECKS:
             problems += document_check(raw, env)
-    raw = _interpolate(raw, env, (), problems, secrets)
+    unresolved: dict[str, str] = {}
+    raw = _interpolate(raw, env, (), problems, secrets, unresolved)
     for section, values in (overrides or {}).items():
         given = raw.get(section)
         raw[section] = {**(given if isinstance(given, dict) else {}), **values}
@@ -176,7 +190,15 @@ def parse_config(
                 message = "unknown key"
             elif err["type"] == "missing":
                 message = "required key is missing"
-            problems.append(ConfigProblem(_join(loc), message))
+            where = _join(loc)
+            var = next((v for p, v in unresolved.items() if _under(where, p)), None)
+            if var is not None:  # only left as written because the command does not use it
+                message += (
+                    f" (environment variable {var} is not set: this command does not use the "
+                    "key, but the file must still be valid; set it, or give a default "
+                    f"${{{var}:-...}})"
+                )
+            problems.append(ConfigProblem(where, message))
         raise ConfigError(problems) from exc
     for spec_check in SPEC_CHECKS:
         if secrets or spec_check not in SECRET_CHECKS:

@@ -137,3 +137,17 @@ def test_serving_still_refuses_every_missing_secret() -> None:
         parse_config(READ_ONLY_DOC, env)
     paths = {p.path for p in exc.value.problems}
     assert paths == {"models.prod.api_key_env", "server.admin_token_env"}
+
+
+def test_without_secrets_a_key_left_invalid_names_its_unset_variable() -> None:
+    doc = READ_ONLY_DOC.replace(
+        'base_url: "http://127.0.0.1:9/v1", model: m, api_key_env',
+        'base_url: "${MG_BASE_URL}", model: m, api_key_env',
+    )
+    with pytest.raises(ConfigError) as exc:
+        parse_config(doc, {"MG_TEST_STORE_URL": "sqlite:///x.db"}, secrets=False)
+    (problem,) = exc.value.problems
+    assert problem.path == "models.prod.base_url"
+    assert "environment variable MG_BASE_URL is not set" in problem.message
+    env = {"MG_TEST_STORE_URL": "sqlite:///x.db", "MG_BASE_URL": "http://127.0.0.1:9/v1"}
+    assert parse_config(doc, env, secrets=False).models["prod"].base_url == "http://127.0.0.1:9/v1"
