@@ -89,15 +89,18 @@ def seed_rollout(store: Store, route: str = "bot") -> None:
     act(state, Action.ROLLBACK, 20, "judge", "error_rate failed", evidence)
 
 
-@pytest.fixture
-def config(tmp_path: Path) -> Path:
-    db = tmp_path / "mirrorgate.db"
-    with Store(f"sqlite:///{db}") as store:
+def write_config(tmp_path: Path, url: str) -> Path:
+    with Store(url) as store:
         store.migrate()
         seed_rollout(store)
     path = tmp_path / "mirrorgate.yaml"
-    path.write_text(yaml.safe_dump({"store": {"url": f"sqlite:///{db}"}, **DOC}))
+    path.write_text(yaml.safe_dump({"store": {"url": url}, **DOC}))
     return path
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    return write_config(tmp_path, f"sqlite:///{tmp_path / 'mirrorgate.db'}")
 
 
 def report(config: Path, capsys: pytest.CaptureFixture[str], *args: str) -> str:
@@ -138,6 +141,17 @@ def test_markdown_lists_transitions_and_verdicts_in_time_order(
     assert "Failing verdicts: error_rate: fail" in evidence
     assert "latency_p95" not in evidence
     assert f"Example requests: {EXAMPLE}." in evidence
+
+
+def test_the_history_reads_the_same_from_postgresql(
+    tmp_path: Path, pg_schema: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, pg_schema[0])
+    since = (T0 + timedelta(minutes=15)).isoformat()
+    text = section(report(config, capsys, "--since", since), "### Rollouts: bot")
+    whats = [line.split("|")[2].strip() for line in text.splitlines() if line.startswith("| 20")]
+    assert whats == ["verdict, look 2", "verdict, look 2", "**rollback**"]
+    assert f"Example requests: {EXAMPLE}." in text
 
 
 def test_a_route_without_rollouts_says_so_and_since_cuts_the_history(
