@@ -3,17 +3,27 @@
 - `percentile`: latency and time-to-first-token percentiles of a run;
 - `rate`: the share of True among flags that apply (agreement, JSON equality, ...);
 - `score_answer` / `accuracy`: an evaluation-set answer against its `expect`, and a group of them.
+  An item is scored one of three ways (`ScoreMethod`): `text` (exact and normalised, the
+  default), `json` (JSON equality with the expected value: key order, whitespace and number
+  spelling ignored, `true` never equal to `1`) or `checks` (every rule check the caller ran on
+  the answer passed; the caller runs them, this module only counts).
 
 The report's statistics (confidence intervals, tests) live elsewhere; this module only counts.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, Literal
 
+from analyzers.checkbase import CheckResult
 from analyzers.comparison import compare_text
+
+ScoreMethod = Literal["text", "json", "checks"]
+SCORE_METHODS: tuple[ScoreMethod, ...] = ("text", "json", "checks")
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -64,12 +74,83 @@ class AnswerScore:
     """Equal after `analyzers.comparison.normalize` (case, Unicode, spaces, edge punctuation)."""
     json_equal: bool | None
     """Both parse as JSON and are equal; None when either is not JSON."""
+    method: ScoreMethod = "text"
+    """How the item is scored; `correct` says what that method decided."""
+    correct: bool | None = None
+    """`text`: equal after normalisation; `json`: JSON-equal to the expected value; `checks`:
+    every check passed (an `error` is not a pass). None only for answers built by hand."""
+    checks: tuple[CheckResult, ...] = ()
+    """The rule checks' results (`checks` items)."""
 
 
 def score_answer(answer: str, expect: str) -> AnswerScore:
-    """Score `answer` against `expect`."""
+    """Score `answer` against `expect` as text."""
     comparison = compare_text(expect, answer)
-    return AnswerScore(comparison.exact, comparison.normalized, comparison.json_equal)
+    return AnswerScore(
+        comparison.exact,
+        comparison.normalized,
+        comparison.json_equal,
+        method="text",
+        correct=comparison.normalized,
+    )
+
+
+_NOT_JSON = object()
+
+
+def _parsed(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # not JSON, a number too large, nested too deeply
+        return _NOT_JSON
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """JSON values equal as JSON means them: objects by key (any order), arrays in order,
+    numbers by value (`150` equals `150.0`), and a boolean never equal to a number."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+def score_json(answer: str, expected: Any) -> AnswerScore:
+    """Score `answer` against the JSON value `expected`: correct when the answer, with
+    surrounding whitespace removed, parses as JSON equal to it."""
+    text = json.dumps(expected, ensure_ascii=False)
+    comparison = compare_text(text, answer)
+    value = _parsed(answer.strip())
+    try:
+        equal = value is not _NOT_JSON and json_equal(value, expected)
+    except RecursionError:  # as deep as the parser allows, and deeper than `expected` can be
+        equal = False
+    return AnswerScore(
+        comparison.exact,
+        comparison.normalized,
+        equal if value is not _NOT_JSON else None,
+        method="json",
+        correct=equal,
+    )
+
+
+def score_checks(answer: str, expect: str, results: Sequence[CheckResult]) -> AnswerScore:
+    """Score an answer by the rule checks run on it: correct when there is at least one result
+    and every one is `pass`. The text comparison with `expect` (which may be empty) is kept."""
+    comparison = compare_text(expect, answer)
+    correct = bool(results) and all(result.result == "pass" for result in results)
+    return AnswerScore(
+        comparison.exact,
+        comparison.normalized,
+        comparison.json_equal,
+        method="checks",
+        correct=correct,
+        checks=tuple(results),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,11 +162,13 @@ class Accuracy:
     normalized: int
     unanswered: int
     """Items whose call failed (error, timeout, broken stream): no answer to score."""
+    correct: int = 0
+    """Items the item's own method (`AnswerScore.correct`) found correct."""
 
 
 def accuracy(scores: Iterable[AnswerScore | None]) -> Accuracy:
     """Sum up the scores of a group of items; None stands for an item that got no answer."""
-    items = exact = normalized = unanswered = 0
+    items = exact = normalized = unanswered = correct = 0
     for score in scores:
         items += 1
         if score is None:
@@ -93,4 +176,5 @@ def accuracy(scores: Iterable[AnswerScore | None]) -> Accuracy:
             continue
         exact += score.exact
         normalized += score.normalized
-    return Accuracy(items, exact, normalized, unanswered)
+        correct += bool(score.correct)
+    return Accuracy(items, exact, normalized, unanswered, correct)

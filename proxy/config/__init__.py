@@ -10,6 +10,7 @@ from .checks import (
     feedback_app_tokens,
     feedback_open,
     feedback_warnings,
+    model_key_problems,
     rollout_warnings,
 )
 from .errors import ConfigError, ConfigProblem
@@ -61,6 +62,7 @@ __all__ = [
     "feedback_open",
     "feedback_warnings",
     "load_config",
+    "model_key_problems",
     "parse_config",
     "rollout_warnings",
     "unavailable_evidence",

@@ -29,6 +29,10 @@ Warnings, not errors (`check-config` prints them and exits 0): `rollout_warnings
 that cannot be evaluated) and `credential_warnings` (models that send no key, or the client's to
 another host).
 
+`SECRET_CHECKS` names the checks of the gateway's own secrets (`check_model_keys`,
+`check_server`), which the read-only commands skip; `model_key_problems` checks the keys of the
+models such a command calls.
+
 Every check returns the problems it found, in document order; the loader runs the lists as they
 are. A new section's check is a function here and one entry in a list.
 """
@@ -512,6 +516,25 @@ SPEC_CHECKS: tuple[SpecCheck, ...] = (
     check_server,
 )
 """Run by the loader on the validated config, in this order."""
+
+SECRET_CHECKS: frozenset[DocumentCheck | SpecCheck] = frozenset({check_model_keys, check_server})
+"""The checks of the gateway's own secrets, which a command that does not serve skips
+(`load_config(..., secrets=False)`): `report` reads only the store, `replay` calls only its
+candidates and checks their keys with `model_key_problems`."""
+
+
+def model_key_problems(
+    cfg: MirrorgateConfig, models: list[str], env: Mapping[str, str]
+) -> list[ConfigProblem]:
+    """`models.<m>.api_key_env` of each of `models` names a variable that is set."""
+    return [
+        ConfigProblem(
+            f"models.{name}.api_key_env",
+            f"environment variable {cfg.models[name].api_key_env} is not set",
+        )
+        for name in models
+        if cfg.models[name].api_key_env and cfg.models[name].api_key_env not in env
+    ]
 
 
 def rollout_warnings(cfg: MirrorgateConfig, route: str | None = None) -> list[ConfigProblem]:

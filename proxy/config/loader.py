@@ -14,6 +14,13 @@ Loading runs in passes, each collecting problems instead of stopping at the firs
 
 `load_config` and `parse_config` raise `ConfigError` carrying every `ConfigProblem`; nothing
 half-loads.
+
+Commands that only read the store or call a few models (`report`, `replay`) load with
+`secrets=False`: the checks of the gateway's own secrets (`checks.SECRET_CHECKS`: the models' key
+variables, the admin and feedback tokens) are not run, and an unset `${VAR}` is a problem only in
+the `store` section (the one thing such a command needs); elsewhere it stays as written, and if
+the key is then invalid (a URL, a number), its problem says which variable is unset. A command
+that calls a model then checks that model's key itself (`checks.model_key_problems`).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from .checks import DOCUMENT_CHECKS, SPEC_CHECKS
+from .checks import DOCUMENT_CHECKS, SECRET_CHECKS, SPEC_CHECKS
 from .errors import ConfigError, ConfigProblem
 from .specs import MirrorgateConfig
 
@@ -78,14 +85,30 @@ def _join(path: tuple[str | int, ...]) -> str:
     return out
 
 
+_READ_ONLY_SECTIONS = ("store",)
+"""Under `secrets=False`, the sections whose unset variables are still problems."""
+
+
 def _interpolate(
-    node: Any, env: Mapping[str, str], path: tuple[str | int, ...], problems: list[ConfigProblem]
+    node: Any,
+    env: Mapping[str, str],
+    path: tuple[str | int, ...],
+    problems: list[ConfigProblem],
+    secrets: bool = True,
+    unresolved: dict[str, str] | None = None,
 ) -> Any:
     if isinstance(node, dict):
-        return {k: _interpolate(v, env, (*path, str(k)), problems) for k, v in node.items()}
+        return {
+            k: _interpolate(v, env, (*path, str(k)), problems, secrets, unresolved)
+            for k, v in node.items()
+        }
     if isinstance(node, list):
-        return [_interpolate(v, env, (*path, i), problems) for i, v in enumerate(node)]
+        return [
+            _interpolate(v, env, (*path, i), problems, secrets, unresolved)
+            for i, v in enumerate(node)
+        ]
     if isinstance(node, str) and "${" in node:
+        needed = secrets or (bool(path) and path[0] in _READ_ONLY_SECTIONS)
 
         def replace(match: re.Match[str]) -> str:
             name, default = match.group(1), match.group(2)
@@ -93,6 +116,10 @@ def _interpolate(
                 return env[name]
             if default is not None:
                 return default
+            if not needed:
+                if unresolved is not None:
+                    unresolved.setdefault(_join(path), name)
+                return match.group(0)  # a read-only command does not use it
             problems.append(ConfigProblem(_join(path), f"environment variable {name} is not set"))
             return ""
 
@@ -100,15 +127,25 @@ def _interpolate(
     return node
 
 
+def _under(path: str, parent: str) -> bool:
+    """`path` is `parent` or a key inside it."""
+    return path == parent or path.startswith((parent + ".", parent + "["))
+
+
 Overrides = Mapping[str, Mapping[str, Any]]
 """Keys that replace the file's, by section: `{"server": {"host": "0.0.0.0"}}`."""
 
 
 def parse_config(
-    text: str, env: Mapping[str, str] | None = None, overrides: Overrides | None = None
+    text: str,
+    env: Mapping[str, str] | None = None,
+    overrides: Overrides | None = None,
+    *,
+    secrets: bool = True,
 ) -> MirrorgateConfig:
     """Validate configuration text with `overrides` laid over it; raise `ConfigError` naming
-    every problem of the result."""
+    every problem of the result. `secrets=False`: for a command that does not serve (see the
+    module docstring)."""
     env = os.environ if env is None else env
     problems: list[ConfigProblem] = []
     loader = None
@@ -136,8 +173,10 @@ def parse_config(
     if not isinstance(raw, dict):
         raise ConfigError([ConfigProblem("", "the configuration must be a mapping of sections")])
     for document_check in DOCUMENT_CHECKS:
-        problems += document_check(raw, env)
-    raw = _interpolate(raw, env, (), problems)
+        if secrets or document_check not in SECRET_CHECKS:
+            problems += document_check(raw, env)
+    unresolved: dict[str, str] = {}
+    raw = _interpolate(raw, env, (), problems, secrets, unresolved)
     for section, values in (overrides or {}).items():
         given = raw.get(section)
         raw[section] = {**(given if isinstance(given, dict) else {}), **values}
@@ -151,20 +190,33 @@ def parse_config(
                 message = "unknown key"
             elif err["type"] == "missing":
                 message = "required key is missing"
-            problems.append(ConfigProblem(_join(loc), message))
+            where = _join(loc)
+            var = next((v for p, v in unresolved.items() if _under(where, p)), None)
+            if var is not None:  # only left as written because the command does not use it
+                message += (
+                    f" (environment variable {var} is not set: this command does not use the "
+                    "key, but the file must still be valid; set it, or give a default "
+                    f"${{{var}:-...}})"
+                )
+            problems.append(ConfigProblem(where, message))
         raise ConfigError(problems) from exc
     for spec_check in SPEC_CHECKS:
-        problems += spec_check(cfg, env)
+        if secrets or spec_check not in SECRET_CHECKS:
+            problems += spec_check(cfg, env)
     if problems:
         raise ConfigError(problems)
     return cfg
 
 
 def load_config(
-    path: str | Path, env: Mapping[str, str] | None = None, overrides: Overrides | None = None
+    path: str | Path,
+    env: Mapping[str, str] | None = None,
+    overrides: Overrides | None = None,
+    *,
+    secrets: bool = True,
 ) -> MirrorgateConfig:
     """Read and validate a configuration file with `overrides` laid over it (`parse_config`);
-    raise `ConfigError` naming every problem."""
+    raise `ConfigError` naming every problem. `secrets=False` for the read-only commands."""
     file = Path(path)
     try:
         size = file.stat().st_size
@@ -177,4 +229,4 @@ def load_config(
         raise ConfigError([ConfigProblem("", f"{file}: not UTF-8 text")]) from exc
     except OSError as exc:
         raise ConfigError([ConfigProblem("", f"{file}: cannot read ({exc.strerror})")]) from exc
-    return parse_config(text, env, overrides)
+    return parse_config(text, env, overrides, secrets=secrets)

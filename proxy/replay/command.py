@@ -27,11 +27,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from proxy.config import ConfigError, MirrorgateConfig, ModelSpec, agreement_spec, load_config
+from proxy.config import (
+    ConfigError,
+    MirrorgateConfig,
+    ModelSpec,
+    agreement_spec,
+    load_config,
+    model_key_problems,
+)
 from proxy.core import parse_since
 from proxy.store import Store, StoreError
 from proxy.upstream import ModelCaller, UpstreamClient, shared_ssl_context
 
+from .evalscoring import EvalScorer, RouteChecks
 from .evalset import EvalSet, read_eval_set
 from .interruption import SignalStop
 from .job import ReplayJob
@@ -88,11 +96,15 @@ def _run(args: argparse.Namespace, on_result: Callable[[JobOutcome], None] | Non
     since = _check_usage(args)
     config_path = args.config or os.environ.get("MIRRORGATE_CONFIG") or "mirrorgate.yaml"
     try:
-        config = load_config(config_path)
+        # Only the candidates are called: their keys are checked, no other model's.
+        config = load_config(config_path, secrets=False)
+        candidates = _candidates(config, config_path, args.candidate)
+        missing = model_key_problems(config, candidates, os.environ)
+        if missing:
+            raise ConfigError(missing)
     except ConfigError as exc:
         lines = [f"{config_path}: {len(exc.problems)} problem(s)"]
         raise ReplayProblem("\n  ".join(lines + [str(p) for p in exc.problems])) from None
-    candidates = _candidates(config, config_path, args.candidate)
     try:
         store = Store(config.store.url)
     except StoreError as exc:
@@ -110,7 +122,8 @@ def _run(args: argparse.Namespace, on_result: Callable[[JobOutcome], None] | Non
             run = _execute(config, store, candidates, plan.jobs, budget, args, on_result, signals)
             result = asyncio.run(run)
             if plan.evalset is not None:
-                summary = render_eval(plan.evalset, candidates, result, budget, sources)
+                scorer = EvalScorer(plan.evalset, RouteChecks(config))
+                summary = render_eval(plan.evalset, candidates, result, budget, sources, scorer)
             else:
                 summary = render_replay(plan.heading, candidates, result, budget, sources)
             sys.stdout.write(summary)
@@ -171,6 +184,7 @@ def _plan(
         _report_problems(evalset.problems)
         if not evalset.items:
             raise ReplayProblem(f"{args.eval_set}: no usable items")
+        _check_rule_routes(args.eval_set, evalset, config)
         jobs = evalset.jobs(specs)
         _check_wire_formats(jobs, specs, _EVAL_HINT)
         heading = [f"evaluation set {evalset.name}: {len(evalset.items)} items"]
@@ -222,6 +236,20 @@ def _heading(
         done = ", ".join(f"{name} {replayed[name]}" for name in candidates if replayed[name])
         lines.append(f"already replayed by an earlier run (skipped): {done}")
     return lines
+
+
+def _check_rule_routes(path: str, evalset: EvalSet, config: MirrorgateConfig) -> None:
+    """A `score: checks` item names a route that a rule set governs."""
+    governed = RouteChecks(config)
+    problems = [
+        f"{path}: item '{item.item_id}': route '{item.route}' "
+        + ("has no rule set" if item.route in config.routes else "is not in the config")
+        + " (score: checks runs the route's rule checks)"
+        for item in evalset.items
+        if item.method == "checks" and not governed.governs(item.route or "")
+    ]
+    if problems:
+        raise ReplayProblem("\n  ".join(problems))
 
 
 def _report_problems(problems: Sequence[str]) -> None:

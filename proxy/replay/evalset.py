@@ -13,8 +13,15 @@ One JSON object per line:
   object is a full request body, sent as it is (its `model` replaced) to `endpoint` (default
   chat.completions; `messages` for an Anthropic body). Its wire format is the endpoint's, so it
   can only go to candidates that speak it (mirrorgate does not translate);
-- `expect` (required): the expected answer. A string is compared as it is; any other JSON value
-  is compared with its JSON text (`json.dumps`);
+- `expect` (required, except with `score: checks`): the expected answer. A string is compared
+  as it is; any other JSON value is compared with its JSON text (`json.dumps`); an object whose
+  only key is `json` (`{"json": {...}}`) is scored by JSON equality with that value;
+- `score` (optional): how the answer is judged correct — `text` (the default: equal after
+  normalisation; exact equality is reported too), `json` (the answer parses as JSON equal to
+  `expect`'s value, key order and whitespace ignored; a string `expect` is read as JSON text) or
+  `checks` (every rule check of `route` passes, for the rule version the item's system prompt
+  resolves to);
+- `route` (required with `score: checks`): the configured route whose rule checks apply;
 - `task`, `difficulty` (optional, default `-`): the groups accuracy is reported by.
 
 A line that cannot be used is reported with its number and skipped.
@@ -28,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from analyzers.evalscore import SCORE_METHODS, ScoreMethod
 from proxy.config import ModelSpec
 
 from .job import ENDPOINTS_BY_NAME, Reference, ReplayJob
@@ -54,6 +62,12 @@ class EvalItem:
     """The input, when it is a full request body."""
     endpoint: str
     """Where `body` goes (for a string input: decided by each candidate's provider)."""
+    method: ScoreMethod = "text"
+    """How the answer is scored (`score`; `json` for an `expect: {json: ...}`)."""
+    expect_value: Any = None
+    """The expected JSON value (`json` items)."""
+    route: str | None = None
+    """The route whose rule checks score the answer (`checks` items)."""
 
     def job(self, set_name: str, candidate: str, spec: ModelSpec) -> ReplayJob:
         """This item as a request to `candidate`."""
@@ -134,15 +148,14 @@ def _parse_item(line: str) -> EvalItem:
         raise ValueError(f"not valid JSON ({exc.msg} at character {exc.pos + 1})") from None
     except ValueError as exc:  # e.g. a number too large to convert
         raise ValueError(f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError("not valid JSON (nested too deeply)") from None
     if not isinstance(raw, dict):
         raise ValueError("not a JSON object")
     item_id = raw.get("id")
     if not isinstance(item_id, str | int) or isinstance(item_id, bool) or item_id == "":
         raise ValueError("'id' must be a non-empty string or a number")
-    if "expect" not in raw:
-        raise ValueError("'expect' (the expected answer) is missing")
-    expect = raw["expect"]
-    expect_text = expect if isinstance(expect, str) else json.dumps(expect)
+    method, expect_text, expect_value, route = _scoring(raw)
     value = raw.get("input")
     system = raw.get("system")
     if system is not None and not isinstance(system, str):
@@ -172,7 +185,42 @@ def _parse_item(line: str) -> EvalItem:
         system=system,
         body=body,
         endpoint=endpoint,
+        method=method,
+        expect_value=expect_value,
+        route=route,
     )
+
+
+def _scoring(raw: dict[str, Any]) -> tuple[ScoreMethod, str, Any, str | None]:
+    """(method, expected text, expected JSON value, route) of an item."""
+    given = raw.get("score")
+    method = next((m for m in SCORE_METHODS if m == given), None)
+    if given is not None and method is None:
+        known = ", ".join(SCORE_METHODS)
+        raise ValueError(f"'score' must be one of {known}, not {given!r}")
+    route = raw.get("route")
+    if method == "checks":
+        if not isinstance(route, str) or not route:
+            raise ValueError("'score: checks' needs 'route' (the route whose rule checks apply)")
+    elif route is not None:
+        raise ValueError("'route' only goes with 'score: checks'")
+    if "expect" not in raw:
+        if method == "checks":
+            return "checks", "", None, route
+        raise ValueError("'expect' (the expected answer) is missing")
+    expect = raw["expect"]
+    wrapped = isinstance(expect, dict) and list(expect) == ["json"]
+    if method is None:
+        method = "json" if wrapped else "text"
+    value = expect["json"] if wrapped and method == "json" else expect
+    if method == "json" and not wrapped and isinstance(expect, str):
+        try:
+            value = json.loads(expect)
+        except ValueError:
+            raise ValueError("'expect' of a 'score: json' item is not JSON text") from None
+    if method == "json":
+        return "json", json.dumps(value), value, route
+    return method, expect if isinstance(expect, str) else json.dumps(expect), None, route
 
 
 def _group(raw: dict[str, Any], key: str) -> str:

@@ -7,8 +7,10 @@ row gives the same numbers for the recorded answers of the requests sent, when t
 (their latency counts from the gateway receiving the request, so it includes the gateway's own
 overhead of a millisecond or so).
 
-Evaluation sets: accuracy (exact / normalised against `expect`) and latency and cost, for all items
-and by task and by difficulty. An item whose call failed counts as wrong.
+Evaluation sets: accuracy — `correct` by each item's own method (`score`: text, JSON equality or
+the route's rule checks, `proxy.replay.evalscoring`), and exact / normalised against `expect` —
+and latency and cost, for all items and by task and by difficulty. An item whose call failed
+counts as wrong.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from analyzers.evalscore import AnswerScore, Rate, accuracy, percentile, rate, score_answer
+from analyzers.evalscore import Rate, accuracy, percentile, rate
 from proxy.core import Status
 
+from .evalscoring import EvalScorer
 from .evalset import UNGROUPED, EvalSet
 from .job import Reference
 from .runner import Budget, JobOutcome, RunResult
@@ -147,13 +150,14 @@ def render_eval(
     result: RunResult,
     budget: Budget,
     budget_sources: Mapping[str, str],
+    scorer: EvalScorer,
 ) -> str:
     """The evaluation summary: accuracy, then latency and cost, by group, side by side."""
     groups = _eval_groups(evalset)
     accuracy_header = ["group"]
     timing_header = ["group"]
     for name in candidates:
-        accuracy_header += [f"{name} exact", f"{name} normalised"]
+        accuracy_header += [f"{name} correct", f"{name} exact", f"{name} normalised"]
         timing_header += [f"{name} p50 ms", f"{name} p95 ms", f"{name} USD"]
     accuracy_rows, timing_rows = [], []
     for label, member in groups:
@@ -162,8 +166,9 @@ def render_eval(
             chosen = [
                 o for o in result.outcomes if o.job.candidate == name and o.job.request_id in member
             ]
-            scored = accuracy(_score(o) for o in chosen)
+            scored = accuracy(scorer.score(o) for o in chosen)
             accuracy_row += [
+                _count(scored.correct, scored.items),
                 _count(scored.exact, scored.items),
                 _count(scored.normalized, scored.items),
             ]
@@ -175,7 +180,7 @@ def render_eval(
         f"evaluation set {evalset.name}: {len(evalset.items)} items, "
         f"{len(candidates)} candidate(s)",
         "",
-        "accuracy (correct/answered; a failed call counts as wrong)",
+        "accuracy (right/items; a failed call counts as wrong; correct: by each item's score)",
         *_table(accuracy_header, accuracy_rows),
         "",
         "latency and cost",
@@ -198,13 +203,6 @@ def _eval_groups(evalset: EvalSet) -> list[tuple[str, set[str]]]:
         if set(members) != {UNGROUPED}:
             groups.extend((f"{dimension}={value}", members[value]) for value in sorted(members))
     return groups
-
-
-def _score(outcome: JobOutcome) -> AnswerScore | None:
-    reference = outcome.job.reference
-    if not outcome.ok or outcome.record is None or reference is None:
-        return None
-    return score_answer(outcome.record.response_text or "", reference.text)
 
 
 def _notes(

@@ -54,3 +54,24 @@ class Axis:
 def _is_power_of_ten(value: float) -> bool:
     exponent = round(math.log10(value))
     return math.isclose(value, 10.0**exponent, rel_tol=1e-9)
+
+
+TIME_STEPS_S = (
+    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
+    172800, 604800,
+)  # fmt: skip
+"""Tick spacings of a time axis, in seconds: round seconds, minutes, hours, days and a week."""
+
+
+class TimeAxis(Axis):
+    """A linear axis of seconds since a first moment, from 0 to a round time past `span_s` (a
+    little room after the last event), with ticks at round times (5 min, 1 h, ...)."""
+
+    def __init__(self, span_s: float, start: float, end: float, target_ticks: int = 5) -> None:
+        span_s = max(span_s, 1.0) * 1.05
+        step = next((s for s in TIME_STEPS_S if s * target_ticks >= span_s), TIME_STEPS_S[-1])
+        count = math.ceil(span_s / step)
+        self.log = False
+        self.low, self.high = 0.0, float(count * step)
+        self.ticks = [float(i * step) for i in range(count + 1)]
+        self.start, self.end = start, end

@@ -9,10 +9,14 @@ the report. KIND is:
 - `cost`: USD per 1,000 requests per arm, bars (`rect.bar`) from 0;
 - `checks`: the pass rate of each check of one rule version per arm · target, bars (`rect.bar`,
   with `data-check`) with their Wilson interval as whiskers (`line.whisker`), and a mark on the
-  candidates whose pass rate is significantly below the primary's.
+  candidates whose pass rate is significantly below the primary's;
 - `adaptation`: per probed rule, each target's adaptation rate on rule-flip probes, a bar
   (`rect.bar`, with `data-target` and `data-rule`) with its Wilson interval as whiskers, its
-  stuck rate beside it, and a mark on targets whose stuck rate is surely above one half.
+  stuck rate beside it, and a mark on targets whose stuck rate is surely above one half;
+- `rollout`: a route's rollout on a time axis — the phases as bands (`rect.phase`, with
+  `data-phase`), each transition as a mark (`line.transition`; `.rollback` for a rollback, with
+  `data-at`), and below them one lane per judged metric with each verdict as a dot
+  (`circle.verdict.pass` / `.fail` / `.inconclusive`).
 
 Bars and lines carry `data-arm="arm · target"`. Every string from the store is escaped.
 """
@@ -21,9 +25,10 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from datetime import datetime
 
-from .axis import Axis
-from .format import format_duration, format_percent, format_usd
+from .axis import Axis, TimeAxis
+from .format import format_duration, format_percent, format_time_short, format_usd
 from .model import (
     ArmReport,
     CheckArmReport,
@@ -32,6 +37,7 @@ from .model import (
     RuleVersionReport,
     TargetAdaptation,
 )
+from .rollouts import RolloutReport, describe_transition, describe_verdict
 
 ECDF_POINTS = 400
 """A latency line is drawn through at most this many quantiles, whatever the request count."""
@@ -395,3 +401,100 @@ def _adaptation_bar(
         f'<text class="bar-value" x="{right + 8}" y="{mid + 4:.1f}">'
         f"{_e(format_percent(rate.rate))} · stuck {_e(format_percent(stuck.rate))}{flag}</text>"
     )
+
+
+def _tick_offset(seconds: float) -> str:
+    """A time-axis tick, as the time since the first event: `+0`, `+90 s`, `+15 min`, `+2 h`,
+    `+3 d` (ticks fall on round times, `TimeAxis`)."""
+    if seconds == 0:
+        return "+0"
+    if seconds < 120:
+        return f"+{seconds:g} s"
+    if seconds < 7200:
+        return f"+{seconds / 60:g} min"
+    if seconds < 172800:
+        return f"+{seconds / 3600:g} h"
+    return f"+{seconds / 86400:g} d"
+
+
+def rollout_svg(index: int, route: str, rollout: RolloutReport) -> str:
+    """The rollout timeline: phase bands and transitions on top, verdict lanes below."""
+    metrics = list(dict.fromkeys(v.metric for v in rollout.verdicts))
+    label_width = min(200, max(96, 7 * max((len(m) for m in metrics), default=6) + 16))
+    left, right, top, band, lane = label_width, WIDTH - 34, 14, 30, 20  # room for the last tick
+    lanes_top = top + band + 12
+    bottom = lanes_top + lane * len(metrics)
+    height = bottom + 44
+    start = rollout.first_at
+    span = (rollout.last_at - start).total_seconds()
+    x = TimeAxis(span, left, right)
+
+    def px(moment: datetime) -> float:
+        return x((moment - start).total_seconds())
+
+    desc = "; ".join(
+        [f"{format_time_short(t.at)} {describe_transition(t)}" for t in rollout.transitions]
+        + [f"{len(rollout.verdicts)} verdicts"]
+    )
+    parts = [_svg_open("rollout", index, route, height, f"Rollout timeline, route {route}", desc)]
+    for tick in x.ticks:
+        p = x(tick)
+        parts.append(
+            f'<line class="grid" x1="{p:.1f}" x2="{p:.1f}" y1="{top}" y2="{bottom}"/>'
+            f'<text class="tick" x="{p:.1f}" y="{bottom + 16}" text-anchor="middle">'
+            f"{_e(_tick_offset(tick))}</text>"
+        )
+    parts.append(
+        f'<text class="bar-label" x="{left - 8}" y="{top + band / 2 + 4:.1f}" '
+        'text-anchor="end">phase</text>'
+    )
+    transitions = rollout.transitions
+    for i, item in enumerate(transitions):
+        x0 = px(item.at)
+        x1 = px(transitions[i + 1].at) if i + 1 < len(transitions) else right
+        phase = item.to_phase or "none"
+        label = phase
+        if phase in ("progressing", "paused") and item.weight is not None:
+            label = f"{phase} {item.weight:g}%"
+        parts.append(
+            f'<rect class="phase phase-{_e(phase)}" data-phase="{_e(phase)}" x="{x0:.1f}" '
+            f'y="{top}" width="{max(x1 - x0, 1.5):.1f}" height="{band}" rx="3">'
+            f"<title>{_e(phase)} from {_e(format_time_short(item.at))}</title></rect>"
+        )
+        if x1 - x0 > 7 * len(label) + 8:
+            parts.append(
+                f'<text class="phase-label" x="{x0 + 5:.1f}" y="{top + band / 2 + 4:.1f}">'
+                f"{_e(label)}</text>"
+            )
+    for item in transitions:
+        p = px(item.at)
+        kind = "transition rollback" if item.rollback else "transition"
+        parts.append(
+            f'<line class="{kind}" data-at="{_e(item.at.isoformat())}" x1="{p:.1f}" '
+            f'x2="{p:.1f}" y1="{top - 4}" y2="{bottom}"><title>'
+            f"{_e(format_time_short(item.at))} {_e(describe_transition(item))} by "
+            f"{_e(item.actor)}: {_e(item.reason)}</title></line>"
+        )
+    for row, metric in enumerate(metrics):
+        y = lanes_top + row * lane + lane / 2
+        parts.append(
+            f'<text class="bar-label" x="{left - 8}" y="{y + 4:.1f}" text-anchor="end">'
+            f"{_e(metric)}</text>"
+            f'<line class="track-line" x1="{left}" x2="{right}" y1="{y:.1f}" y2="{y:.1f}"/>'
+        )
+        for verdict in rollout.verdicts:
+            if verdict.metric != metric:
+                continue
+            parts.append(
+                f'<circle class="verdict {_e(verdict.outcome)}" data-metric="{_e(metric)}" '
+                f'cx="{px(verdict.at):.1f}" cy="{y:.1f}" r="4.5"><title>'
+                f"{_e(format_time_short(verdict.at))} look {verdict.look}: "
+                f"{_e(describe_verdict(verdict))}</title></circle>"
+            )
+    parts.append(
+        f'<line class="axis" x1="{left}" x2="{right}" y1="{bottom}" y2="{bottom}"/>'
+        f'<text class="axis-label" x="{(left + right) / 2}" y="{height - 8}" '
+        f'text-anchor="middle">time since {_e(format_time_short(start))}</text>'
+    )
+    parts.append("</svg>")
+    return "".join(parts)

@@ -1,12 +1,18 @@
 """`mirrorgate report`: compare the arms of every route over a window of recorded traffic.
 
 `run_report` reads the window from the store — exchanges, pairs, rule check verdicts, feedback,
-the rule-change events and the probed rules' rule-flip probe counts — and `build_report` groups
-them by route into the records of `proxy.report.model`: arms (`analyzers.summary`), agreement and
+the rule-change events, the probed rules' rule-flip probe counts and the rollout history — and
+`build_report` groups them by route into the records of `proxy.report.model`: arms
+(`analyzers.summary`; offline replay and eval answers in arms of their own), agreement and
 LLM-judge scores per candidate arm (`proxy.report.agreement`), checks by rule version
-(`proxy.report.checks`), context awareness per probed rule (`proxy.report.awareness`) and
-corrections and ratings (`proxy.report.feedback`). `proxy.report.markdown` or `proxy.report.html`
-turns the `Report` into text. How each number is computed is written down in docs/report.md.
+(`proxy.report.checks`), context awareness per probed rule (`proxy.report.awareness`),
+corrections and ratings (`proxy.report.feedback`) and rollouts on a time axis
+(`proxy.report.rollouts`). Live routes come first, evaluation sets' pseudo-routes after them.
+`proxy.report.markdown` or `proxy.report.html` turns the `Report` into text. How each number is
+computed is written down in docs/report.md.
+
+The report needs only the store: the config is loaded without secrets (no provider key or token
+variable has to be set).
 
 The report only reads: it never migrates or creates the database, so pointing it at a production
 store is safe. Every problem the user can fix (bad `--since`, a missing database, an output path
@@ -35,7 +41,7 @@ from proxy.core import (
     Status,
 )
 from proxy.core import parse_since as _parse_since
-from proxy.store import FeedbackStore, ProbeStore, RuleEventStore, Store, StoreError
+from proxy.store import FeedbackStore, ProbeStore, RolloutStore, RuleEventStore, Store, StoreError
 
 from .agreement import build_agreement, build_judge_scores
 from .awareness import ProbeCounts, build_context_awareness
@@ -43,7 +49,16 @@ from .checks import build_rule_versions
 from .feedback import build_feedback
 from .html import render_html
 from .markdown import render_markdown
-from .model import ArmReport, Report, RouteReport, RuleChange, arm_key
+from .model import (
+    ArmReport,
+    Report,
+    RouteReport,
+    RuleChange,
+    arm_key,
+    report_arm,
+    route_key,
+)
+from .rollouts import RolloutReport, build_rollouts
 
 MAX_ROWS = 1_000_000
 """At most this many exchanges (and as many pairs, and check verdicts) are read; a larger window
@@ -77,16 +92,19 @@ def build_report(
     agreement_modes: Mapping[str, str] | None = None,
     findings: Sequence[FindingRecord] = (),
     probes: Mapping[str, Mapping[str, Mapping[str, ProbeCounts]]] | None = None,
+    rollouts: Mapping[str, RolloutReport] | None = None,
 ) -> Report:
     """Group the window's records by route and arm · target, and summarise each group.
 
     `changes` are every rule-change event in the store (old ones say when a version began);
     `agreement_modes` each route's agreement mode (a route not in it: `normalized`);
     everything else is the window's (`findings`: the LLM judge's; `probes`: route → rule →
-    target → its (followed, stuck, other) rule-flip probes).
+    target → its (followed, stuck, other) rule-flip probes; `rollouts`: each route's rollout
+    history, `proxy.report.rollouts.build_rollouts`).
     """
     probes = probes or {}
     modes = agreement_modes or {}
+    rollout_by_route = rollouts or {}
     by_route: dict[str, list[ExchangeRecord]] = defaultdict(list)
     for record in exchanges:
         by_route[record.route].append(record)
@@ -105,11 +123,15 @@ def build_report(
         findings_by_route[finding.route].append(finding)
 
     routes = []
-    for route in sorted(set(by_route) | set(pairs_by_route) | set(checks_by_route) | set(probes)):
+    named = (
+        set(by_route) | set(pairs_by_route) | set(checks_by_route) | set(probes)
+        | set(rollout_by_route)
+    )  # fmt: skip
+    for route in sorted(named, key=route_key):
         records = by_route.get(route, [])
         groups: dict[tuple[str, str], list[ExchangeRecord]] = defaultdict(list)
         for record in records:
-            groups[(record.arm.value, record.target)].append(record)
+            groups[(report_arm(record.arm, record.tags), record.target)].append(record)
         arms = tuple(
             _arm_report(arm, target, groups[(arm, target)])
             for arm, target in sorted(groups, key=lambda k: arm_key(*k))
@@ -135,6 +157,7 @@ def build_report(
                 feedback=build_feedback(records, feedback_by_route.get(route, [])),
                 judge_scores=build_judge_scores(findings_by_route.get(route, [])),
                 context_awareness=build_context_awareness(probes.get(route, {})),
+                rollout=rollout_by_route.get(route),
             )
         )
     started = [record.started_at for record in exchanges]
@@ -190,9 +213,11 @@ class _ConfigProblemError(Exception):
 
 
 def _load_config(args: argparse.Namespace) -> MirrorgateConfig:
+    """The config as the report needs it: the store URL, the routes' names and agreement modes.
+    No provider key or gateway secret is needed (the report calls no model)."""
     path = args.config or os.environ.get("MIRRORGATE_CONFIG") or "mirrorgate.yaml"
     try:
-        return load_config(path)
+        return load_config(path, secrets=False)
     except ConfigError as exc:
         print(f"mirrorgate: {path}: {len(exc.problems)} problem(s)", file=sys.stderr)
         for problem in exc.problems:
@@ -228,6 +253,7 @@ def _read(args: argparse.Namespace, cfg: MirrorgateConfig, now: datetime) -> Rep
             if since is None or item.created_at >= since
         ]
         changes = _rule_changes(store)
+        events, verdicts = RolloutStore(store).history(route=args.route, since=since)
         judged = store.query_findings(
             route=args.route, analyzer=JUDGE_ANALYZER, since=since, limit=MAX_ROWS
         )
@@ -246,6 +272,7 @@ def _read(args: argparse.Namespace, cfg: MirrorgateConfig, now: datetime) -> Rep
         agreement_modes={name: spec.agreement.mode for name, spec in cfg.routes.items()},
         findings=judged,
         probes=probes,
+        rollouts=build_rollouts(events, verdicts),
     )
 
 

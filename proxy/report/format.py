@@ -82,6 +82,11 @@ def format_time(moment: datetime | None) -> str:
     return DASH if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def format_time_short(moment: datetime) -> str:
+    """`12-02 14:05:09Z`: a moment on the rollout timeline."""
+    return moment.astimezone(UTC).strftime("%m-%d %H:%M:%SZ")
+
+
 def describe_window(report: Report) -> str:
     start = format_time(report.since) if report.since else "the first record"
     return f"{start} → {format_time(report.generated_at)}"

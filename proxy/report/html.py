@@ -17,7 +17,7 @@ import html
 
 from analyzers.summary import Rate, newcombe_difference
 
-from .charts import cost_svg, ecdf_svg
+from .charts import cost_svg, ecdf_svg, rollout_svg
 from .format import (
     describe_failures,
     describe_window,
@@ -34,6 +34,7 @@ from .html_quality import (
     rate_cell,
 )
 from .model import Report, RouteReport
+from .rollouts import TransitionReport, describe_transition, describe_verdict
 from .style import STYLESHEET
 
 PRIMARY_COLOUR = "#2563eb"
@@ -204,12 +205,13 @@ def _route_section(index: int, route: RouteReport) -> str:
     else:
         parts.append(
             '<p class="note">No exchanges for this route in this window '
-            "(only pairs or rule checks).</p>"
+            "(only pairs, rule checks or rollout events).</p>"
         )
     parts.append(agreement_section(route, colours))
     parts.append(checks_section(index, route, colours))
     parts.append(awareness_section(index, route, _target_colours(route, colours)))
     parts.append(feedback_section(route.route, route.feedback, colours))
+    parts.append(_rollout_section(index, route))
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -219,6 +221,57 @@ def _figure(title: str, caption: str, svg: str, legend: str) -> str:
         f'<figure class="chart-card"><figcaption><strong>{_e(title)}</strong>'
         f"<span>{_e(caption)}</span></figcaption>{svg}{legend}</figure>"
     )
+
+
+def _rollout_section(index: int, route: RouteReport) -> str:
+    """The rollout's timeline, then its transitions and verdicts in time order, then the evidence
+    of each rollback."""
+    heading = "<h3>Rollouts</h3>"
+    rollout = route.rollout
+    if rollout is None:
+        if route.offline:
+            return ""  # an evaluation set is never rolled out
+        return heading + '<p class="note">No rollout transitions or verdicts in this window.</p>'
+    figure = (
+        '<figure class="chart-card rollout-chart"><figcaption><strong>Rollout timeline'
+        "</strong><span>Phases (bands) and transitions (lines; a rollback in red) on top; "
+        "each judged metric's verdicts at each look below (green pass, red fail, grey "
+        "inconclusive). Hover for details.</span></figcaption>"
+        f"{rollout_svg(index, route.route, rollout)}</figure>"
+    )
+    rows = []
+    for item in rollout.timeline():
+        if isinstance(item, TransitionReport):
+            kind = "rollback" if item.rollback else "transition"
+            cells = (kind, describe_transition(item), item.actor, item.reason)
+        else:
+            kind = f"verdict {item.outcome}"
+            cells = (f"verdict, look {item.look}", describe_verdict(item), "judge", item.reason)
+        rows.append(
+            f'<tr class="{_e(kind)}"><td>{_e(format_time(item.at))}</td>'
+            + "".join(f'<td class="label">{_e(cell)}</td>' for cell in cells)
+            + "</tr>"
+        )
+    table = (
+        f'<div class="table-wrap"><table class="rollout-events" data-route="{_e(route.route)}">'
+        "<thead><tr><th>time</th>"
+        + "".join(
+            f'<th class="label">{name}</th>' for name in ("what", "detail", "actor", "reason")
+        )
+        + f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
+    evidence = []
+    for rollback in rollout.rollbacks:
+        failed = "".join(f"<li>{_e(describe_verdict(v))}</li>" for v in rollback.failed)
+        examples = ", ".join(f"<code>{_e(i)}</code>" for i in rollback.examples)
+        evidence.append(
+            f'<div class="rollback-evidence"><p><strong>Rolled back at '
+            f"{_e(format_time(rollback.at))}</strong>: {_e(rollback.reason)}</p>"
+            + (f"<ul>{failed}</ul>" if failed else "")
+            + (f'<p class="note">Example requests: {examples}</p>' if examples else "")
+            + "</div>"
+        )
+    return heading + figure + table + "".join(evidence)
 
 
 # ---- cards and tables ----

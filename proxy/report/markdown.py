@@ -25,6 +25,7 @@ from .format import (
     format_usd,
 )
 from .model import FeedbackReport, Report, RouteReport, RuleVersionReport
+from .rollouts import TransitionReport, describe_transition, describe_verdict
 
 
 def _md(text: str) -> str:
@@ -110,12 +111,17 @@ def _route(route: RouteReport) -> list[str]:
             lines.append("")
     else:
         lines.extend(
-            ["No exchanges for this route in this window (only pairs or rule checks).", ""]
+            [
+                "No exchanges for this route in this window "
+                "(only pairs, rule checks or rollout events).",
+                "",
+            ]
         )
     lines.extend(_agreement(route))
     lines.extend(_checks(route))
     lines.extend(_awareness(route))
     lines.extend(_feedback(route.route, route.feedback))
+    lines.extend(_rollout(route))
     return lines
 
 
@@ -370,4 +376,32 @@ def _feedback(route: str, feedback: FeedbackReport | None) -> list[str]:
                 "",
             ]
         )
+    return lines
+
+
+def _rollout(route: RouteReport) -> list[str]:
+    lines = [f"### Rollouts: {_md(route.route)}", ""]
+    rollout = route.rollout
+    if rollout is None:
+        if route.offline:
+            return []  # an evaluation set is never rolled out
+        return [*lines, "No rollout transitions or verdicts in this window.", ""]
+    lines.append("| time | what | detail | actor | reason |")
+    lines.append("|---|---|---|---|---|")
+    for item in rollout.timeline():
+        if isinstance(item, TransitionReport):
+            what = "**rollback**" if item.rollback else "transition"
+            cells = [what, describe_transition(item), item.actor, item.reason]
+        else:
+            cells = [f"verdict, look {item.look}", describe_verdict(item), "judge", item.reason]
+        lines.append(_row([format_time(item.at), *(_md(cell) for cell in cells)]))
+    lines.append("")
+    for rollback in rollout.rollbacks:
+        lines.append(f"Rolled back at {format_time(rollback.at)}: {_md(rollback.reason)}.")
+        if rollback.failed:
+            failed = "; ".join(_md(describe_verdict(v)) for v in rollback.failed)
+            lines.append(f"Failing verdicts: {failed}.")
+        if rollback.examples:
+            lines.append("Example requests: " + ", ".join(_md(i) for i in rollback.examples) + ".")
+        lines.append("")
     return lines

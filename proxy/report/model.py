@@ -23,11 +23,38 @@ from analyzers.summary import (
 )
 from proxy.core import Arm
 
+from .rollouts import RolloutReport
+
+REPLAY_ARM = "replay"
+"""The arm the report names a `mirrorgate replay` answer by (stored as a shadow tagged `replay`)."""
+EVAL_ARM = "eval"
+"""The arm of an evaluation-set answer (stored as a shadow tagged `eval`)."""
+
 ARM_ORDER = {
     Arm.PRIMARY.value: 0, Arm.CANARY.value: 1, Arm.FALLBACK.value: 2, Arm.SHADOW.value: 3,
-    Arm.JUDGE.value: 4,
+    Arm.JUDGE.value: 4, REPLAY_ARM: 5, EVAL_ARM: 6,
 }  # fmt: skip
 """Arms are listed in this order, then by target name; anything else (a pair kind) comes last."""
+
+
+def report_arm(arm: Arm, tags: tuple[str, ...]) -> str:
+    """The arm a record is reported in: its own, except that offline answers (`replay` and
+    `eval` runs store them as shadows with that tag) are named for the run that made them, so
+    they are never mistaken for live shadow traffic."""
+    if arm is Arm.SHADOW:
+        for offline in (REPLAY_ARM, EVAL_ARM):
+            if offline in tags:
+                return offline
+    return arm.value
+
+
+EVAL_ROUTE_PREFIX = "eval:"
+"""Evaluation sets are recorded under the pseudo-route `eval:<set>`."""
+
+
+def route_key(route: str) -> tuple[bool, str]:
+    """Sort key of a route: live routes first, then the evaluation pseudo-routes, each by name."""
+    return route.startswith(EVAL_ROUTE_PREFIX), route
 
 
 def arm_key(arm: str, target: str) -> tuple[int, str, str]:
@@ -250,12 +277,19 @@ class RouteReport:
     agreement_mode: str = "normalized"
     """The route's agreement mode (its fields and tolerance were applied when pairs were
     recorded)."""
+    rollout: RolloutReport | None = None
+    """The route's rollout transitions and verdicts in the window; None when it had none."""
 
     @property
     def agreement_note(self) -> str:
         """What the route's agreement compares beyond its mode (empty for text modes)."""
         fielded = self.agreement_mode in ("json_fields", "numeric")
         return " (with its fields and tolerance)" if fielded else ""
+
+    @property
+    def offline(self) -> bool:
+        """An evaluation set's pseudo-route (`eval:<set>`), not live traffic."""
+        return self.route.startswith(EVAL_ROUTE_PREFIX)
 
     @property
     def has_streams(self) -> bool:

@@ -107,6 +107,20 @@ svg .empty-note { fill: var(--muted); font-style: italic; }
 svg .whisker { stroke: #111827; stroke-width: 1.3; opacity: .7; }
 svg .group-label { fill: var(--ink); font-weight: 700; }
 svg .flag { fill: var(--worse); font-weight: 700; }
+svg .phase { fill: #dbeafe; stroke: #fff; stroke-width: 1; }
+svg .phase-paused { fill: #fef3c7; }
+svg .phase-promoted { fill: #d1fae5; }
+svg .phase-rolled_back, svg .phase-aborted { fill: #fee2e2; }
+svg .phase-label { fill: var(--ink); font-weight: 600; }
+svg .transition { stroke: #374151; stroke-width: 1.5; }
+svg .transition.rollback { stroke: var(--worse); stroke-width: 2.5; }
+svg .track-line { stroke: #e5e7eb; stroke-width: 1; }
+svg .verdict { stroke: #fff; stroke-width: 1; fill: #9ca3af; }
+svg .verdict.pass { fill: var(--better); }
+svg .verdict.fail { fill: var(--worse); }
+figure.rollout-chart { margin-top: 10px; }
+tr.rollback td { color: var(--worse); font-weight: 600; }
+.rollback-evidence { border-left: 3px solid var(--worse); padding: 2px 12px; margin: 10px 0; }
 h4 { font-size: 14px; margin: 18px 0 4px; overflow-wrap: anywhere; }
 h4 code { font-size: 13px; background: #f3f4f6; padding: 1px 5px; border-radius: 4px; }
 .change-note { color: var(--muted); margin: 0; font-size: 13px; }

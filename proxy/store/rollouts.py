@@ -311,6 +311,60 @@ class RolloutStore:
             for row in rows
         ]
 
+    def history(
+        self, route: str | None = None, since: datetime | None = None, limit: int = 100_000
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(transitions, verdicts) of every route (or one) since `since`, each oldest first, with
+        `at` an aware UTC datetime: what the report draws on its time axis. At most `limit` of
+        each, the newest."""
+        events_query = sa.select(rollout_events).order_by(rollout_events.c.id.desc()).limit(limit)
+        verdicts_query = sa.select(verdicts).order_by(verdicts.c.id.desc()).limit(limit)
+        if route is not None:
+            events_query = events_query.where(rollout_events.c.route == route)
+            verdicts_query = verdicts_query.where(verdicts.c.route == route)
+        if since is not None:
+            events_query = events_query.where(rollout_events.c.created_at >= since)
+            verdicts_query = verdicts_query.where(verdicts.c.created_at >= since)
+        with translated("reading rollout history"), self._engine.connect() as conn:
+            event_rows = conn.execute(events_query).mappings().all()
+            verdict_rows = conn.execute(verdicts_query).mappings().all()
+        events = [
+            {
+                "route": row["route"],
+                "revision": row["revision"],
+                "rollout_id": row["rollout_id"],
+                "action": row["action"],
+                "from_phase": row["from_phase"],
+                "to_phase": row["to_phase"],
+                "step": row["step"],
+                "weight": row["weight"],
+                "reason": row["reason"],
+                "actor": row["actor"],
+                "evidence": json.loads(row["evidence"] or "{}"),
+                "at": as_utc(row["created_at"]),
+            }
+            for row in reversed(event_rows)
+        ]
+        found = [
+            {
+                "route": row["route"],
+                "rollout_id": row["rollout_id"],
+                "candidate": row["candidate"],
+                "look": row["look"],
+                "scope": row["scope"],
+                "metric": row["metric"],
+                "verdict": row["outcome"],
+                "estimate": row["estimate"],
+                "low": row["low"],
+                "high": row["high"],
+                "threshold": row["threshold"],
+                "reason": row["reason"],
+                "at": as_utc(row["created_at"]),
+            }
+            for row in reversed(verdict_rows)
+        ]
+        return events, found
+
     def load_memory(self, route: str) -> DeciderMemory | None:
         """What the decider remembered of the route's rollout at its last look, if anything."""
         query = sa.select(decider_memory).where(decider_memory.c.route == route)

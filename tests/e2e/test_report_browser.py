@@ -27,6 +27,7 @@ from proxy.core.records import (
 )
 from proxy.store.exchanges import Store
 from tests.conftest import require_service
+from tests.proxy.report.test_rollouts import seed_rollout
 
 pytestmark = pytest.mark.e2e
 
@@ -164,6 +165,7 @@ def html_report(tmp_path: Path) -> Path:
         store.migrate()
         store.write_batch(traffic(datetime.now(UTC)))
         store.write_batch(probes(datetime.now(UTC)))
+        seed_rollout(store, ROUTE)  # start, advance, rollback; three looks' verdicts
     config = tmp_path / "mirrorgate.yaml"
     config.write_text(
         f'store: {{url: "sqlite:///{db}"}}\n'
@@ -209,6 +211,7 @@ def test_the_html_report_renders_offline_in_chromium(html_report: Path, tmp_path
             assert page.title() == f"mirrorgate report: {ROUTE}"
             charts = _charts(page)
             adaptation = _adaptation(page)
+            rollout = _rollout_chart(page)
             page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         finally:
             browser.close()
@@ -249,6 +252,15 @@ def test_the_html_report_renders_offline_in_chromium(html_report: Path, tmp_path
     assert adaptation["whiskers"] == 3 * len(PROBES)
     assert adaptation["flags"] == 1 and adaptation["stuck"] == ["cand-b"]
     assert "rule support-policy" in adaptation["title"]
+    # The rollout on its time axis: three phases drawn in order (the first two as long as the
+    # 11 and 9 minutes they lasted), three transitions with the rollback marked, every verdict.
+    assert rollout["width"] > 300 and rollout["height"] > 80
+    first, second, last = rollout["phase_widths"]
+    assert first > 0 and second > 0 and last > 0
+    assert first / second == pytest.approx(11 / 9, rel=0.05)
+    assert (rollout["transitions"], rollout["rollbacks"]) == (3, 1)
+    assert rollout["verdicts"] == {"pass": 1, "fail": 1, "inconclusive": 1}
+    assert rollout["rows"] == 6
 
 
 def _adaptation(page: Any) -> dict[str, Any]:
@@ -269,6 +281,26 @@ def _adaptation(page: Any) -> dict[str, Any]:
         "flags": svg.locator("tspan.flag").count(),
         "stuck": [bar.get_attribute("data-target") for bar in svg.locator("rect.bar.stuck").all()],
         "title": page.locator(f"#{title_id}").text_content(),
+    }
+
+
+def _rollout_chart(page: Any) -> dict[str, Any]:
+    """The rollout timeline as laid out: phase bands, transition marks, verdict dots."""
+    svg = page.locator(f'svg.chart.rollout[data-route="{ROUTE}"]')
+    assert svg.count() == 1
+    box = svg.bounding_box()
+    phases = svg.locator("rect.phase")
+    return {
+        "width": box["width"],
+        "height": box["height"],
+        "phase_widths": [phases.nth(i).bounding_box()["width"] for i in range(phases.count())],
+        "transitions": svg.locator("line.transition").count(),
+        "rollbacks": svg.locator("line.transition.rollback").count(),
+        "verdicts": {
+            outcome: svg.locator(f"circle.verdict.{outcome}").count()
+            for outcome in ("pass", "fail", "inconclusive")
+        },
+        "rows": page.locator(f'table.rollout-events[data-route="{ROUTE}"] tbody tr').count(),
     }
 
 

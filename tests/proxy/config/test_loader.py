@@ -105,3 +105,49 @@ def test_overrides_are_validated_with_the_file() -> None:
     assert (served.server.host, served.server.port) == ("0.0.0.0", 9)
     with pytest.raises(ConfigError, match=r"server\.port"):
         parse_config(text, env={}, overrides={"server": {"port": 70000}})
+
+
+READ_ONLY_DOC = """
+store: {url: "${MG_TEST_STORE_URL}"}
+server: {host: 0.0.0.0}
+models:
+  prod: {provider: openai, base_url: "http://127.0.0.1:9/v1", model: m, api_key_env: MG_PROD_KEY}
+  cand: {provider: openai, base_url: "http://127.0.0.1:9/v1", model: "${MG_CAND_MODEL}"}
+routes: {bot: {primary: prod, shadows: [{model: cand}]}}
+"""
+
+
+def test_without_secrets_only_the_store_needs_its_variables() -> None:
+    env = {"MG_TEST_STORE_URL": "sqlite:///x.db"}
+    cfg = parse_config(READ_ONLY_DOC, env, secrets=False)
+    assert cfg.store.url == "sqlite:///x.db"
+    assert cfg.models["cand"].model == "${MG_CAND_MODEL}"  # unused by a reader: left as written
+    with pytest.raises(ConfigError) as exc:
+        parse_config(READ_ONLY_DOC, {}, secrets=False)
+    assert {p.path for p in exc.value.problems} == {"store.url"}
+    assert "MG_TEST_STORE_URL is not set" in str(exc.value.problems[0])
+
+
+def test_serving_still_refuses_every_missing_secret() -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_config(READ_ONLY_DOC, {"MG_TEST_STORE_URL": "sqlite:///x.db"})
+    assert {"models.prod.api_key_env", "models.cand.model"} <= {p.path for p in exc.value.problems}
+    env = {"MG_TEST_STORE_URL": "sqlite:///x.db", "MG_CAND_MODEL": "m"}
+    with pytest.raises(ConfigError) as exc:
+        parse_config(READ_ONLY_DOC, env)
+    paths = {p.path for p in exc.value.problems}
+    assert paths == {"models.prod.api_key_env", "server.admin_token_env"}
+
+
+def test_without_secrets_a_key_left_invalid_names_its_unset_variable() -> None:
+    doc = READ_ONLY_DOC.replace(
+        'base_url: "http://127.0.0.1:9/v1", model: m, api_key_env',
+        'base_url: "${MG_BASE_URL}", model: m, api_key_env',
+    )
+    with pytest.raises(ConfigError) as exc:
+        parse_config(doc, {"MG_TEST_STORE_URL": "sqlite:///x.db"}, secrets=False)
+    (problem,) = exc.value.problems
+    assert problem.path == "models.prod.base_url"
+    assert "environment variable MG_BASE_URL is not set" in problem.message
+    env = {"MG_TEST_STORE_URL": "sqlite:///x.db", "MG_BASE_URL": "http://127.0.0.1:9/v1"}
+    assert parse_config(doc, env, secrets=False).models["prod"].base_url == "http://127.0.0.1:9/v1"

@@ -20,6 +20,7 @@ from proxy.cli.main import build_parser, main
 from proxy.core.records import Arm, ExchangeRecord, PairRecord, Status, Usage
 from proxy.mock_upstream.server import MockUpstreamServer
 from proxy.replay.command import run_replay
+from proxy.replay.evalset import read_eval_set
 from proxy.replay.runner import JobOutcome
 from proxy.store.exchanges import Store
 from proxy.store.redaction import redact
@@ -525,6 +526,35 @@ def test_a_bad_config_names_every_problem(
     assert "problem(s)" in capsys.readouterr().err
 
 
+def test_only_the_candidates_keys_are_needed(
+    tmp_path: Path, store: Store, upstream: MockUpstreamServer,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The primary's key (and the admin token) are unset: a replay to `stale`, whose key is set,
+    runs; one to `broken`, whose key is not, is refused naming its key before anything is sent."""
+    path = write_config(tmp_path, upstream)
+    doc = yaml.safe_load(path.read_text())
+    doc["server"] = {"host": "0.0.0.0", "admin_token_env": "MG_UNSET_ADMIN"}
+    doc["models"]["prod"]["api_key_env"] = "MG_UNSET_PROD_KEY"
+    doc["models"]["broken"]["api_key_env"] = "MG_UNSET_BROKEN_KEY"
+    doc["models"]["stale"]["api_key_env"] = "MG_STALE_KEY"
+    path.write_text(yaml.safe_dump(doc))
+    for name in ("MG_UNSET_ADMIN", "MG_UNSET_PROD_KEY", "MG_UNSET_BROKEN_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MG_STALE_KEY", "sk-stale")
+    marker = uuid.uuid4().hex
+    seed(store, [(body(marker, 150), STALE_ANSWER)])
+
+    assert replay(path, "--candidate", "broken") == 1
+    err = capsys.readouterr().err
+    assert "models.broken.api_key_env: environment variable MG_UNSET_BROKEN_KEY" in err
+    assert "MG_UNSET_PROD_KEY" not in err
+    assert sent(upstream, marker) == []
+
+    assert replay(path, "--candidate", "stale") == 0
+    assert per_model(upstream, marker) == {"stale": 1}
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -611,6 +641,98 @@ def test_eval_set_scores_candidates_by_task_and_difficulty(
     assert {p.pair_id for p in pairs} == {r.pair_id for r in records}
     stale_w1 = next(p for p in pairs if p.request_id == "w1" and p.candidate_target == "stale")
     assert not stale_w1.exact_equal and stale_w1.json_equal is False
+
+
+def test_eval_items_score_by_json_equality_and_the_routes_rule_checks(
+    tmp_path: Path, store: Store, upstream: MockUpstreamServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """`rule-follower` answers `{"max_weight": N}` for the N of its system prompt, `stale`
+    always 100: JSON items are right whatever the spacing, checks items by the rule version the
+    item's prompt resolves to."""
+    path = write_config(tmp_path, upstream)
+    doc = yaml.safe_load(path.read_text())
+    doc["rules"] = {
+        "shipping": {
+            "routes": ["support-bot"],
+            "checks": [{"name": "valid-json", "type": "json"}],
+            "versions": {
+                "v2": {
+                    "match_prompt": r"max_weight\s*=\s*150",
+                    "checks": [{"name": "max-weight", "type": "json_path",
+                                "path": "$.max_weight", "equals": 150}],
+                }
+            },
+        }
+    }  # fmt: skip
+    path.write_text(yaml.safe_dump(doc))
+    marker = uuid.uuid4().hex
+
+    def item(item_id: str, weight: int, **fields: Any) -> str:
+        return json.dumps({"id": item_id, "input": f"How heavy? [{marker}]",
+                           "system": f"max_weight = {weight}", **fields})  # fmt: skip
+
+    lines = [
+        item("j1", 150, expect={"json": {"max_weight": 150}}),  # follower right, stale wrong
+        item("j2", 100, expect='{ "max_weight" : 100 }', score="json"),  # both right
+        item("c1", 150, score="checks", route="support-bot"),  # follower passes v2, stale not
+    ]
+    evalset = tmp_path / "shipping.jsonl"
+    evalset.write_text("\n".join(lines) + "\n")
+
+    code = replay(
+        path, "--candidate", "rule-follower", "--candidate", "stale", "--eval-set", str(evalset)
+    )
+
+    out = capsys.readouterr().out
+    assert code == 0
+    rows = table(out, "group")
+    assert rows["all"]["rule-follower correct"] == "3/3 100%"
+    assert rows["all"]["stale correct"] == "1/3 33%"
+    # Exact and normalised compare with the expected value's JSON text (j2 only, for stale);
+    # a checks item has no expected text.
+    assert rows["all"]["stale exact"] == "1/3 33%"
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(item("c2", 150, score="checks", route="plain") + "\n")
+    assert replay(path, "--candidate", "stale", "--eval-set", str(bad)) == 1
+    err = capsys.readouterr().err
+    assert "item 'c2': route 'plain' is not in the config" in err
+    assert per_model(upstream, marker) == {"rule-follower": 3, "stale": 3}
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ({"id": "a", "input": "q", "expect": "x", "score": "fuzzy"}, "'score' must be one of"),
+        ({"id": "a", "input": "q", "score": "checks"}, "'score: checks' needs 'route'"),
+        ({"id": "a", "input": "q", "expect": "x", "route": "r"}, "'route' only goes with"),
+        ({"id": "a", "input": "q", "expect": "{not", "score": "json"}, "is not JSON text"),
+        ({"id": "a", "input": "q", "score": ["checks"], "route": "r"}, "'score' must be one of"),
+        ({"id": "a", "input": "q", "score": "checks", "route": 7}, "needs 'route'"),
+    ],
+)
+def test_bad_scoring_fields_are_named_by_line(
+    tmp_path: Path, line: dict[str, Any], message: str
+) -> None:
+    path = tmp_path / "set.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    evalset = read_eval_set(path)
+    assert evalset.items == ()
+    (problem,) = evalset.problems
+    assert problem.startswith(f"{path}:1: ") and message in problem
+
+
+def test_an_eval_line_nested_too_deeply_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "set.jsonl"
+    deep = "[" * 100_000 + "]" * 100_000
+    good = json.dumps({"id": "b", "input": "q", "expect": {"json": [1]}})
+    path.write_text('{"id": "a", "input": "q", "expect": {"json": ' + deep + "}}\n" + good + "\n")
+    evalset = read_eval_set(path)
+    assert [item.item_id for item in evalset.items] == ["b"]
+    assert evalset.items[0].method == "json" and evalset.items[0].expect_value == [1]
+    (problem,) = evalset.problems
+    assert problem.startswith(f"{path}:1: not valid JSON")
 
 
 def test_eval_string_inputs_suit_anthropic_candidates(

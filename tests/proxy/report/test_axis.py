@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.report.axis import Axis, nice_step
+from proxy.report.axis import Axis, TimeAxis, nice_step
 
 
 @pytest.mark.parametrize(
@@ -43,3 +43,19 @@ def test_a_log_axis_over_many_decades_keeps_only_the_powers_of_ten() -> None:
     axis = Axis(0.001, 50.0, start=0, end=100, log=True)
     assert axis.high == 50
     assert axis.ticks == pytest.approx([0.001, 0.01, 0.1, 1.0, 10.0])
+
+
+@pytest.mark.parametrize(
+    ("span_s", "ticks"),
+    [
+        (1200, [0, 300, 600, 900, 1200, 1500]),  # 20 min: every 5 min, room after the last event
+        (45, [0, 10, 20, 30, 40, 50]),
+        (3 * 3600, [0, 3600, 7200, 10800, 14400]),
+        (0, [0, 1, 2]),  # a single moment still has a width
+    ],
+)
+def test_a_time_axis_ticks_at_round_times_past_the_span(span_s: float, ticks: list[int]) -> None:
+    axis = TimeAxis(span_s, 100, 500)
+    assert axis.ticks == ticks
+    assert axis(0) == 100 and axis(axis.high) == 500
+    assert axis.high > span_s

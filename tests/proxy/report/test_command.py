@@ -510,3 +510,69 @@ def test_html_of_an_empty_window(
     assert code == 0
     assert "No exchanges in this window" in out
     assert "<svg" not in out
+
+
+def test_the_report_needs_only_the_stores_url(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No provider key, admin token or other variable of the config is set: the report still
+    reads the store; serving the same config is refused."""
+    db = tmp_path / "mirrorgate.db"
+    with Store(f"sqlite:///{db}") as store:
+        store.migrate()
+        store.write_batch([exchange()])
+    config = tmp_path / "mirrorgate.yaml"
+    config.write_text(
+        'store: {url: "${MG_REPORT_STORE}"}\n'
+        "server: {host: 0.0.0.0, admin_token_env: MG_UNSET_ADMIN_TOKEN}\n"
+        "models:\n"
+        '  prod: {provider: openai, base_url: "http://127.0.0.1:9/v1", model: m,'
+        " api_key_env: MG_UNSET_PROD_KEY}\n"
+        '  cand: {provider: openai, base_url: "http://127.0.0.1:9/v1", model: m,'
+        " api_key_env: MG_UNSET_CAND_KEY}\n"
+        "routes: {bot: {primary: prod, shadows: [{model: cand}]}}\n"
+    )
+    for name in ("MG_UNSET_ADMIN_TOKEN", "MG_UNSET_PROD_KEY", "MG_UNSET_CAND_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MG_REPORT_STORE", f"sqlite:///{db}")
+    code, out, err = report(config, capsys)
+    assert code == 0, err
+    assert table_row(out, "primary · prod")["requests"] == "1"
+    assert main(["serve", "--config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert "models.prod.api_key_env" in err
+    assert "MG_UNSET_CAND_KEY" in err
+
+
+def test_live_routes_come_first_and_offline_answers_are_labelled_by_their_run(
+    setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An evaluation set's pseudo-route sorts before `bot` by name, yet is reported after it;
+    replay and eval answers (stored as shadows tagged by their run) are not shadow arms."""
+    config, store = setup
+    store.write_batch(
+        [
+            exchange(route="eval:aaa", target="cand", arm=Arm.SHADOW, tags=("eval", "aaa")),
+            exchange(),
+            exchange(target="cand", arm=Arm.SHADOW),
+            exchange(target="cand", arm=Arm.SHADOW, tags=("replay",)),
+            exchange(target="cand", arm=Arm.SHADOW, tags=("replay",)),
+        ]
+    )
+    store.write_batch([pair("replay", "cand", True), pair("eval", "cand", False, route="eval:aaa")])
+    code, out, err = report(config, capsys)
+    assert code == 0, err
+    headings = [line for line in out.splitlines() if line.startswith("## Route ")]
+    assert headings == ["## Route bot", "## Route eval:aaa"]
+    assert "### Rollouts: bot" in out and "### Rollouts: eval:aaa" not in out
+    assert table_row(out, "shadow · cand")["requests"] == "1"  # only the live shadow
+    assert table_row(out, "replay · cand")["requests"] == "2"
+    assert table_row(out, "eval · cand")["requests"] == "1"
+    labels = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")]
+    assert labels.index("primary · prod") < labels.index("shadow · cand")
+    assert labels.index("shadow · cand") < labels.index("replay · cand")
+    page = main(["report", "--config", str(config), "--format", "html"])
+    assert page == 0
+    html = capsys.readouterr().out
+    assert html.index('data-route="bot"') < html.index('data-route="eval:aaa"')
+    assert 'data-arm="replay · cand"' in html
