@@ -90,14 +90,16 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     conf.write_text(CONTAINERS_CONF)
     _ENV.update(CONTAINERS_CONF=str(conf), MIRRORGATE_BASE_IMAGE=BASE)
     checked(str(ROOT / "scripts" / "image_base.sh"), timeout_s=1200)
+    iidfile = conf.parent / "image-id"
     checked(
-        "buildah", "bud", "--layers", "--isolation", "chroot",
+        "buildah", "bud", "--layers", "--isolation", "chroot", "--iidfile", str(iidfile),
         "--volume", f"{HOST_CA_BUNDLE}:{HOST_CA_BUNDLE}:ro",
         "--build-arg", f"BASE={BASE}", "--tag", IMAGE,
         "--file", str(ROOT / "Dockerfile"), str(ROOT),
         timeout_s=900,
     )  # fmt: skip
-    yield IMAGE
+    # Run by ID: another checkout building at the same time may move the tag meanwhile.
+    yield iidfile.read_text().strip()
     _ENV.clear()
 
 
