@@ -52,11 +52,14 @@ CONFIG = {
 #   "cgroups in hybrid mode not supported");
 # - explicit rlimits: podman's rootful defaults (nofile 1048576, nproc 4194304) are above the
 #   hard limits, which a process without CAP_SYS_RESOURCE cannot raise;
-# - slirp4netns for the pod: netavark's bridge needs iptables, which is neither installed nor
-#   usable here; slirp4netns publishes on 127.0.0.1 and delivers to the container's interface
-#   (never its loopback), so the published port still proves the 0.0.0.0 listener;
-# - the build's RUN steps in a chroot with the host's CA bundle mounted (not copied into the
-#   image): PyPI is reached through a TLS-inspecting proxy whose CA only the host trusts.
+# - slirp4netns for the pod: netavark's bridge needs iptables and, to publish a port, turns on
+#   the host's IP forwarding and adds NAT rules to its firewall, on a machine others share;
+#   slirp4netns changes nothing on the host, publishes on 127.0.0.1 and delivers to the
+#   container's interface (never its loopback), so the published port still proves the 0.0.0.0
+#   listener;
+# - the build's RUN steps in a chroot (OCI isolation would want a netavark network too), with
+#   the host's CA bundle mounted (not committed into the image): PyPI is reached through a
+#   TLS-inspecting proxy whose CA only the host trusts.
 CONTAINERS_CONF = """\
 [containers]
 default_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]
