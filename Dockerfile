@@ -1,20 +1,25 @@
 # mirrorgate's container image: the `mirrorgate` console script on Python 3.11, as a non-root user.
 #
 #   docker build -t mirrorgate:0.1.0 .        # the name and tag the Helm chart expects by default
-#   docker run --rm -p 8080:8080 -v "$PWD/mirrorgate.yaml:/etc/mirrorgate/mirrorgate.yaml:ro" \
+#   docker run --rm -p 127.0.0.1:8080:8080 -v "$PWD/mirrorgate.yaml:/etc/mirrorgate/mirrorgate.yaml:ro" \
 #     -e OPENAI_API_KEY -e MIRRORGATE_ADMIN_TOKEN mirrorgate:0.1.0
 #
-# Listening beyond loopback (server.host in the file, or `serve --host 0.0.0.0`) needs the admin
-# token (MIRRORGATE_ADMIN_TOKEN, the variable of server.admin_token_env): without it the gateway
-# refuses to start.
+# The default command listens on 0.0.0.0 inside the container (`serve --host 0.0.0.0`, whatever
+# server.host the file says): the container's loopback is unreachable through a published port.
+# Listening beyond loopback needs the admin token (MIRRORGATE_ADMIN_TOKEN, the variable of
+# server.admin_token_env): without it the gateway refuses to start.
+#
+# BASE is any Debian-based image with Python 3.11 as `python`: the official slim image by default;
+# CI builds on a local Debian base (scripts/image_base.sh, docs/container.md), with
+# `--build-arg BASE=localhost/mirrorgate-base:bookworm`.
 #
 # The root filesystem may be read-only: the gateway writes only to /data (the default SQLite
 # location in the chart) and /tmp. Bytecode is compiled at build time.
 
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG BASE=python:3.11-slim-bookworm
 
 # --- build: install the distribution and its dependencies into a virtualenv ----------------------
-FROM ${PYTHON_IMAGE} AS build
+FROM ${BASE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 RUN python -m venv /opt/mirrorgate
@@ -26,7 +31,7 @@ RUN /opt/mirrorgate/bin/pip install . \
  && /opt/mirrorgate/bin/mirrorgate --help >/dev/null
 
 # --- runtime: the virtualenv only, no compilers, no sources ------------------------------------
-FROM ${PYTHON_IMAGE} AS runtime
+FROM ${BASE} AS runtime
 LABEL org.opencontainers.image.title="mirrorgate" \
       org.opencontainers.image.description="LLM gateway: shadow traffic, canaries, rule checks, rollback" \
       org.opencontainers.image.licenses="Apache-2.0"
@@ -47,4 +52,4 @@ WORKDIR /data
 USER 10001:10001
 EXPOSE 8080
 ENTRYPOINT ["mirrorgate"]
-CMD ["serve", "--config", "/etc/mirrorgate/mirrorgate.yaml"]
+CMD ["serve", "--config", "/etc/mirrorgate/mirrorgate.yaml", "--host", "0.0.0.0"]

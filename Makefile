@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-fast check bench dashboards clean
+.PHONY: install demo test test-fast test-image check bench dashboards clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ test: $(STAMP)
 # in one process.
 test-fast: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest -q -m "not e2e and not fuzz" -n 2 --dist worksteal
+
+# The container image only: build the Dockerfile on a local Debian base with buildah, run it with
+# podman (docs/container.md); `make test` runs it too.
+test-image: $(STAMP)
+	$(TEST_ENV) $(BIN)/python -m pytest -q -m image tests/e2e/test_image.py
 
 check: $(STAMP)
 	$(BIN)/ruff check .

@@ -107,7 +107,18 @@ def test_it_is_the_image_the_chart_runs() -> None:
     (expose,) = [args for keyword, args in steps if keyword == "EXPOSE"]
     assert int(expose) == values["port"]
     (cmd,) = [json.loads(args) for keyword, args in steps if keyword == "CMD"]
-    assert cmd == ["serve", "--config", "/etc/mirrorgate/mirrorgate.yaml"]
+    # All interfaces inside the container, whatever server.host the mounted file says: a
+    # published port reaches the container's interface, never its loopback.
+    assert cmd == ["serve", "--config", "/etc/mirrorgate/mirrorgate.yaml", "--host", "0.0.0.0"]
+
+
+def test_the_base_image_is_a_build_argument_with_the_official_slim_image_by_default() -> None:
+    steps = instructions()
+    first_from = next(i for i, (keyword, _) in enumerate(steps) if keyword == "FROM")
+    args = dict(a.partition("=")[::2] for keyword, a in steps[:first_from] if keyword == "ARG")
+    assert re.fullmatch(r"python:3\.11-slim(-\w+)?", args["BASE"]), args
+    stages = [args.split() for keyword, args in steps if keyword == "FROM"]
+    assert stages == [["${BASE}", "AS", "build"], ["${BASE}", "AS", "runtime"]]
 
 
 def test_dockerignore_keeps_local_state_and_secrets_out() -> None:
