@@ -80,6 +80,9 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "proxy/cli/rollout_text.py": "tests/proxy/cli/test_rollout.py",
     # every field of every record kind, written and read back equal
     "proxy/core/records.py": "tests/proxy/store/test_exchanges.py",
+    # calls off the client path: a shadow past its timeout_s, a failing candidate, each record
+    # reaching the sinks (and the probes' own test does the same for probes)
+    "proxy/mirror/calls.py": "tests/proxy/mirror/test_shadow.py",
     # the fake model's routes, connections, prompts and formats, through the official SDKs
     "proxy/mock_upstream/app.py": "tests/proxy/mock_upstream/test_recording.py",
     "proxy/mock_upstream/connection.py": "tests/proxy/mock_upstream/test_server.py",

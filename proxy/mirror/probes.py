@@ -70,7 +70,6 @@ from proxy.core import (
     RecordSink,
     Status,
     TaskSet,
-    UpstreamTimeout,
     sampled,
 )
 from proxy.gateway import ExchangeObserver, RoutePlan, RouteState
@@ -78,6 +77,7 @@ from proxy.observability import ExchangeTracer, GatewayMetrics
 from proxy.upstream import Attempt, CallContext, ModelCaller
 
 from .analysis import answer_of
+from .calls import call_within, emit, http_status
 from .overload import LoopLoadMonitor
 from .shadow import OPT_OUT_HEADER
 
@@ -273,7 +273,7 @@ class ProbeDispatcher(ExchangeObserver):
             self.inflight[key] -= 1
         attempt.pair_id = probe.probe_id
         ended = time.perf_counter()
-        record = self.caller.record(probe_ctx, attempt, _status(attempt), ended, own_clock=True)
+        record = self.caller.record(probe_ctx, attempt, http_status(attempt), ended, own_clock=True)
         spend = self.spend.get(key)
         if spend is None:
             spend = self.spend[key] = HourlySpend()
@@ -337,34 +337,12 @@ class ProbeDispatcher(ExchangeObserver):
 
     async def _call(self, ctx: CallContext, probe: _Probe) -> Attempt:
         """Call the target (reading a stream to its end) within the probe's `timeout_s`."""
-        started = (time.perf_counter(), datetime.now(UTC), time.time_ns())
-        holder: list[Attempt] = []
-
-        async def call() -> None:
-            attempt = await self.caller.open(ctx, probe.target, Arm.PROBE)
-            holder.append(attempt)
-            await self.caller.consume(ctx, attempt)
-
-        try:
-            await asyncio.wait_for(call(), probe.rule.spec.timeout_s)
-        except TimeoutError:
-            client = self.caller.client_for(ctx, probe.target)
-            attempt = (
-                holder[0] if holder else Attempt(probe.target, Arm.PROBE, b"", *started, client)
-            )
-            attempt.status, attempt.error_class = Status.TIMEOUT, "probe_timeout"
-            attempt.error = UpstreamTimeout(f"probe of '{probe.target}' exceeded its timeout_s")
-            if attempt.response is not None:
-                await attempt.response.aclose()
-            return attempt
-        return holder[0]
+        return await call_within(
+            self.caller, ctx, probe.target, Arm.PROBE, probe.rule.spec.timeout_s, what="probe"
+        )
 
     def _emit(self, item: ExchangeRecord | ProbeRecord) -> None:
-        for sink in self.sinks:
-            try:
-                sink(item)
-            except Exception:
-                log.exception("record sink %r failed", sink)
+        emit(self.sinks, item)
 
     def start(self, shed_lag_s: float = 0.0, shed_busy: float = 0.0, **monitor: Any) -> None:
         """From the gateway's lifespan, on the serving loop. Without a shared overload monitor,
@@ -393,9 +371,3 @@ def probe_id(request_id: str, target: str) -> str:
     a shadow pair's id, so that no call reads the OS's random source)."""
     key = f"{request_id}\x00probe\x00{target}".encode()
     return hashlib.blake2b(key, digest_size=16).hexdigest()
-
-
-def _status(attempt: Attempt) -> int:
-    if attempt.error is not None:
-        return attempt.error.status
-    return attempt.response.status_code if attempt.response is not None else 0

@@ -48,7 +48,6 @@ from proxy.core import (
     RecordSink,
     Status,
     TaskSet,
-    UpstreamTimeout,
     judge_pair,
     sampled,
     sticky_key,
@@ -58,6 +57,7 @@ from proxy.observability import ExchangeTracer, GatewayMetrics
 from proxy.upstream import Attempt, CallContext, ModelCaller
 
 from .analysis import AnalysisWorker, answer_of
+from .calls import call_within, emit, http_status
 from .llm_judge import Judge
 from .overload import LoopLoadMonitor
 
@@ -248,7 +248,9 @@ class ShadowDispatcher(ExchangeObserver):
             self.inflight[job.target] -= 1
         attempt.pair_id = pair_id
         ended = time.perf_counter()
-        record = self.caller.record(shadow_ctx, attempt, _status(attempt), ended, own_clock=True)
+        record = self.caller.record(
+            shadow_ctx, attempt, http_status(attempt), ended, own_clock=True
+        )
         spend = self.spend.get(job.target)
         if spend is None:
             spend = self.spend[job.target] = HourlySpend()
@@ -283,30 +285,9 @@ class ShadowDispatcher(ExchangeObserver):
 
     async def _call(self, ctx: CallContext, job: _Job) -> Attempt:
         """Call the candidate (reading a stream to its end) within the shadow's `timeout_s`."""
-        started = (time.perf_counter(), datetime.now(UTC), time.time_ns())
-        holder: list[Attempt] = []
-
-        async def call() -> None:
-            attempt = await self.caller.open(ctx, job.target, Arm.SHADOW)
-            holder.append(attempt)
-            await self.caller.consume(ctx, attempt)
-
-        try:
-            await asyncio.wait_for(call(), job.timeout_s)
-        except TimeoutError:
-            attempt = (
-                holder[0]
-                if holder
-                else Attempt(
-                    job.target, Arm.SHADOW, b"", *started, self.caller.client_for(ctx, job.target)
-                )
-            )
-            attempt.status, attempt.error_class = Status.TIMEOUT, "shadow_timeout"
-            attempt.error = UpstreamTimeout(f"shadow '{job.target}' exceeded its timeout_s")
-            if attempt.response is not None:
-                await attempt.response.aclose()
-            return attempt
-        return holder[0]
+        return await call_within(
+            self.caller, ctx, job.target, Arm.SHADOW, job.timeout_s, what="shadow"
+        )
 
     def _agreement(self, route: RouteState) -> AgreementSpec:
         spec = self._agreements.get(route.name)
@@ -315,11 +296,7 @@ class ShadowDispatcher(ExchangeObserver):
         return spec
 
     def _emit(self, item: ExchangeRecord | PairRecord) -> None:
-        for sink in self.sinks:
-            try:
-                sink(item)
-            except Exception:
-                log.exception("record sink %r failed", sink)
+        emit(self.sinks, item)
 
     def start(self) -> None:
         """Start the overload monitor (from the gateway's lifespan, on the serving loop)."""
@@ -369,12 +346,6 @@ async def _primary_answer(
         return None, "", None
     primary, text, span = future.result()
     return primary, text, span
-
-
-def _status(attempt: Attempt) -> int:
-    if attempt.error is not None:
-        return attempt.error.status
-    return attempt.response.status_code if attempt.response is not None else 0
 
 
 def _pair(
