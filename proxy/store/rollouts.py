@@ -223,22 +223,7 @@ class RolloutStore:
         )
         with translated("reading rollout events"), self._engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
-        return [
-            {
-                "revision": row["revision"],
-                "rollout_id": row["rollout_id"],
-                "action": row["action"],
-                "from_phase": row["from_phase"],
-                "to_phase": row["to_phase"],
-                "step": row["step"],
-                "weight": row["weight"],
-                "reason": row["reason"],
-                "actor": row["actor"],
-                "evidence": json.loads(row["evidence"] or "{}"),
-                "at": _iso(row["created_at"]),
-            }
-            for row in rows
-        ]
+        return [{**_transition(row), "at": _iso(row["created_at"])} for row in rows]
 
     def add_verdicts(
         self,
@@ -329,20 +314,7 @@ class RolloutStore:
             event_rows = conn.execute(events_query).mappings().all()
             verdict_rows = conn.execute(verdicts_query).mappings().all()
         events = [
-            {
-                "route": row["route"],
-                "revision": row["revision"],
-                "rollout_id": row["rollout_id"],
-                "action": row["action"],
-                "from_phase": row["from_phase"],
-                "to_phase": row["to_phase"],
-                "step": row["step"],
-                "weight": row["weight"],
-                "reason": row["reason"],
-                "actor": row["actor"],
-                "evidence": json.loads(row["evidence"] or "{}"),
-                "at": as_utc(row["created_at"]),
-            }
+            {"route": row["route"], **_transition(row), "at": as_utc(row["created_at"])}
             for row in reversed(event_rows)
         ]
         found = [
@@ -432,3 +404,19 @@ class RolloutStore:
 def _iso(moment: Any) -> str | None:
     value = as_utc(moment)
     return value.isoformat() if value else None
+
+
+def _transition(row: sa.RowMapping) -> dict[str, Any]:
+    """One `rollout_events` row as the admin API and the report read it (`at` is theirs)."""
+    return {
+        "revision": row["revision"],
+        "rollout_id": row["rollout_id"],
+        "action": row["action"],
+        "from_phase": row["from_phase"],
+        "to_phase": row["to_phase"],
+        "step": row["step"],
+        "weight": row["weight"],
+        "reason": row["reason"],
+        "actor": row["actor"],
+        "evidence": json.loads(row["evidence"] or "{}"),
+    }
