@@ -32,6 +32,8 @@ ROLLOUT_ACTIONS = ("status", "plan", *(a.value for a in Action if a in OPERATOR_
 ROLLOUT_URL_ENV = "MIRRORGATE_URL"
 ROLLOUT_DEFAULT_URL = "http://127.0.0.1:8080"
 LOG_FORMATS = ("text", "json")
+DEMO_SCENES = ("rollback", "guard")
+"""`mirrorgate demo --scene`: the default tells a rollback after a rule change."""
 BROKEN_PIPE_EXIT = 141
 """128 + SIGPIPE: what a shell reports for a program whose reader went away (`| head`)."""
 
@@ -114,6 +116,17 @@ def cmd_mock_upstream(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if args.scene == "guard":
+        from .demo_guard import run_guard_demo
+
+        return run_guard_demo(
+            port=args.port,
+            duration_s=args.duration,
+            keep_running=args.keep_running,
+            restore=args.restore,
+        )
+    if args.restore:
+        args.parser.error("--restore goes with --scene guard")
     from .demo import run_demo
 
     return run_demo(port=args.port, duration_s=args.duration, keep_running=args.keep_running)
@@ -290,6 +303,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo", help="run a complete local scene with no setup", formatter_class=HelpFormatter
     )
+    demo.add_argument(
+        "--scene",
+        choices=DEMO_SCENES,
+        default="rollback",
+        help="rollback: a canary rolled back after a rule change; guard: rule-flip probes refuse "
+        "a canary that memorised a rule, and the guard switches a production model that kept it "
+        "(an `experiment` scene is planned, not built yet)",
+    )
     demo.add_argument("--port", type=int, default=8080, help="gateway port (0: any free port)")
     demo.add_argument(
         "--duration", type=float, default=0.0, help="cut the story short after N seconds"
@@ -300,7 +321,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--log-format", choices=LOG_FORMATS, default="text", help="log lines as text or JSON"
     )
-    demo.set_defaults(func=cmd_demo)
+    demo.add_argument(
+        "--restore",
+        action="store_true",
+        help="with --scene guard: give returns-bot back to its primary at the end",
+    )
+    demo.set_defaults(func=cmd_demo, parser=demo)
     return parser
 
 
