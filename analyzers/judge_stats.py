@@ -18,7 +18,8 @@ judge may look at accumulating evidence as often as it likes:
 The scales, per metric:
 
 - Rates (error rate, each rule check's failure rate, correction rate, share of answers with a
-  severe finding, candidate-primary disagreement against the primary-primary noise floor): the
+  severe finding, candidate-primary disagreement against the primary-primary noise floor, the
+  share of rule-flip probes not followed — `rule_adaptation`): the
   difference of the two proportions, its standard error by Agresti & Caffo (one event and one
   non-event added to each arm, so zero events still have a spread). The margin is the absolute
   one or, if larger, `rate_margin_relative` of the primary's rate.
@@ -28,6 +29,12 @@ The scales, per metric:
   the ratio bound, or of (primary + `latency_min_increase_s`) / primary if that is larger.
 - Cost per request: the log of the ratio of means, its standard error by the delta method.
 - LLM-judge score: the mean over judged pairs of primary score minus candidate score (paired).
+- The adaptation floor (`rule_adaptation:min_adaptation`, when the rule sets
+  `probes.min_adaptation`): one arm only, the floor minus the candidate's adaptation rate, i.e.
+  its not-followed share (one event and one non-event added) minus 1 - floor, with the binomial
+  standard error, bounded by the same confidence sequence around a margin of 0 (mixing scale
+  `_FLOOR_TAU`). It fails when the adaptation's upper bound at `alpha` is below the floor, and
+  passes when its lower bound at `pass_confidence` is above it.
 """
 
 from __future__ import annotations
@@ -43,6 +50,9 @@ from analyzers.verdicts import ArmWindow, MetricVerdict, Outcome, Tally, Thresho
 
 _TAU_FLOOR = {"rate": 0.01, "log": 0.05, "score": 0.25}
 """The smallest mixing scale per kind of scale, for margins of 0."""
+_FLOOR_TAU = 0.1
+"""The mixing scale of the adaptation floor: shortfalls of about ten points are what it is
+tightest for (a memoriser's is far larger and still found within a few dozen probes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +74,8 @@ class _Evidence:
     grown: Callable[[float], tuple[float, float]] | None = None
     """(estimate, se) with k times the evidence of the same quality, when that is not simply
     the estimate with se/√k (a rate's adjustment fades as it grows)."""
+    tau: float | None = None
+    """The confidence sequence's mixing scale, when not the margin (with its floor)."""
 
     def at(self, k: float) -> tuple[float, float]:
         if self.grown is not None:
@@ -90,13 +102,20 @@ def _agresti_caffo(events: float, n: float) -> tuple[float, float]:
 
 
 def _rate(
-    metric: str, primary: Tally, candidate: Tally, margin: float, th: Thresholds
+    metric: str,
+    primary: Tally,
+    candidate: Tally,
+    margin: float,
+    th: Thresholds,
+    min_samples: int | None = None,
 ) -> _Evidence | _Few:
-    """`primary` and `candidate` count bad events (errors, failed checks...) out of n."""
+    """`primary` and `candidate` count bad events (errors, failed checks...) out of n; fewer
+    than `min_samples` (default `min_samples_rate`) in either arm is too few."""
     (k_p, n_p), (k_c, n_c) = primary, candidate
     margin = max(margin, th.rate_margin_relative * (k_p / n_p if n_p else 0.0))
-    if min(n_p, n_c) < th.min_samples_rate:
-        return _Few(metric, margin, n_p, n_c, th.min_samples_rate)
+    least = th.min_samples_rate if min_samples is None else min_samples
+    if min(n_p, n_c) < least:
+        return _Few(metric, margin, n_p, n_c, least)
 
     def grown(k: float) -> tuple[float, float]:
         p_c, var_c = _agresti_caffo(k_c * k, n_c * k)
@@ -199,6 +218,33 @@ def _score(deltas: Sequence[float], th: Thresholds) -> _Evidence | _Few:
     )
 
 
+def _floor(candidate: Tally, floor: float, th: Thresholds) -> _Evidence | _Few:
+    """The candidate's (not followed, probes) against the rule's `min_adaptation`."""
+    metric = "rule_adaptation:min_adaptation"
+    k, n = candidate
+    if n < th.min_samples_probes:
+        return _Few(metric, 0.0, n, n, th.min_samples_probes)
+
+    def grown(factor: float) -> tuple[float, float]:
+        adjusted, variance = _agresti_caffo(k * factor, n * factor)
+        return adjusted - (1.0 - floor), math.sqrt(variance)
+
+    estimate, se = grown(1.0)
+    return _Evidence(
+        metric,
+        "rate",
+        estimate,
+        se,
+        0.0,
+        n,
+        n,
+        f"candidate follows {n - k}/{n} flipped rules against a floor of {floor:.0%}",
+        shown=floor - (n - k) / n,
+        grown=grown,
+        tau=_FLOOR_TAU,
+    )
+
+
 def _variance(values: Sequence[float], centre: float) -> float:
     return math.fsum((v - centre) ** 2 for v in values) / (len(values) - 1)
 
@@ -226,7 +272,7 @@ def _verdict(
         )
     e = evidence
     beta = 1.0 - th.pass_confidence
-    tau = max(e.margin, _TAU_FLOOR[e.kind])
+    tau = e.tau if e.tau is not None else max(e.margin, _TAU_FLOOR[e.kind])
     fail_low, _ = bounds(e.estimate, e.se, tau, alpha)
     low, high = bounds(e.estimate, e.se, tau, beta)
     shown = e.shown if e.shown is not None else e.estimate
@@ -311,6 +357,7 @@ def judge(
     *,
     sequences: int = 1,
     with_needs: bool = True,
+    min_adaptation: float | None = None,
 ) -> list[MetricVerdict]:
     """Judge `candidate` against `primary` over the same evidence (since a step began, or a rule
     epoch), as often as the caller likes.
@@ -319,11 +366,14 @@ def judge(
     has requests; each rule check either arm reports; corrections, severe findings, latency,
     TTFT and cost when either arm has any; agreement when the candidate has pairs *and* the
     primary has a noise floor (without one, disagreement cannot be told from noise: the caller
-    warns); the LLM-judge score when the candidate has judged pairs. All of them, and the
-    `sequences` (steps, rule epochs) the caller judges apart, share the false-rollback budget
-    equally. Verdicts come in a fixed order, checks by name; windows with nothing in them give
-    no verdicts at all. `with_needs=False` leaves `needs` of inconclusive verdicts unknown (None),
-    for callers that only want the decisions (the simulation): it is the costliest part of a look.
+    warns); the LLM-judge score when the candidate has judged pairs; `rule_adaptation` when
+    either arm has scored rule-flip probes (`adaptation`), and then, with `min_adaptation`, the
+    candidate's adaptation against that floor (`rule_adaptation:min_adaptation`). All of them,
+    and the `sequences` (steps, rule epochs) the caller judges apart, share the false-rollback
+    budget equally. Verdicts come in a fixed order, checks by name; windows with nothing in them
+    give no verdicts at all. `with_needs=False` leaves `needs` of inconclusive verdicts unknown
+    (None), for callers that only want the decisions (the simulation): it is the costliest part
+    of a look.
     Raises ValueError for `sequences` below 1."""
     if sequences < 1:
         raise ValueError(f"sequences must be >= 1, got {sequences}")
@@ -387,6 +437,20 @@ def judge(
         plan.append(lambda: _cost(primary.costs_usd, candidate.costs_usd, th))
     if candidate.judge_deltas:
         plan.append(lambda: _score(candidate.judge_deltas, th))
+    p_adapt, c_adapt = primary.adaptation or (0, 0), candidate.adaptation or (0, 0)
+    if p_adapt[1] or c_adapt[1]:
+        plan.append(
+            lambda: _rate(
+                "rule_adaptation",
+                p_adapt,
+                c_adapt,
+                th.rule_adaptation_drop,
+                th,
+                min_samples=th.min_samples_probes,
+            )
+        )
+        if min_adaptation is not None:
+            plan.append(partial(_floor, c_adapt, min_adaptation, th))
 
     if not plan:  # empty windows: nothing to judge, which holds the rollout
         return []

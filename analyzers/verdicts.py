@@ -56,6 +56,10 @@ class ArmWindow:
     averaged, on the judge's 1-10 scale). Read from the candidate's window; () when no judge."""
     findings: Tally = (0, 0)
     """(answers with a finding at or above the configured severity, answers analysed)."""
+    adaptation: Tally | None = None
+    """(not followed, probes): this arm's model's rule-flip probes of the route's rule that did
+    not follow the flipped value (stuck or other), out of its scored probes; None when the rule
+    has no probes."""
 
     def __post_init__(self) -> None:
         _check_tally("requests/errors", (self.errors, self.requests))
@@ -65,6 +69,8 @@ class ArmWindow:
         _check_tally("agreement", self.agreement)
         _check_tally("noise", self.noise)
         _check_tally("findings", self.findings)
+        if self.adaptation is not None:
+            _check_tally("adaptation", self.adaptation)
 
 
 def refuse_removed(data: object, **removed: str) -> object:
@@ -100,6 +106,9 @@ class Thresholds(BaseModel):
     """Candidate-primary disagreement may exceed primary-primary disagreement by this much."""
     finding_rate_increase: float = Field(0.05, ge=0.0, le=1.0)
     """The share of answers with a severe analyzer finding may exceed the primary's by this much."""
+    rule_adaptation_drop: float = Field(0.05, ge=0.0, le=1.0)
+    """The candidate's adaptation rate on rule-flip probes may fall below the primary's by this
+    much."""
     rate_margin_relative: float = Field(0.25, ge=0.0, le=10.0)
     """Every rate's margin is at least this share of the primary's rate (0.25: a 20% error rate
     may become 25%), so that noisy high rates do not need a tiny absolute margin."""
@@ -116,6 +125,9 @@ class Thresholds(BaseModel):
     """The candidate's LLM-judge score (1-10) may be this much below the primary's."""
     min_samples_rate: int = Field(50, ge=1)
     """Fewer observations than this in either arm make a rate inconclusive."""
+    min_samples_probes: int = Field(30, ge=1)
+    """Fewer scored rule-flip probes than this in either arm make `rule_adaptation`
+    inconclusive (probes come at a fraction of the traffic, so their minimum is its own)."""
     min_samples_latency: int = Field(30, ge=2)
     """Fewer samples than this in either arm make latency, TTFT, cost and judge scores
     inconclusive."""
@@ -144,12 +156,14 @@ class MetricVerdict:
 
     metric: str
     """`error_rate`, `check_pass_rate:<check>`, `correction_rate`, `disagreement`,
-    `latency_p50`, `latency_p95`, `ttft_p50`, `ttft_p95`, `cost_per_request`, `judge_score` or
-    `findings`."""
+    `latency_p50`, `latency_p95`, `ttft_p50`, `ttft_p95`, `cost_per_request`, `judge_score`,
+    `findings`, `rule_adaptation` (against the primary) or `rule_adaptation:min_adaptation`
+    (against the rule's floor)."""
     outcome: Outcome
     estimate: float | None
     """Rates: the regression, candidate minus primary in the bad direction (a drop of a pass
-    rate is positive). Latency, TTFT, cost: candidate / primary. Judge score: primary minus
+    rate is positive); `rule_adaptation:min_adaptation`: the floor minus the candidate's
+    adaptation rate. Latency, TTFT, cost: candidate / primary. Judge score: primary minus
     candidate. None when not computable."""
     low: float | None
     """Lower anytime-valid bound of `estimate` at `pass_confidence`; None if unbounded."""

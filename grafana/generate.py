@@ -75,6 +75,19 @@ def corrections_per_100(feedback_selector: str, requests_selector: str, by: str)
     return f"100 * {corrections}\n  /\n{rate('mirrorgate_requests_total', requests_selector, by)}"
 
 
+def probe_share(result: str) -> str:
+    """Share of each target's scored rule-flip probes of a rule with `result`, over the selected
+    range: probes come at a fraction of the traffic (`probes.sample`, default 5 %), too few per
+    `$__rate_interval` for a share to mean anything."""
+    by = "route, target, rule"
+    part = f'mirrorgate_probe_results_total{{{SEL}, result="{result}"}}'
+    whole = f"mirrorgate_probe_results_total{{{SEL}}}"
+    return (
+        f"sum by ({by}) (increase({part}[$__range]))\n  /\n"
+        f"sum by ({by}) (increase({whole}[$__range]))"
+    )
+
+
 def new_or_increased(metric: str, selector: str, by: str) -> str:
     """Events counted by `metric` in each step. `increase` alone misses the first event of a new
     series (it has no earlier sample), so a series that just appeared counts too."""
@@ -546,6 +559,29 @@ QUALITY = Dashboard(
                         ),
                     ),
                     "short",
+                    width=24,
+                ),
+            ),
+        ),
+        Row(
+            "Context awareness",
+            (
+                Panel(
+                    "Context awareness (rule-flip probes)",
+                    "Live requests of a rule re-sent with the rule's value flipped: the share of "
+                    "each model's probes over the selected range that followed the flipped value "
+                    "(adaptation) and that kept the original one (stuck: the model memorised the "
+                    "rule). GET /admin/rules gives the counts with their intervals.",
+                    (
+                        q(
+                            probe_share("followed"),
+                            "adaptation · {{rule}} · {{target}}",
+                            instant=True,
+                        ),
+                        q(probe_share("stuck"), "stuck · {{rule}} · {{target}}", instant=True),
+                    ),
+                    "percentunit",
+                    kind="stat",
                     width=24,
                 ),
             ),

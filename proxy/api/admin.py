@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from proxy.core import AuthError, ForbiddenError, RequestError
+from analyzers.adaptation import adaptation_score
+from proxy.core import AuthError, ForbiddenError, RequestError, parse_since
 from proxy.gateway import RouteTable, read_body
-from proxy.store import RuleEventStore
+from proxy.store import ProbeStore, RuleEventStore, StoreUnavailableError
 
 from .doors import StateChangeGuard
+from .errors import store_unavailable
 
 
 class AdminAuth:
@@ -63,15 +66,31 @@ RELOAD_BODY_BYTES = 1024
 """`POST /admin/reload` takes an empty body or `{}`: anything longer is refused (413)."""
 
 
+def probe_scores(
+    probes: ProbeStore, rules: Sequence[str], since: datetime | None
+) -> dict[str, dict[str, dict[str, object]]]:
+    """rule → target → its probes' counts and context-awareness score (blocking)."""
+    return {
+        rule: {
+            target: adaptation_score(t.followed, t.stuck, t.other).as_dict()
+            for target, t in sorted(probes.tallies(rule, since=since).items())
+        }
+        for rule in rules
+    }
+
+
 def build_admin_router(
     auth: AdminAuth,
     routes: RouteTable,
     rule_events: RuleEventStore,
     *,
     reload: Callable[[], Awaitable[tuple[int, dict[str, Any]]]] | None = None,
+    probes: ProbeStore | None = None,
+    probed_rules: Callable[[], Sequence[str]] = tuple,
 ) -> APIRouter:
     """`reload`: reloads the configuration and gives the answer's status and body (None: the
-    endpoint answers 409, there is no file to reload)."""
+    endpoint answers 409, there is no file to reload). `probed_rules`: the rules with `probes`
+    in the running configuration, whose scores `/admin/rules` shows from `probes`."""
     router = APIRouter(prefix="/admin", dependencies=[Depends(auth)])
 
     @router.post("/reload")
@@ -118,10 +137,28 @@ def build_admin_router(
         }
 
     @router.get("/rules")
-    async def list_rules() -> dict[str, Any]:
-        events, traffic = await asyncio.gather(
-            asyncio.to_thread(rule_events.events), asyncio.to_thread(rule_events.traffic)
-        )
+    async def list_rules(since: str | None = None) -> dict[str, Any]:
+        """Every rule version seen, and per probed rule and target the rule-flip probes'
+        counts, adaptation and stuck rates with their 95% Wilson intervals, over all stored
+        probes or those since `since` (a duration ago, `30m`, or an ISO-8601 time)."""
+        start = None
+        if since is not None:
+            try:
+                start = parse_since(since[:100], datetime.now(UTC))
+            except ValueError as exc:
+                raise RequestError(f"since: {exc}") from None
+        probed = probed_rules()
+        try:
+            events, traffic = await asyncio.gather(
+                asyncio.to_thread(rule_events.events), asyncio.to_thread(rule_events.traffic)
+            )
+            scores = (
+                await asyncio.to_thread(probe_scores, probes, probed, start)
+                if probes is not None and probed
+                else {}
+            )
+        except StoreUnavailableError as exc:
+            raise store_unavailable(exc, "the store cannot be read") from exc
         versions = []
         for event in events:
             seen = traffic.get((event.rule, event.version))
@@ -139,6 +176,10 @@ def build_admin_router(
                     "last_seen": seen.last_seen.isoformat() if seen else None,
                 }
             )
-        return {"rule_versions": versions}
+        return {
+            "rule_versions": versions,
+            "probes": scores,
+            "probes_since": start.isoformat() if start is not None else None,
+        }
 
     return router

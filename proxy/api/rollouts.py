@@ -30,6 +30,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import orjson
@@ -220,7 +221,10 @@ def build_rollout_router(
             )
         except StoreUnavailableError as exc:
             raise store_unavailable(exc, "the store cannot be read") from exc
-        planned = await asyncio.to_thread(plan_rollout, route, profile, spec.canary)
+        probes = manager.config.rules[rule].probes if rule is not None else None
+        planned = await asyncio.to_thread(
+            partial(plan_rollout, route, profile, spec.canary, probes=probes)
+        )
         return plan_json(planned, profile, since, rollout_warnings(manager.config, route))
 
     @router.post("/admin/rollouts/{route}/{action}")

@@ -185,6 +185,8 @@ class Gateway:
             )
         self._cpu_clock = cpu_clock
         self.rule_events = RuleEventStore(self.store)
+        self.probe_results = ProbeStore(self.store)
+        """Rule-flip probes' results, read by the rollout judge, the guard and `/admin/rules`."""
         self.rule_tracker = RuleTracker(
             self.rule_events,
             keep_prompts=config.store.bodies != "none",
@@ -240,7 +242,8 @@ class Gateway:
             Leadership(self.store),
             self.metrics,
             # Built whatever the config (it looks at guarded routes only), so a reload can add one.
-            guard=RuleGuard(config, self.rollouts, GuardStore(self.store), ProbeStore(self.store)),
+            guard=RuleGuard(config, self.rollouts, GuardStore(self.store), self.probe_results),
+            probes=self.probe_results,
         )
         for warning in config_warnings(config, self.env):
             log.warning("config: %s", warning)
@@ -490,6 +493,10 @@ class Gateway:
                     if self.reloader is not None
                     else None
                 ),
+                probes=self.probe_results,
+                probed_rules=lambda: [
+                    name for name, rule in self.config.rules.items() if rule.probes is not None
+                ],
             )
         )
         api.include_router(

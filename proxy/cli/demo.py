@@ -31,7 +31,7 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TextIO
 
 import httpx
 import openai
@@ -75,10 +75,16 @@ RULE_CHANGE_AFTER_LAST_STEP_S = 10.0
 STORY_LIMIT_S = 90.0
 
 
+DEMO_KEY_ENV = "MIRRORGATE_DEMO_KEY"
+"""The variable the demo's models read their key from (the fake model takes any key)."""
+DEMO_ENV = {DEMO_KEY_ENV: "demo-key"}
+
+
 def _config(mock_url: str, db: Path, port: int, hook_url: str) -> str:
     def model(name: str, inp: float, out: float) -> dict[str, Any]:
         return {
             "provider": "openai", "base_url": f"{mock_url}/v1", "model": name,
+            "api_key_env": DEMO_KEY_ENV,
             "price": {"input_per_mtok": inp, "output_per_mtok": out},
         }  # fmt: skip
 
@@ -128,6 +134,26 @@ def _config(mock_url: str, db: Path, port: int, hook_url: str) -> str:
         "alerts": {"sinks": [{"type": "webhook", "url": hook_url}]},
     }  # fmt: skip
     return yaml.safe_dump(doc, sort_keys=False)
+
+
+PRINTED_HEADER = """\
+# The configuration `mirrorgate demo` runs, as `mirrorgate demo --print-config` prints it: a route
+# with a fallback, a canary judged on error rate, latency, cost and a business rule's checks, the
+# rule set that finds the rule's version in the system prompt, and a webhook for the alerts.
+# The demo fills in its own addresses; here they are placeholders: the fake model
+# (`mirrorgate mock-upstream --port 9999`), the gateway's port, the store and the webhook.
+# Every model sends the key in MIRRORGATE_DEMO_KEY (the fake model takes any: export
+# MIRRORGATE_DEMO_KEY=anything to serve this file). See docs/configuration.md and examples/.
+"""
+
+
+def print_config(out: TextIO) -> int:
+    """Write the demo's configuration, with placeholder addresses, to `out` (`--print-config`)."""
+    text = _config(
+        "http://127.0.0.1:9999", Path("mirrorgate-demo.db"), 8080, "http://127.0.0.1:9000/alerts"
+    )
+    out.write(PRINTED_HEADER + text)
+    return 0
 
 
 class _Scene:
@@ -253,9 +279,9 @@ def run_demo(
             MockUpstreamServer(parse_behavior(DEMO_BEHAVIOR)) as mock,
             _alert_receiver(scene) as hook_url,
         ):
-            config = parse_config(_config(mock.url, db, port, hook_url), env={})
+            config = parse_config(_config(mock.url, db, port, hook_url), env=DEMO_ENV)
             try:
-                gateway = GatewayServer(config, env={}).__enter__()
+                gateway = GatewayServer(config, env=DEMO_ENV).__enter__()
             except RuntimeError as exc:
                 out(f"mirrorgate: could not start the gateway on port {port} ({exc}); "
                     "try --port 0")  # fmt: skip

@@ -1,4 +1,4 @@
-"""`mirrorgate demo --scene guard`: models that memorised a rule, found and acted on (about 70 s).
+"""`mirrorgate demo --scene guard`: models that memorised a rule, found and acted on (about a minute).
 
 Built-in fake models, a gateway on SQLite and paced traffic through the official `openai` SDK, a
 few requests a second on each of two routes (`RATE_PER_S`):
@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TextIO
 
 import httpx
 import openai
@@ -41,7 +41,7 @@ from proxy.config import parse_config
 from proxy.mock_upstream.behavior import parse_behavior
 from proxy.mock_upstream.server import MockUpstreamServer
 
-from .demo import _alert_receiver, _clock, _Scene
+from .demo import DEMO_ENV, DEMO_KEY_ENV, _alert_receiver, _clock, _Scene
 
 PATTERN = r"max_weight\s*=\s*(\d+)"
 TEMPLATE = '{"max_weight": {1}, "answer": "Parcels up to {1} kg ship as standard."}'
@@ -70,16 +70,16 @@ PROMPTS = {
     CANARY_ROUTE: "You are the support bot of a parcel company. Shipping rule: max_weight = {w}.",
     GUARDED_ROUTE: "You are the returns desk of a parcel company. Returns rule: max_weight = {w}.",
 }
-RATE_PER_S = 4.0
+RATE_PER_S = 2.0
 """Client requests a second on each route: a quiet service, where every decision must work."""
 PROBE_SAMPLE = 0.5
 CANARY_AT_S = 3.0
 CHANGE_AFTER_S = 20.0
 """The rule of `returns-bot` changes once act 1 is over and the route has had this long on v1."""
-CHANGE_BY_S = 45.0
+CHANGE_BY_S = 60.0
 """...or at this time at the latest, if act 1 has not ended by then."""
 AFTER_SWITCH_S = 6.0
-STORY_LIMIT_S = 110.0
+STORY_LIMIT_S = 120.0
 
 
 def guard_config(mock_url: str, db: Path, port: int, hook_url: str) -> str:
@@ -88,6 +88,7 @@ def guard_config(mock_url: str, db: Path, port: int, hook_url: str) -> str:
     def model(name: str, inp: float, out: float) -> dict[str, Any]:
         return {
             "provider": "openai", "base_url": f"{mock_url}/v1", "model": f"{name}-model",
+            "api_key_env": DEMO_KEY_ENV,
             "price": {"input_per_mtok": inp, "output_per_mtok": out},
         }  # fmt: skip
 
@@ -152,6 +153,26 @@ def guard_config(mock_url: str, db: Path, port: int, hook_url: str) -> str:
         "alerts": {"sinks": [{"type": "webhook", "url": hook_url}]},
     }  # fmt: skip
     return yaml.safe_dump(doc, sort_keys=False)
+
+
+PRINTED_HEADER = """\
+# The configuration `mirrorgate demo --scene guard` runs, as `--print-config` prints it: four
+# models (prod and safe follow their prompt; cand-a and legacy memorised max_weight = 100), a
+# route with a canary judged on rule_adaptation, a guarded route with two shadows, two rules whose
+# rule-flip probes ask each model a flipped value, and a webhook for the alerts. The demo fills in
+# its own addresses; here they are placeholders: the fake model (port 9999; the four models'
+# behaviours are built into the demo, see docs/mock-upstream.md "A model that memorised a rule"),
+# the gateway's port, the store and the webhook. Every model sends the key in MIRRORGATE_DEMO_KEY.
+"""
+
+
+def print_guard_config(out: TextIO) -> int:
+    """Write the scene's configuration, with placeholder addresses, to `out`."""
+    text = guard_config(
+        "http://127.0.0.1:9999", Path("mirrorgate-demo.db"), 8080, "http://127.0.0.1:9000/alerts"
+    )
+    out.write(PRINTED_HEADER + text)
+    return 0
 
 
 class _Routes:
@@ -532,9 +553,9 @@ def run_guard_demo(
             MockUpstreamServer(parse_behavior(GUARD_BEHAVIOR)) as mock,
             _alert_receiver(alerts) as hook,
         ):
-            config = parse_config(guard_config(mock.url, db, port, hook), env={})
+            config = parse_config(guard_config(mock.url, db, port, hook), env=DEMO_ENV)
             try:
-                gateway = GatewayServer(config, env={}).__enter__()
+                gateway = GatewayServer(config, env=DEMO_ENV).__enter__()
             except RuntimeError as exc:
                 out(f"mirrorgate: could not start the gateway on port {port} ({exc}); try --port 0")
                 return 1
@@ -569,7 +590,7 @@ def run_guard_demo(
 
 def _banner(out: Callable[[str], None], url: str, mock_url: str, db: Path) -> None:
     out("mirrorgate demo --scene guard: models that memorised a rule, found before and after it "
-        "changes, in about 70 s.")  # fmt: skip
+        "changes, in about a minute.")  # fmt: skip
     out(f"  gateway      {url}   (routes '{CANARY_ROUTE}' and '{GUARDED_ROUTE}', "
         f"{RATE_PER_S:g} client requests/s each)")  # fmt: skip
     out(f"  fake models  {mock_url}   (prod, safe follow their prompt; cand-a, legacy memorised "

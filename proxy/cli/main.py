@@ -117,8 +117,10 @@ def cmd_mock_upstream(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.scene == "guard":
-        from .demo_guard import run_guard_demo
+        from .demo_guard import print_guard_config, run_guard_demo
 
+        if args.print_config:
+            return print_guard_config(sys.stdout)
         return run_guard_demo(
             port=args.port,
             duration_s=args.duration,
@@ -127,8 +129,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         )
     if args.restore:
         args.parser.error("--restore goes with --scene guard")
-    from .demo import run_demo
+    from .demo import print_config, run_demo
 
+    if args.print_config:
+        return print_config(sys.stdout)
     return run_demo(port=args.port, duration_s=args.duration, keep_running=args.keep_running)
 
 
@@ -320,6 +324,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--log-format", choices=LOG_FORMATS, default="text", help="log lines as text or JSON"
+    )
+    demo.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the selected scene's configuration (placeholder addresses) as YAML and exit",
     )
     demo.add_argument(
         "--restore",

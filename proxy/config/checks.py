@@ -547,10 +547,11 @@ def rollout_warnings(cfg: MirrorgateConfig, route: str | None = None) -> list[Co
 
 def credential_warnings(cfg: MirrorgateConfig) -> list[ConfigProblem]:
     """Models whose calls will carry no key, or the client's key to another host (see
-    `ModelSpec.pass_client_key`): a shadow, canary, fallback or judge without `api_key_env` on
-    another origin than its route's primary sends no credentials (and will likely get 401); a
-    `pass_client_key: true` model on another origin receives credentials the client meant for
-    the primary's host. Not errors: `check-config` prints them and the gateway logs them."""
+    `ModelSpec.pass_client_key`): a shadow, canary, fallback or judge with neither `api_key_env`
+    nor `pass_client_key: true` sends no credentials (and will likely get 401); a
+    `pass_client_key: true` shadow, canary or fallback on another origin than its route's primary
+    receives credentials the client meant for the primary's host. Not errors: `check-config`
+    prints them and the gateway logs them."""
     found: list[ConfigProblem] = []
     for rname, route in cfg.routes.items():
         primary = cfg.models.get(route.primary)
@@ -565,8 +566,7 @@ def credential_warnings(cfg: MirrorgateConfig) -> list[ConfigProblem]:
             model = cfg.models.get(name)
             if model is None or name == route.primary or model.api_key_env:
                 continue
-            same_origin = model.origin == primary.origin
-            if model.pass_client_key is True and not same_origin:
+            if model.pass_client_key and model.origin != primary.origin:
                 found.append(
                     ConfigProblem(
                         f"models.{name}.pass_client_key",
@@ -574,22 +574,12 @@ def credential_warnings(cfg: MirrorgateConfig) -> list[ConfigProblem]:
                         f"{primary.origin} (the primary '{route.primary}'), at {model.origin}",
                     )
                 )
-            elif model.pass_client_key is False:
+            elif not model.pass_client_key:
                 found.append(
                     ConfigProblem(
                         f"models.{name}",
-                        f"the {role} of route '{rname}' sends no key to {model.origin}: it has no "
-                        "api_key_env and pass_client_key is false",
-                    )
-                )
-            elif model.pass_client_key is None and not same_origin:
-                found.append(
-                    ConfigProblem(
-                        f"models.{name}",
-                        f"the {role} of route '{rname}' sends no key to {model.origin}: it has no "
-                        "api_key_env, and the client's credentials go only to the primary's "
-                        f"origin ({primary.origin}); set api_key_env (or pass_client_key: true "
-                        "to send them there too)",
+                        f"the {role} of route '{rname}' sends no key to {model.origin}: it has "
+                        "neither api_key_env nor pass_client_key: true",
                     )
                 )
     judge = cfg.models.get(cfg.judge.model) if cfg.judge is not None else None

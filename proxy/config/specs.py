@@ -221,12 +221,11 @@ class ModelSpec(Spec):
     api_key_env: str | None = None
     """Variable holding the upstream key; set, it replaces the client's credentials on every call
     to this model. Unset: see `pass_client_key`."""
-    pass_client_key: bool | None = None
+    pass_client_key: bool = False
     """For a model without `api_key_env`: whether the client's own credentials (`Authorization`,
-    `x-api-key`, `api-key`) go to it. Unset: only when it is on the same origin (scheme, host,
-    port) as the primary the request's route is configured with — the host the client meant —
-    so never to a shadow, canary, fallback, judge or noise-floor call on another host. `true`:
-    always; `false`: never. Cookies never go upstream."""
+    `x-api-key`, `api-key`) go to it on calls made for a client, whichever role it has in the
+    route. `false` (the default): it sends no credentials at all (a keyless local model). The
+    judge's and replays' calls never carry a client's. Cookies never go upstream."""
     timeout_s: float = Field(60.0, gt=0)
     """Longest wait for the response headers and between two chunks of a stream."""
     total_timeout_s: float | None = Field(None, gt=0)

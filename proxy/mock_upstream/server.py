@@ -8,10 +8,11 @@ socket — ASGI has no way to do that.
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TextIO
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -45,14 +46,40 @@ def uvicorn_config(app: Any, host: str, port: int, **options: Any) -> uvicorn.Co
     return uvicorn.Config(app, host=host, port=port, **settings)
 
 
-def serve(host: str, port: int, behavior_path: str | None) -> None:
+def serve(host: str, port: int, behavior_path: str | None, out: TextIO | None = None) -> None:
     """Run the mock upstream in the foreground until interrupted (`mirrorgate mock-upstream`).
 
+    Once the socket is bound it prints one line to `out` (standard output by default) with the
+    address and the `base_url` each SDK takes — the bound port, so `--port 0` tells its choice.
     Raises `BehaviorError` (naming every problem by key path) before listening when the behaviour
     file is invalid.
     """
     behavior = load_behavior(behavior_path) if behavior_path else BehaviorSpec()
-    uvicorn.Server(uvicorn_config(create_app(behavior), host, port)).run()
+    config = uvicorn_config(create_app(behavior), host, port)
+    _AnnouncingServer(config, out if out is not None else sys.stdout).run()
+
+
+def listening_line(url: str) -> str:
+    """The line `serve` prints once listening on `url` (`http://host:port`)."""
+    return (
+        f"mirrorgate mock-upstream listening on {url} "
+        f"(OpenAI base_url {url}/v1, Anthropic base_url {url})"
+    )
+
+
+class _AnnouncingServer(uvicorn.Server):
+    """A uvicorn server that prints `listening_line` once its socket is bound."""
+
+    def __init__(self, config: uvicorn.Config, out: TextIO) -> None:
+        super().__init__(config)
+        self.out = out
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets)
+        if self.started and self.servers:
+            bound = self.servers[0].sockets[0].getsockname()
+            host = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+            print(listening_line(f"http://{host}:{bound[1]}"), file=self.out, flush=True)
 
 
 class _SignallingServer(uvicorn.Server):

@@ -10,6 +10,9 @@ the report. KIND is:
 - `checks`: the pass rate of each check of one rule version per arm · target, bars (`rect.bar`,
   with `data-check`) with their Wilson interval as whiskers (`line.whisker`), and a mark on the
   candidates whose pass rate is significantly below the primary's.
+- `adaptation`: per probed rule, each target's adaptation rate on rule-flip probes, a bar
+  (`rect.bar`, with `data-target` and `data-rule`) with its Wilson interval as whiskers, its
+  stuck rate beside it, and a mark on targets whose stuck rate is surely above one half.
 
 Bars and lines carry `data-arm="arm · target"`. Every string from the store is escaped.
 """
@@ -21,7 +24,14 @@ from collections.abc import Sequence
 
 from .axis import Axis
 from .format import format_duration, format_percent, format_usd
-from .model import ArmReport, CheckArmReport, RouteReport, RuleVersionReport
+from .model import (
+    ArmReport,
+    CheckArmReport,
+    ContextAwarenessReport,
+    RouteReport,
+    RuleVersionReport,
+    TargetAdaptation,
+)
 
 ECDF_POINTS = 400
 """A latency line is drawn through at most this many quantiles, whatever the request count."""
@@ -303,4 +313,85 @@ def _check_bar(
         f'y1="{mid - 4:.1f}" y2="{mid + 4:.1f}"/>'
         f'<text class="bar-value" x="{right + 8}" y="{mid + 4:.1f}">'
         f"{_e(format_percent(rate.value))}{flag}</text>"
+    )
+
+
+def adaptation_svg(
+    index: int, route: str, rule: ContextAwarenessReport, colours: dict[str, str]
+) -> str:
+    """Adaptation rate per target of `rule`'s probes on `route`: a bar per target with its 95%
+    Wilson interval as a whisker (`colours`: target → colour)."""
+    row, top = 24, 8
+    label_width = min(230, max(110, 7 * max(len(t.target) for t in rule.targets) + 20))
+    left, right = label_width, WIDTH - 200
+    bottom = top + row * len(rule.targets)
+    height = bottom + 40
+    x = Axis(0.0, 1.0, left, right, log=False)
+    parts = [
+        _svg_open(
+            "adaptation",
+            index,
+            route,
+            height,
+            f"Adaptation to a flipped rule, rule {rule.rule}, route {route}",
+            "Share of rule-flip probes that followed the flipped value (95% interval), per "
+            "model: "
+            + "; ".join(
+                f"{t.target}: {format_percent(t.score.adaptation.rate)} "
+                f"[{format_percent(t.score.adaptation.low)}, "
+                f"{format_percent(t.score.adaptation.high)}] of {t.score.probes}, stuck "
+                f"{format_percent(t.score.stuck_rate.rate)}"
+                for t in rule.targets
+            )
+            + ".",
+        )
+    ]
+    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
+        px = x(tick)
+        parts.append(
+            f'<line class="grid" x1="{px:.1f}" x2="{px:.1f}" y1="{top}" y2="{bottom}"/>'
+            f'<text class="tick" x="{px:.1f}" y="{bottom + 16}" text-anchor="middle">'
+            f"{tick * 100:.0f}%</text>"
+        )
+    y = float(top)
+    for t in rule.targets:
+        parts.append(_adaptation_bar(rule.rule, t, y, row, x, left, right, colours[t.target]))
+        y += row
+    parts.append(
+        f'<line class="axis" x1="{left}" x2="{left}" y1="{top}" y2="{bottom}"/>'
+        f'<text class="axis-label" x="{(left + right) / 2}" y="{height - 8}" '
+        'text-anchor="middle">adaptation rate (whiskers: 95% interval)</text></svg>'
+    )
+    return "".join(parts)
+
+
+def _adaptation_bar(
+    rule: str, t: TargetAdaptation, y0: float, row: int, x: Axis, left: float, right: float,
+    colour: str,
+) -> str:  # fmt: skip
+    rate, stuck = t.score.adaptation, t.score.stuck_rate
+    bar_height = row - 8
+    top, mid = y0 + 4, y0 + row / 2
+    tooltip = (
+        f"{t.target}: followed {t.score.followed}, stuck {t.score.stuck}, other "
+        f"{t.score.other} of {t.score.probes} probes"
+    )
+    width = max(1.5, x(rate.rate or 0.0) - left)
+    low, high = x(rate.low or 0.0), x(rate.high or 0.0)
+    is_stuck = stuck.low is not None and stuck.low > 0.5
+    flag = '<tspan class="flag" dx="6">▲ stuck</tspan>' if is_stuck else ""
+    return (
+        f'<text class="bar-label" x="{left - 8}" y="{mid + 4:.1f}" text-anchor="end">'
+        f"{_e(t.target)}</text>"
+        f'<rect class="track" x="{left}" y="{top:.1f}" width="{right - left}" '
+        f'height="{bar_height}" rx="3"/>'
+        f'<rect class="bar{" stuck" if is_stuck else ""}" data-target="{_e(t.target)}" '
+        f'data-rule="{_e(rule)}" x="{left}" y="{top:.1f}" width="{width:.1f}" '
+        f'height="{bar_height}" rx="3" fill="{colour}"><title>{_e(tooltip)}</title></rect>'
+        f'<line class="whisker" x1="{low:.1f}" x2="{high:.1f}" y1="{mid:.1f}" y2="{mid:.1f}"/>'
+        f'<line class="whisker" x1="{low:.1f}" x2="{low:.1f}" y1="{mid - 4:.1f}" '
+        f'y2="{mid + 4:.1f}"/><line class="whisker" x1="{high:.1f}" x2="{high:.1f}" '
+        f'y1="{mid - 4:.1f}" y2="{mid + 4:.1f}"/>'
+        f'<text class="bar-value" x="{right + 8}" y="{mid + 4:.1f}">'
+        f"{_e(format_percent(rate.rate))} · stuck {_e(format_percent(stuck.rate))}{flag}</text>"
     )

@@ -1,11 +1,12 @@
 """`mirrorgate report`: compare the arms of every route over a window of recorded traffic.
 
-`run_report` reads the window from the store — exchanges, pairs, rule check verdicts, feedback and
-the rule-change events — and `build_report` groups them by route into the records of
-`proxy.report.model`: arms (`analyzers.summary`), agreement and LLM-judge scores per candidate
-arm (`proxy.report.agreement`), checks by rule version (`proxy.report.checks`) and corrections and
-ratings (`proxy.report.feedback`). `proxy.report.markdown` or `proxy.report.html` turns the
-`Report` into text. How each number is computed is written down in docs/report.md.
+`run_report` reads the window from the store — exchanges, pairs, rule check verdicts, feedback,
+the rule-change events and the probed rules' rule-flip probe counts — and `build_report` groups
+them by route into the records of `proxy.report.model`: arms (`analyzers.summary`), agreement and
+LLM-judge scores per candidate arm (`proxy.report.agreement`), checks by rule version
+(`proxy.report.checks`), context awareness per probed rule (`proxy.report.awareness`) and
+corrections and ratings (`proxy.report.feedback`). `proxy.report.markdown` or `proxy.report.html`
+turns the `Report` into text. How each number is computed is written down in docs/report.md.
 
 The report only reads: it never migrates or creates the database, so pointing it at a production
 store is safe. Every problem the user can fix (bad `--since`, a missing database, an output path
@@ -34,9 +35,10 @@ from proxy.core import (
     Status,
 )
 from proxy.core import parse_since as _parse_since
-from proxy.store import FeedbackStore, RuleEventStore, Store, StoreError
+from proxy.store import FeedbackStore, ProbeStore, RuleEventStore, Store, StoreError
 
 from .agreement import build_agreement, build_judge_scores
+from .awareness import ProbeCounts, build_context_awareness
 from .checks import build_rule_versions
 from .feedback import build_feedback
 from .html import render_html
@@ -74,13 +76,16 @@ def build_report(
     changes: Sequence[RuleChange] = (),
     agreement_modes: Mapping[str, str] | None = None,
     findings: Sequence[FindingRecord] = (),
+    probes: Mapping[str, Mapping[str, Mapping[str, ProbeCounts]]] | None = None,
 ) -> Report:
     """Group the window's records by route and arm · target, and summarise each group.
 
     `changes` are every rule-change event in the store (old ones say when a version began);
     `agreement_modes` each route's agreement mode (a route not in it: `normalized`);
-    everything else is the window's (`findings`: the LLM judge's).
+    everything else is the window's (`findings`: the LLM judge's; `probes`: route → rule →
+    target → its (followed, stuck, other) rule-flip probes).
     """
+    probes = probes or {}
     modes = agreement_modes or {}
     by_route: dict[str, list[ExchangeRecord]] = defaultdict(list)
     for record in exchanges:
@@ -100,7 +105,7 @@ def build_report(
         findings_by_route[finding.route].append(finding)
 
     routes = []
-    for route in sorted(set(by_route) | set(pairs_by_route) | set(checks_by_route)):
+    for route in sorted(set(by_route) | set(pairs_by_route) | set(checks_by_route) | set(probes)):
         records = by_route.get(route, [])
         groups: dict[tuple[str, str], list[ExchangeRecord]] = defaultdict(list)
         for record in records:
@@ -129,6 +134,7 @@ def build_report(
                 ),
                 feedback=build_feedback(records, feedback_by_route.get(route, [])),
                 judge_scores=build_judge_scores(findings_by_route.get(route, [])),
+                context_awareness=build_context_awareness(probes.get(route, {})),
             )
         )
     started = [record.started_at for record in exchanges]
@@ -225,6 +231,7 @@ def _read(args: argparse.Namespace, cfg: MirrorgateConfig, now: datetime) -> Rep
         judged = store.query_findings(
             route=args.route, analyzer=JUDGE_ANALYZER, since=since, limit=MAX_ROWS
         )
+        probes = _probe_counts(ProbeStore(store), cfg, args.route, since)
     return build_report(
         exchanges,
         pairs,
@@ -238,7 +245,27 @@ def _read(args: argparse.Namespace, cfg: MirrorgateConfig, now: datetime) -> Rep
         changes=changes,
         agreement_modes={name: spec.agreement.mode for name, spec in cfg.routes.items()},
         findings=judged,
+        probes=probes,
     )
+
+
+def _probe_counts(
+    probes: ProbeStore, cfg: MirrorgateConfig, route_filter: str | None, since: datetime | None
+) -> dict[str, dict[str, dict[str, ProbeCounts]]]:
+    """route → rule → target → (followed, stuck, other), for every rule of `cfg` with probes."""
+    counts: dict[str, dict[str, dict[str, ProbeCounts]]] = defaultdict(dict)
+    for name, rule in cfg.rules.items():
+        if rule.probes is None:
+            continue
+        for route in rule.routes:
+            if route_filter is not None and route != route_filter:
+                continue
+            tallies = probes.tallies(name, route=route, since=since)
+            if tallies:
+                counts[route][name] = {
+                    target: (t.followed, t.stuck, t.other) for target, t in tallies.items()
+                }
+    return dict(counts)
 
 
 # ---- the command ----

@@ -11,6 +11,7 @@ import math
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from analyzers.adaptation import ScoredRate
 from analyzers.summary import Difference, Rate
 
 if TYPE_CHECKING:
@@ -49,6 +50,13 @@ def format_usd(amount: float | None, *, signed: bool = False) -> str:
 
 def format_percent(share: float | None) -> str:
     return DASH if share is None else f"{share * 100:.1f}%"
+
+
+def format_scored(rate: ScoredRate) -> str:
+    """An adaptation or stuck rate as `format_rate` shows a rate; a dash with no probes."""
+    if rate.rate is None or rate.low is None or rate.high is None:
+        return DASH
+    return f"{rate.rate * 100:.1f}% [{rate.low * 100:.1f}, {rate.high * 100:.1f}]"
 
 
 def format_rate(rate: Rate) -> str:

@@ -26,7 +26,13 @@ from .format import (
     format_time,
     format_usd,
 )
-from .html_quality import agreement_section, checks_section, feedback_section, rate_cell
+from .html_quality import (
+    agreement_section,
+    awareness_section,
+    checks_section,
+    feedback_section,
+    rate_cell,
+)
 from .model import Report, RouteReport
 from .style import STYLESHEET
 
@@ -138,6 +144,23 @@ def _colours(route: RouteReport) -> dict[str, str]:
     return colours
 
 
+def _target_colours(route: RouteReport, colours: dict[str, str]) -> dict[str, str]:
+    """One colour per probed target: the colour of an arm it served in, else the next free one."""
+    found: dict[str, str] = {}
+    spare = 0
+    for rule in route.context_awareness:
+        for t in rule.targets:
+            if t.target in found:
+                continue
+            served = [c for label, c in colours.items() if label.endswith(f" · {t.target}")]
+            if served:
+                found[t.target] = served[0]
+            else:
+                found[t.target] = PALETTE[(len(colours) + spare) % len(PALETTE)]
+                spare += 1
+    return found
+
+
 def _route_section(index: int, route: RouteReport) -> str:
     colours = _colours(route)
     parts = [
@@ -185,6 +208,7 @@ def _route_section(index: int, route: RouteReport) -> str:
         )
     parts.append(agreement_section(route, colours))
     parts.append(checks_section(index, route, colours))
+    parts.append(awareness_section(index, route, _target_colours(route, colours)))
     parts.append(feedback_section(route.route, route.feedback, colours))
     parts.append("</section>")
     return "\n".join(parts)

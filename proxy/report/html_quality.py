@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import html
 
+from analyzers.adaptation import ScoredRate
 from analyzers.summary import Rate
 
-from .charts import checks_svg
+from .charts import adaptation_svg, checks_svg
 from .format import (
     as_sentence,
     describe_change,
@@ -209,6 +210,55 @@ def _checks_table(route: str, version: RuleVersionReport, colours: dict[str, str
         f'data-rule="{_e(version.rule)}" data-version="{_e(version.version)}">'
         f"<thead><tr>{_head(_CHECK_HEADINGS, 2)}</tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+_AWARENESS_HEADINGS = (
+    "target", "probes", "followed", "stuck", "other", "adaptation", "stuck rate",
+)  # fmt: skip
+
+
+def awareness_section(index: int, route: RouteReport, colours: dict[str, str]) -> str:
+    """Context awareness per probed rule (`colours`: target → colour); empty without probes."""
+    if not route.context_awareness:
+        return ""
+    parts = [
+        "<h3>Context awareness</h3>",
+        '<p class="note">Live requests of the rule re-sent with its value flipped: how often '
+        "each model followed the flipped value (adaptation) and how often it kept the original "
+        "one (stuck: it memorised the rule). Intervals are 95% (Wilson).</p>",
+    ]
+    for rule in route.context_awareness:
+        rows = "".join(
+            f'<tr data-target="{_e(t.target)}"><th scope="row" class="label">'
+            f'<span class="swatch" style="--arm:{colours[t.target]}"></span>{_e(t.target)}</th>'
+            f"<td>{t.score.probes:,}</td><td>{t.score.followed:,}</td>"
+            f"<td>{t.score.stuck:,}</td><td>{t.score.other:,}</td>"
+            + _scored_cell(t.score.adaptation)
+            + _scored_cell(t.score.stuck_rate)
+            + "</tr>"
+            for t in rule.targets
+        )
+        parts.append(
+            f'<div class="version" data-rule="{_e(rule.rule)}">'
+            f"<h4>Rule <code>{_e(rule.rule)}</code> · rule-flip probes</h4>"
+            f'<div class="table-wrap"><table class="awareness" data-route="{_e(route.route)}" '
+            f'data-rule="{_e(rule.rule)}"><thead><tr>{_head(_AWARENESS_HEADINGS, 1)}</tr>'
+            f"</thead><tbody>{rows}</tbody></table></div>"
+            '<figure class="chart-card checks-chart"><figcaption><strong>Adaptation by '
+            f"model, rule {_e(rule.rule)}</strong><span>Share of probes that followed the "
+            "flipped value; whiskers are the 95% interval.</span></figcaption>"
+            f"{adaptation_svg(index, route.route, rule, colours)}</figure></div>"
+        )
+    return "".join(parts)
+
+
+def _scored_cell(rate: ScoredRate) -> str:
+    if rate.rate is None or rate.low is None or rate.high is None:
+        return "<td>—</td>"
+    return (
+        f"<td>{_e(format_percent(rate.rate))}"
+        f'<span class="ci">{rate.low * 100:.1f}&ndash;{rate.high * 100:.1f}%</span></td>'
     )
 
 

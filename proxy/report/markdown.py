@@ -20,6 +20,7 @@ from .format import (
     format_rate,
     format_ratio,
     format_score,
+    format_scored,
     format_time,
     format_usd,
 )
@@ -113,6 +114,7 @@ def _route(route: RouteReport) -> list[str]:
         )
     lines.extend(_agreement(route))
     lines.extend(_checks(route))
+    lines.extend(_awareness(route))
     lines.extend(_feedback(route.route, route.feedback))
     return lines
 
@@ -269,6 +271,53 @@ def _version(version: RuleVersionReport) -> list[str]:
         )
         lines.append("")
     return lines
+
+
+def _awareness(route: RouteReport) -> list[str]:
+    """Context awareness per probed rule; nothing at all for a route without probes."""
+    if not route.context_awareness:
+        return []
+    lines = [f"### Context awareness: {_md(route.route)}", ""]
+    for rule in route.context_awareness:
+        lines.extend(
+            [
+                f"#### Rule {_md(rule.rule)}: rule-flip probes",
+                "",
+                "| target | probes | followed | stuck | other | adaptation (95% CI) "
+                "| stuck rate (95% CI) |",
+                "|---|" + "---:|" * 6,
+            ]
+        )
+        for t in rule.targets:
+            s = t.score
+            lines.append(
+                _row(
+                    [
+                        _md(t.target),
+                        f"{s.probes:,}",
+                        f"{s.followed:,}",
+                        f"{s.stuck:,}",
+                        f"{s.other:,}",
+                        format_scored(s.adaptation),
+                        format_scored(s.stuck_rate),
+                    ]
+                )
+            )
+        lines.append("")
+        stuck = [t for t in rule.targets if _mostly_stuck(t.score.stuck_rate.low)]
+        if stuck:
+            lines.append(
+                "Stuck on the old rule (most probes answered the original value): "
+                + ", ".join(_md(t.target) for t in stuck)
+                + "."
+            )
+            lines.append("")
+    return lines
+
+
+def _mostly_stuck(low: float | None) -> bool:
+    """The stuck rate's interval lies above one half."""
+    return low is not None and low > 0.5
 
 
 def _feedback(route: str, feedback: FeedbackReport | None) -> list[str]:

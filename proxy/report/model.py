@@ -1,10 +1,11 @@
 """What `mirrorgate report` knows about a window, before it becomes text.
 
 `proxy.report.command.build_report` fills these frozen records from the store's records;
-`proxy.report.markdown` and `proxy.report.html` only read them. A route's report has four parts:
+`proxy.report.markdown` and `proxy.report.html` only read them. A route's report has five parts:
 its arms (latency, errors, cost), its candidates' agreement with the primary (and the LLM judge's
-scores, when a judge is configured), its rule checks by rule version, and the corrections and
-ratings users gave to the answers it served.
+scores, when a judge is configured), its rule checks by rule version, the context awareness of
+each model its rule-flip probes reached, and the corrections and ratings users gave to the
+answers it served.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from analyzers.adaptation import AdaptationScore
 from analyzers.summary import (
     AgreementSummary,
     ArmSummary,
@@ -173,6 +175,22 @@ class RuleVersionReport:
 
 
 @dataclass(frozen=True, slots=True)
+class TargetAdaptation:
+    """One model's rule-flip probes of one rule on one route: counts, rates and intervals."""
+
+    target: str
+    score: AdaptationScore
+
+
+@dataclass(frozen=True, slots=True)
+class ContextAwarenessReport:
+    """The rule-flip probes of one rule on one route, per target model by name."""
+
+    rule: str
+    targets: tuple[TargetAdaptation, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class FeedbackArmReport:
     """Corrections and ratings of the answers one arm · target served (for one rule version)."""
 
@@ -227,6 +245,8 @@ class RouteReport:
     feedback: FeedbackReport | None = None
     judge_scores: tuple[JudgeScoreReport, ...] = ()
     """Per candidate the LLM judge scored, by name; empty without a judge."""
+    context_awareness: tuple[ContextAwarenessReport, ...] = ()
+    """Per probed rule of the route (by name), its targets' adaptation; empty without probes."""
     agreement_mode: str = "normalized"
     """The route's agreement mode (its fields and tolerance were applied when pairs were
     recorded)."""

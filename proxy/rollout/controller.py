@@ -14,7 +14,9 @@ Each look at a route (docs/rollouts.md, "The judge"):
    and, when the candidate is also shadowed and the route has a noise floor, its disagreement
    with the primary above that floor;
 2. each rule check on its rule epoch (the version, since its first request or the rollout's
-   start), so a rule change is judged on fresh evidence;
+   start), so a rule change is judged on fresh evidence; and, when the route's rule has probes,
+   `rule_adaptation`: the share of each model's rule-flip probes that followed the flipped value,
+   since the rollout started (and against `probes.min_adaptation`);
 3. the bounds are anytime-valid (`analyzers.sequential`): the false-rollback budget is split over
    the metrics and the rollout's steps, never spent per look, so looking every interval is free;
 4. every verdict stored and counted, with `needs` (more canary answers to pass) and `eta_s`; a
@@ -41,20 +43,29 @@ from datetime import UTC, datetime, timedelta
 
 from alerts.alert import Alert, AlertKind
 from analyzers.judge_stats import judge
-from analyzers.verdicts import ArmWindow, MetricVerdict, Outcome, Tally
-from proxy.config import MirrorgateConfig, RouteSpec
+from analyzers.verdicts import ArmWindow, MetricVerdict, Outcome, Tally, Thresholds
+from proxy.config import MirrorgateConfig, RouteSpec, unavailable_evidence
 from proxy.core import (
     ACTIVE,
     Action,
     DeciderMemory,
     IllegalTransition,
     Phase,
+    ProbeRecord,
     RolloutState,
     Transition,
     rollback_target,
 )
 from proxy.observability import GatewayMetrics
-from proxy.store import Arms, Epoch, JudgeWindows, Leadership, StoreUnavailableError
+from proxy.store import (
+    Arms,
+    Epoch,
+    JudgeWindows,
+    Leadership,
+    ProbeStore,
+    ProbeTally,
+    StoreUnavailableError,
+)
 
 from .evidence import (
     active_epochs,
@@ -64,6 +75,9 @@ from .evidence import (
     failing_examples,
     finding_tallies,
     judge_deltas,
+    not_followed,
+    probe_tallies,
+    stuck_examples,
     traffic_windows,
 )
 from .guard import GuardLook, RuleGuard, interval_s
@@ -102,6 +116,20 @@ class EpochLook:
 
 
 @dataclass(frozen=True, slots=True)
+class ProbeLook:
+    """The route's rule's rule-flip probes in this look (primary, candidate) and, when
+    `rule_adaptation` fails, the candidate's example probes that did not follow."""
+
+    rule: str
+    tallies: tuple[ProbeTally, ProbeTally]
+    examples: tuple[ProbeRecord, ...] = ()
+
+
+PROBE_SCOPE = "probes:"
+"""Scope prefix of the `rule_adaptation` verdicts (`probes:<rule>`)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Look:
     """One look at one route: the verdicts (scope, verdict) and what follows from them."""
 
@@ -114,6 +142,8 @@ class Look:
     """Per verdict: seconds until it has what it `needs` at the rate its evidence came in."""
     warnings: tuple[str, ...] = ()
     """Metrics left out because this configuration cannot evaluate them."""
+    probes: ProbeLook | None = None
+    """The rule-flip probes judged in this look, if any."""
 
 
 class RolloutController:
@@ -127,6 +157,7 @@ class RolloutController:
         leadership: Leadership,
         metrics: GatewayMetrics,
         *,
+        probes: ProbeStore | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
         release_memory: Callable[[], object] = release_freed_memory,
@@ -142,6 +173,8 @@ class RolloutController:
         self._last_guard_look: dict[str, float] = {}
         self.manager = manager
         self.windows = windows
+        self.probes = probes
+        """Where `rule_adaptation` reads the probes (None: the metric is left out, warned)."""
         self.metrics = metrics
         self.clock = clock
         self.monotonic = monotonic
@@ -324,7 +357,10 @@ class RolloutController:
                 }
                 for scope, v in look.verdicts
             ],
-            "example_request_ids": sorted({i for e in look.epochs.values() for i in e.examples}),
+            "example_request_ids": sorted(
+                {i for e in look.epochs.values() for i in e.examples}
+                | {p.request_id for p in (look.probes.examples if look.probes else ())}
+            ),
         }
         try:
             return await self.manager.act(
@@ -462,11 +498,55 @@ class RolloutController:
                     f"check_pass_rate left out: no answer of this rollout was checked against "
                     f"rule {rule} (do requests carry its version — a system prompt, or its header?)"
                 )
+        probe_look = None
+        if (
+            rule is not None
+            and "rule_adaptation" in wanted
+            and "rule_adaptation" not in unavailable_evidence(self.config, state.route)
+        ):
+            if self.probes is None:
+                warnings.append("rule_adaptation left out: this gateway reads no probe results")
+            else:
+                probe_look, verdicts = self._judge_probes(
+                    rule, arms, state.started_at, thresholds, sequences
+                )
+                scoped.extend((f"{PROBE_SCOPE}{rule}", v) for v in verdicts)
+                spans.extend([(now - state.started_at).total_seconds()] * len(verdicts))
         etas = [_eta(v, span) for (_, v), span in zip(scoped, spans, strict=True)]
         self.manager.store.add_verdicts(state, looks, scoped, now, etas)
         return Look(
-            state.route, state.revision, tuple(scoped), epochs, tuple(etas), tuple(warnings)
+            state.route,
+            state.revision,
+            tuple(scoped),
+            epochs,
+            tuple(etas),
+            tuple(warnings),
+            probes=probe_look,
         )
+
+    def _judge_probes(
+        self, rule: str, arms: Arms, since: datetime, thresholds: Thresholds, sequences: int
+    ) -> tuple[ProbeLook | None, list[MetricVerdict]]:
+        """`rule_adaptation` of both arms' models on `rule` since the rollout started (blocking).
+        No probe of either model yet: no verdict at all, so a rule probed on other targets only
+        never holds the rollout."""
+        assert self.probes is not None
+        spec = self.config.rules[rule].probes
+        assert spec is not None  # unavailable_evidence said the rule has probes
+        tallies = probe_tallies(self.probes, rule, arms, since)
+        verdicts = judge(
+            ArmWindow(0, 0, adaptation=not_followed(tallies[0])),
+            ArmWindow(0, 0, adaptation=not_followed(tallies[1])),
+            thresholds,
+            sequences=sequences,
+            min_adaptation=spec.min_adaptation,
+        )
+        if not verdicts:
+            return None, []
+        examples: tuple[ProbeRecord, ...] = ()
+        if any(v.outcome is Outcome.FAIL for v in verdicts):
+            examples = tuple(stuck_examples(self.probes, rule, arms.candidate, since))
+        return ProbeLook(rule, tallies, examples), verdicts
 
     def _rollback_reason(
         self,
@@ -476,8 +556,13 @@ class RolloutController:
         failed: list[tuple[str, MetricVerdict]],
         now: datetime,
     ) -> tuple[str, Alert]:
-        # A failing rule check explains a rollback best: name it first.
-        failed.sort(key=lambda sv: not sv[1].metric.startswith("check_pass_rate"))
+        # A failing rule check explains a rollback best: name it first, then rule-flip probes.
+        failed.sort(
+            key=lambda sv: (
+                not sv[1].metric.startswith("check_pass_rate"),
+                not sv[1].metric.startswith("rule_adaptation"),
+            )
+        )
         scope, worst = failed[0]
         goes_to = (
             f"its fallback {spec.fallback}"
@@ -509,6 +594,11 @@ class RolloutController:
                 f", primary {evidence['primary_pass_rate']:.0%} "
                 f"({primary_tally[0]}/{primary_tally[1]})"
             )
+        elif _family(worst.metric) == "rule_adaptation" and look.probes is not None:
+            check = worst.metric
+            rule = look.probes.rule
+            examples = tuple(p.request_id for p in look.probes.examples)
+            reason = _adaptation_reason(worst, look.probes, evidence)
         else:
             check = worst.metric
             reason = f"{worst.metric} failed: {worst.reason}"
@@ -535,6 +625,34 @@ class RolloutController:
             rollout_id=state.rollout_id,
         )
         return reason, alert
+
+
+def _adaptation_reason(
+    verdict: MetricVerdict, probes: ProbeLook, evidence: dict[str, float]
+) -> str:
+    """`rule_adaptation failed on rule shipping: candidate follows a flipped rule 3% (2/60),
+    primary 98% (59/60); e.g. request r-1 asked 150, answered 100`, with the rates added to
+    `evidence`."""
+    primary, candidate = probes.tallies
+    evidence["primary_adaptation"] = primary.followed / primary.probes if primary.probes else 0.0
+    evidence["candidate_adaptation"] = (
+        candidate.followed / candidate.probes if candidate.probes else 0.0
+    )
+    reason = (
+        f"{verdict.metric} failed on rule {probes.rule}: candidate follows a flipped rule "
+        f"{evidence['candidate_adaptation']:.0%} ({candidate.followed}/{candidate.probes}), "
+        f"primary {evidence['primary_adaptation']:.0%} ({primary.followed}/{primary.probes})"
+    )
+    if verdict.metric != "rule_adaptation":
+        reason += f", below its floor ({verdict.reason})"
+    if probes.examples:
+        shown = "; ".join(
+            f"request {p.request_id} asked {p.asked_value}, answered "
+            f"{p.answered_value if p.answered_value is not None else '(not stored)'}"
+            for p in probes.examples[:3]
+        )
+        reason += f"; e.g. {shown}"
+    return reason
 
 
 def _share(tally: Tally) -> float:

@@ -12,7 +12,9 @@ corrected (`proxy.core.is_correction`, whenever the feedback arrived) out of its
 window. Disagreement reads each pair's verdict under the route's agreement mode, fields and
 tolerance (`proxy.core.pair_agreed`), the same verdict the report and
 `mirrorgate_agreement_total` count. Rule checks are read per rule epoch: only verdicts on one
-version, since that version's first request (or since the rollout started, if later).
+version, since that version's first request (or since the rollout started, if later). Rule-flip
+probes (`rule_adaptation`) are read per target model from `proxy.store.ProbeStore`, since the
+rollout started.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from datetime import datetime
 
 from analyzers.verdicts import ArmWindow, Tally
 from analyzers.views import Severity, at_or_above
-from proxy.core import CUT_SHORT, Arm, Status
+from proxy.core import CUT_SHORT, Arm, ProbeRecord, Status
 from proxy.gateway import OVERFLOW_VERSION
-from proxy.store import ArmExchange, Arms, Epoch, JudgeWindows
+from proxy.store import ArmExchange, Arms, Epoch, JudgeWindows, ProbeStore, ProbeTally
 
 from .plan import TrafficProfile
 
@@ -240,3 +242,29 @@ def finding_tallies(
         arms, at_or_above(severity), since
     )}  # fmt: skip
     return counts.get(Arm.PRIMARY, (0, 0)), counts.get(Arm.CANARY, (0, 0))
+
+
+def probe_tallies(
+    probes: ProbeStore, rule: str, arms: Arms, since: datetime
+) -> tuple[ProbeTally, ProbeTally]:
+    """The baseline's and the candidate's scored rule-flip probes of `rule` since `since` (of
+    every route the rule covers: a probe measures the model on the rule, whichever route's
+    request it flipped)."""
+    by_target = probes.tallies(rule, since=since, targets=[arms.baseline, arms.candidate])
+    return by_target.get(arms.baseline, ProbeTally()), by_target.get(arms.candidate, ProbeTally())
+
+
+def not_followed(tally: ProbeTally) -> Tally:
+    """(probes not followed, probes): the judge's bad events of `rule_adaptation`."""
+    return tally.stuck + tally.other, tally.probes
+
+
+def stuck_examples(
+    probes: ProbeStore, rule: str, candidate: str, since: datetime, limit: int = 5
+) -> list[ProbeRecord]:
+    """The candidate's newest probes that kept the old value (or, if none did, that did not
+    follow the flipped one), newest first: the evidence an alert shows."""
+    stuck = probes.recent(rule, target=candidate, result="stuck", since=since, limit=limit)
+    if stuck:
+        return stuck
+    return probes.recent(rule, target=candidate, result="other", since=since, limit=limit)

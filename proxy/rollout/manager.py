@@ -64,7 +64,11 @@ class TransitionConflictError(Exception):
 def rollback_reason_class(actor: str, reason: str) -> str:
     """The bounded `reason` label of `mirrorgate_rollbacks_total`."""
     if actor == "judge":
-        return "rule_check" if reason.startswith("check_pass_rate") else "judge"
+        if reason.startswith("check_pass_rate"):
+            return "rule_check"
+        if reason.startswith("rule_adaptation"):
+            return "rule_adaptation"
+        return "judge"
     if actor in ("alertmanager", "operator", "guard"):
         return actor
     return "other"

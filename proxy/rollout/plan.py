@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from analyzers.judge_stats import judge
 from analyzers.verdicts import ArmWindow, Outcome, Tally, Thresholds
-from proxy.config import CanarySpec
+from proxy.config import CanarySpec, ProbesSpec
 
 PRIMARY_CAP = 20
 """The baseline arm of a planned step holds at most this many answers per canary answer."""
@@ -174,9 +174,17 @@ def _bisect(
 
 
 def plan_rollout(
-    route: str, profile: TrafficProfile, canary: CanarySpec, *, horizon_s: float = HORIZON_S
+    route: str,
+    profile: TrafficProfile,
+    canary: CanarySpec,
+    *,
+    horizon_s: float = HORIZON_S,
+    probes: ProbesSpec | None = None,
 ) -> RolloutPlan:
-    """The plan of `canary`'s steps at `profile`'s traffic (see the module's docstring)."""
+    """The plan of `canary`'s steps at `profile`'s traffic (see the module's docstring).
+    `probes`: the route's rule's, when `rule_adaptation` is judged; the steps do not wait for it
+    (its probes are counted since the rollout started, across steps), an advice line says how
+    long it needs."""
     analysis = canary.analysis
     th = analysis.thresholds
     if "min_samples_rate" not in th.model_fields_set:
@@ -204,8 +212,29 @@ def plan_rollout(
         if any(s.duration_s is None for s in steps)
         else sum(s.duration_s or 0.0 for s in steps)
     )
-    return RolloutPlan(
-        route, profile.rate_per_s, tuple(steps), total, _advice(profile, canary, steps)
+    advice = _advice(profile, canary, steps)
+    if probes is not None and "rule_adaptation" in metrics:
+        advice += (_probe_advice(profile.rate_per_s, probes, th),)
+    return RolloutPlan(route, profile.rate_per_s, tuple(steps), total, advice)
+
+
+def probe_rate(rate_per_s: float, probes: ProbesSpec) -> float:
+    """Rule-flip probes per second each target gets at `rate_per_s` requests of the rule."""
+    return min(rate_per_s * probes.sample, probes.max_per_hour / 3600)
+
+
+def _probe_advice(rate_per_s: float, probes: ProbesSpec, th: Thresholds) -> str:
+    per_s = probe_rate(rate_per_s, probes)
+    need = th.min_samples_probes
+    if per_s <= 0:
+        return (
+            f"rule_adaptation needs {need} rule-flip probes per model and none are sampled at "
+            "this traffic: it holds until they come (raise probes.sample)"
+        )
+    return (
+        f"rule_adaptation needs at least {need} rule-flip probes per model since the rollout "
+        f"started: at {per_s:.3g} probes/s per target (sample {probes.sample:g}, max_per_hour "
+        f"{probes.max_per_hour}) about {need / per_s / 60:.0f} min"
     )
 
 

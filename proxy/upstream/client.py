@@ -3,11 +3,10 @@
 The client rewrites nothing in the body; it only decides the URL, swaps in the model's credentials
 and drops the headers that must not cross a proxy.
 
-Credentials go only where the client sent them. A model with its own key (`api_key_env`) sends
-that key and never the client's. A model without one sends the client's `Authorization`,
-`x-api-key` and `api-key` when `pass_client_key` is true, or, unset, when it is on the origin
-the client's credentials were meant for (`UpstreamClient.headers`' `credentials_for`: the
-route's configured primary); otherwise it sends none. `Cookie` never goes upstream.
+Credentials are explicit. A model with its own key (`api_key_env`) sends that key and never the
+client's. A model without one sends the client's `Authorization`, `x-api-key` and `api-key` only
+with `pass_client_key: true`, and only on calls made for a client (not the judge's or a
+replay's); otherwise it sends none. `Cookie` never goes upstream.
 """
 
 from __future__ import annotations
@@ -90,11 +89,14 @@ class UpstreamClient:
         )
 
     def passes_client_key(self, credentials_for: str | None) -> bool:
-        """Whether the client's credentials go to this model when they were meant for the
-        origin `credentials_for` (None: for no upstream)."""
-        if self._own_key or self.spec.pass_client_key is False:
+        """Whether the client's credentials go to this model on a call made for a client whose
+        credentials were meant for the origin `credentials_for` (None: the call carries no
+        client's, as the judge's and replays' do). Only `pass_client_key: true` forwards them:
+        the origin is not a licence (`check-config` warns about a fallback, shadow or canary
+        that would get them for another host)."""
+        if self._own_key or credentials_for is None:
             return False
-        return self.spec.pass_client_key is True or self.origin == credentials_for
+        return self.spec.pass_client_key
 
     def headers(
         self, client_headers: Iterable[tuple[bytes, bytes]], credentials_for: str | None = None

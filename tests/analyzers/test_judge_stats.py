@@ -283,3 +283,90 @@ def test_bad_input_is_refused() -> None:
         Thresholds(error_rate_increase=-0.1)
     with pytest.raises(ValidationError):
         Thresholds.model_validate({"no_such_key": 1})
+
+
+# rule_adaptation: rule-flip probes not followed, candidate against primary, and the floor
+
+
+def _probed(not_followed: int, probes: int) -> ArmWindow:
+    return ArmWindow(0, 0, adaptation=(not_followed, probes))
+
+
+def test_a_memoriser_fails_rule_adaptation() -> None:
+    verdicts = _by_metric(judge(_probed(2, 60), _probed(58, 60), Thresholds()))
+    assert set(verdicts) == {"rule_adaptation"}
+    verdict = verdicts["rule_adaptation"]
+    assert verdict.outcome is Outcome.FAIL
+    assert verdict.estimate == pytest.approx(56 / 60)
+    assert (verdict.n_primary, verdict.n_candidate) == (60, 60)
+
+
+def test_a_follower_passes_rule_adaptation() -> None:
+    verdict = _by_metric(judge(_probed(4, 400), _probed(5, 400), Thresholds()))["rule_adaptation"]
+    assert verdict.outcome is Outcome.PASS
+    assert verdict.high is not None and verdict.high <= verdict.threshold
+
+
+def test_too_few_probes_hold_and_never_fail() -> None:
+    verdict = _by_metric(judge(_probed(0, 29), _probed(29, 29), Thresholds()))["rule_adaptation"]
+    assert verdict.outcome is Outcome.INCONCLUSIVE
+    assert verdict.needs == 1
+    # its own minimum, not the traffic rates' one
+    fewer = Thresholds(min_samples_probes=10)
+    assert judge(_probed(0, 29), _probed(29, 29), fewer)[0].outcome is Outcome.FAIL
+
+
+def test_no_probes_no_verdict() -> None:
+    assert judge(_probed(0, 0), _probed(0, 0), Thresholds()) == []
+    assert judge(ArmWindow(0, 0), ArmWindow(0, 0), Thresholds(), min_adaptation=0.8) == []
+
+
+def test_min_adaptation_fails_a_candidate_surely_below_it_even_when_the_primary_is_no_better() -> (
+    None
+):
+    # both arms follow 60%: equal, so the comparison passes or holds, but 60% < 90% fails
+    verdicts = _by_metric(
+        judge(_probed(160, 400), _probed(160, 400), Thresholds(), min_adaptation=0.9)
+    )
+    floor = verdicts["rule_adaptation:min_adaptation"]
+    assert floor.outcome is Outcome.FAIL
+    assert floor.estimate == pytest.approx(0.3)  # the floor minus the candidate's adaptation
+    assert verdicts["rule_adaptation"].outcome is not Outcome.FAIL
+
+
+def test_min_adaptation_passes_when_the_lower_bound_is_above_it() -> None:
+    floor = _by_metric(judge(_probed(2, 200), _probed(2, 200), Thresholds(), min_adaptation=0.8))[
+        "rule_adaptation:min_adaptation"
+    ]
+    assert floor.outcome is Outcome.PASS
+    assert floor.high is not None and floor.high <= 0.0
+
+
+def test_min_adaptation_near_the_candidates_rate_holds() -> None:
+    floor = _by_metric(judge(_probed(60, 300), _probed(60, 300), Thresholds(), min_adaptation=0.8))[
+        "rule_adaptation:min_adaptation"
+    ]
+    assert floor.outcome is Outcome.INCONCLUSIVE
+
+
+def test_min_adaptation_is_anytime_valid_for_a_candidate_at_the_floor() -> None:
+    # a candidate exactly at the floor, looked at every 10 probes up to 500: rarely ever failed
+    rng = random.Random(13)
+    th, runs, failed = Thresholds(), 200, 0
+    for _ in range(runs):
+        stuck = 0
+        for n in range(1, 501):
+            stuck += rng.random() >= 0.8
+            if n % 10 == 0 and n >= th.min_samples_probes:
+                verdict = judge(
+                    _probed(0, n), _probed(stuck, n), th, min_adaptation=0.8, with_needs=False
+                )[1]
+                if verdict.outcome is Outcome.FAIL:
+                    failed += 1
+                    break
+    assert failed / runs <= th.false_rollback_rate * 2 + 0.01
+
+
+def test_bad_adaptation_tallies_are_refused() -> None:
+    with pytest.raises(ValueError, match="adaptation"):
+        ArmWindow(0, 0, adaptation=(5, 3))

@@ -99,6 +99,16 @@ def gateway_config(mock_url: str, db_url: str) -> dict[str, Any]:
             "shipping-policy": {
                 "routes": [ROUTE],
                 "checks": [{"name": "valid-json", "type": "json"}],
+                # rule-flip probes for the Context awareness panel: prod follows, cand-a is stuck
+                "probes": {
+                    "parameter": r"max_weight\s*=\s*(?P<value>\d+)",
+                    "values": [175],
+                    "expect": [{"name": "follows", "type": "json_path", "path": "$.max_weight",
+                                "equals": "{value}"}],
+                    "targets": ["prod", "cand-a"],
+                    "sample": 1.0,
+                    "max_per_hour": 100000,
+                },
                 "versions": {
                     "v1": {"match_prompt": r"max_weight\s*=\s*100"},
                     "v2": {

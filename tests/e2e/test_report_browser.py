@@ -16,7 +16,15 @@ from typing import Any
 import pytest
 
 from proxy.cli.main import main
-from proxy.core.records import Arm, CheckRecord, ExchangeRecord, PairRecord, Status, Usage
+from proxy.core.records import (
+    Arm,
+    CheckRecord,
+    ExchangeRecord,
+    PairRecord,
+    ProbeRecord,
+    Status,
+    Usage,
+)
 from proxy.store.exchanges import Store
 from tests.conftest import require_service
 
@@ -45,6 +53,37 @@ CHECKS = {
     "no-pii": {"primary · prod": 0.97, "canary · cand-b": 0.95, "shadow · cand-a": 0.96},
     "cites-policy": {"primary · prod": 0.95, "canary · cand-b": 0.9, "shadow · cand-a": 0.5},
 }
+
+
+PROBES = {
+    # target: (followed, stuck, other) rule-flip probes of rule support-policy
+    "prod": (58, 1, 1),
+    "cand-b": (3, 55, 2),
+}
+
+
+def probes(now: datetime) -> list[ProbeRecord]:
+    records = []
+    for target, counts in PROBES.items():
+        for result, count in zip(("followed", "stuck", "other"), counts, strict=True):
+            records.extend(
+                ProbeRecord(
+                    probe_id=uuid.uuid4().hex,
+                    request_id=uuid.uuid4().hex,
+                    route=ROUTE,
+                    target=target,
+                    rule="support-policy",
+                    rule_version="v2",
+                    created_at=now - timedelta(minutes=5),
+                    original_value="100",
+                    asked_value="150",
+                    result=result,
+                    answered_value=None,
+                    cost_usd=0.0,
+                )
+                for _ in range(count)
+            )
+    return records
 
 
 def traffic(now: datetime) -> list[ExchangeRecord | PairRecord | CheckRecord]:
@@ -124,11 +163,19 @@ def html_report(tmp_path: Path) -> Path:
     with Store(f"sqlite:///{db}") as store:
         store.migrate()
         store.write_batch(traffic(datetime.now(UTC)))
+        store.write_batch(probes(datetime.now(UTC)))
     config = tmp_path / "mirrorgate.yaml"
     config.write_text(
         f'store: {{url: "sqlite:///{db}"}}\n'
         'models: {prod: {provider: openai, base_url: "http://127.0.0.1:9/v1", model: m}}\n'
         f"routes: {{{ROUTE}: {{primary: prod}}}}\n"
+        "rules:\n"
+        "  support-policy:\n"
+        f"    routes: [{ROUTE}]\n"
+        "    probes:\n"
+        "      parameter: 'max_weight\\s*=\\s*(?P<value>\\d+)'\n"
+        "      values: [150]\n"
+        "      expect: [{name: follows, type: regex, pattern: '{value}'}]\n"
     )
     output = tmp_path / "report.html"
     assert (
@@ -161,6 +208,7 @@ def test_the_html_report_renders_offline_in_chromium(html_report: Path, tmp_path
 
             assert page.title() == f"mirrorgate report: {ROUTE}"
             charts = _charts(page)
+            adaptation = _adaptation(page)
             page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         finally:
             browser.close()
@@ -194,6 +242,34 @@ def test_the_html_report_renders_offline_in_chromium(html_report: Path, tmp_path
     assert all(
         width > 0 for per_arm in checks["check_widths"].values() for width in per_arm.values()
     )
+    # Context awareness: a bar per probed target drawn to scale, each with its whisker; the
+    # candidate stuck on the old rule is flagged.
+    assert set(adaptation["widths"]) == set(PROBES)
+    assert 0 < adaptation["widths"]["cand-b"] < 0.15 * adaptation["widths"]["prod"]
+    assert adaptation["whiskers"] == 3 * len(PROBES)
+    assert adaptation["flags"] == 1 and adaptation["stuck"] == ["cand-b"]
+    assert "rule support-policy" in adaptation["title"]
+
+
+def _adaptation(page: Any) -> dict[str, Any]:
+    """The context-awareness chart as the browser laid it out."""
+    svg = page.locator(f'svg.chart.adaptation[data-route="{ROUTE}"]')
+    assert svg.count() == 1
+    box = svg.bounding_box()
+    assert box is not None and box["width"] > 300 and box["height"] > 50
+    assert svg.get_attribute("role") == "img"
+    bars = svg.locator("rect.bar")
+    title_id = svg.get_attribute("aria-labelledby").split()[0]
+    return {
+        "widths": {
+            bars.nth(i).get_attribute("data-target"): bars.nth(i).bounding_box()["width"]
+            for i in range(bars.count())
+        },
+        "whiskers": svg.locator("line.whisker").count(),
+        "flags": svg.locator("tspan.flag").count(),
+        "stuck": [bar.get_attribute("data-target") for bar in svg.locator("rect.bar.stuck").all()],
+        "title": page.locator(f"#{title_id}").text_content(),
+    }
 
 
 def _charts(page: Any) -> dict[str, dict[str, Any]]:

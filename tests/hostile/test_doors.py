@@ -282,11 +282,11 @@ def _arms_config(here: str, there: str, closed_port: int, database: Path) -> dic
         "server": {"port": 0},
         "store": {"url": f"sqlite:///{database}", "flush_interval_ms": 10},
         "models": {
-            "prod": model(here, "prod-m"),
+            "prod": model(here, "prod-m", pass_client_key=True),
             "shadow-b": model(there, "shadow-m"),
             "optin-b": model(there, "optin-m", pass_client_key=True),
             "keyed-b": model(there, "keyed-m", api_key_env="OWN_KEY"),
-            "optout-a": model(here, "optout-m", pass_client_key=False),
+            "optout-a": model(here, "optout-m"),  # the primary's host is no licence by itself
             "canary-b": model(there, "canary-m"),
             "broken": model(f"http://127.0.0.1:{closed_port}", "broken-m", connect_timeout_s=1),
             "fallback-b": model(there, "fallback-m"),
@@ -317,7 +317,7 @@ def _arms_config(here: str, there: str, closed_port: int, database: Path) -> dic
     }
 
 
-def test_credentials_reach_only_the_host_the_client_meant(
+def test_credentials_reach_only_the_models_that_opt_in(
     two_hosts: tuple[MockUpstreamServer, MockUpstreamServer],
     tmp_path: Path,
     migrated_sqlite: Path,
@@ -372,7 +372,7 @@ def test_credentials_reach_only_the_host_the_client_meant(
         ]
 
     client_keys = {k: v for k, v in CLIENT_SECRETS.items() if k != "cookie"}
-    # The primary and the noise floor (the primary asked again): the host the client meant.
+    # The primary and its noise floor (the primary asked again): opted in, on the meant host.
     assert credentials("here:prod-m") == [client_keys] * len(seen["here:prod-m"])
     assert credentials("there:optin-m") == [client_keys]  # opted in, on another host
     assert credentials("there:keyed-m") == [{"authorization": "Bearer gateway-own-key"}]

@@ -156,3 +156,19 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
             os.close(write)
         assert done.stderr == "", args
         assert done.returncode in (0, 141), args
+
+
+def test_demo_print_config_prints_the_demos_configuration_as_a_valid_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert main(["demo", "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("# The configuration `mirrorgate demo` runs")
+    config_file = tmp_path / "demo.yaml"
+    config_file.write_text(printed)
+    monkeypatch.setenv("MIRRORGATE_DEMO_KEY", "anything")
+    assert main(["check-config", str(config_file)]) == 0
+    checked = capsys.readouterr().out
+    assert "ok (3 models, 1 routes, 1 rules)" in checked
+    assert "sends no key" not in checked  # every model has its own
+    assert "http://127.0.0.1:9999/v1" in printed and "canary:" in printed

@@ -244,7 +244,7 @@ def test_credential_warnings_name_keyless_arms_on_other_hosts_and_opt_ins() -> N
     doc: dict[str, Any] = {
         "models": {
             "prod": primary,
-            "same-host": {**primary, "model": "s"},  # the primary's origin: gets the client's key
+            "same-host": {**primary, "model": "s", "pass_client_key": True},  # the key's own host
             "keyless": elsewhere,
             "keyed": {**elsewhere, "api_key_env": "OTHER_KEY"},
             "opted-in": {**elsewhere, "pass_client_key": True},
@@ -412,3 +412,18 @@ def test_a_hostile_phantom_rule_parameter_is_named_by_its_key_path() -> None:
         PHANTOM_BASE + f"    checks: [{{name: p, type: phantom_rule, parameter: {huge}}}]", {}
     )
     assert config.rules["shipping"].value_parameter() == huge.strip("'")
+
+
+def test_a_keyless_arm_on_the_primarys_own_host_is_warned_about_unless_it_opts_in() -> None:
+    # The primary's origin is no licence: without api_key_env or pass_client_key: true the
+    # fallback sends no key, wherever it is; opted in on the same host, nothing to warn about.
+    primary = {"provider": "openai", "base_url": "https://primary.example/v1", "model": "p"}
+    doc: dict[str, Any] = {
+        "models": {"prod": primary, "same-host": {**primary, "model": "s"}},
+        "routes": {"bot": {"primary": "prod", "fallback": "same-host"}},
+    }
+    found = [(p.path, p.message) for p in credential_warnings(parse_config(yaml.safe_dump(doc)))]
+    assert len(found) == 1 and found[0][0] == "models.same-host", found
+    assert "fallback of route 'bot' sends no key" in found[0][1]
+    doc["models"]["same-host"]["pass_client_key"] = True
+    assert credential_warnings(parse_config(yaml.safe_dump(doc))) == []

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
+import subprocess
+import sys
 from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
@@ -100,3 +103,28 @@ def test_paced_stream_has_the_same_text_over_a_real_socket() -> None:
         whole = client.chat.completions.create(model="m", messages=messages)
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert streamed == whole.choices[0].message.content
+
+
+def test_the_command_prints_one_line_with_both_base_urls_once_listening() -> None:
+    # `--port 0`: the line carries the port really bound, so a script can read it.
+    command = [sys.executable, "-m", "proxy.cli", "mock-upstream", "--port", "0"]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    ) as process:
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline().strip()
+            found = re.fullmatch(
+                r"mirrorgate mock-upstream listening on (http://127\.0\.0\.1:(\d+)) "
+                r"\(OpenAI base_url (\S+), Anthropic base_url (\S+)\)",
+                line,
+            )
+            assert found is not None, line
+            url, _, openai_url, anthropic_url = found.groups()
+            assert (openai_url, anthropic_url) == (url + "/v1", url)
+            body = {"model": "m", "messages": [{"role": "user", "content": "ping"}]}
+            answer = httpx.post(openai_url + "/chat/completions", json=body, timeout=10)
+            assert answer.status_code == 200
+        finally:
+            process.terminate()
+            process.wait(timeout=10)

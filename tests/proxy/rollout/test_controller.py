@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from alerts.alert import Alert
 from alerts.dispatcher import AlertDispatcher
 from proxy.config import MirrorgateConfig, parse_config, rollout_warnings
-from proxy.core.records import Arm, CheckRecord, Status
+from proxy.core.records import Arm, CheckRecord, ProbeRecord, Status
 from proxy.core.rollout_state import Action, Phase
 from proxy.gateway.routing import RouteTable
 from proxy.observability.metrics import GatewayMetrics
@@ -29,6 +29,7 @@ from proxy.store.errors import StoreError, StoreUnavailableError
 from proxy.store.exchanges import Store
 from proxy.store.judge_windows import ArmExchange, Arms, JudgeWindows
 from proxy.store.leadership import Leadership
+from proxy.store.probes import ProbeStore
 from proxy.store.rollouts import RolloutStore
 from proxy.store.rule_events import RuleEvent, RuleEventStore
 from tests.conftest import seed_sqlite
@@ -459,3 +460,152 @@ def test_a_rule_no_request_carries_is_a_warning_in_status_not_a_hold(store: Stor
     assert phase is Phase.PROMOTED
     (warning,) = warnings
     assert warning.startswith("check_pass_rate left out") and "rule shipping" in warning
+
+
+# --- rule_adaptation: the canary's and the primary's rule-flip probes of the route's rule ---
+
+PROBED = (
+    LOW_TRAFFIC.replace(
+        "metrics: [error_rate, latency_p50]", "metrics: [error_rate, rule_adaptation]"
+    )
+    + """
+rules:
+  shipping:
+    routes: [bot]
+    probes:
+      parameter: 'max_weight\\s*=\\s*(?P<value>\\d+)'
+      values: [150]
+      expect: [{name: follows, type: regex, pattern: '{value}'}]
+"""
+)
+
+
+def probes_of(store: Store, target: str, start: datetime, **results: int) -> None:
+    """`results` (followed=…, stuck=…, other=…) probes of rule shipping answered by `target`."""
+    records = []
+    for result, count in results.items():
+        for i in range(count):
+            records.append(
+                ProbeRecord(
+                    probe_id=f"p-{target}-{result}-{i}", request_id=f"r-{target}-{result}-{i}",
+                    route="bot", target=target, rule="shipping", rule_version="v1",
+                    created_at=start + timedelta(seconds=1 + i), original_value="100",
+                    asked_value="150", result=result,
+                    answered_value={"followed": "150", "stuck": "100"}.get(result),
+                    cost_usd=0.0,
+                )
+            )  # fmt: skip
+    store.write_batch(records)
+
+
+async def probed_rollout(
+    store: Store, clock: Clock, alerts: CapturedAlerts, config_text: str = PROBED
+) -> tuple[RolloutController, RolloutManager, CollectorRegistry]:
+    config = parse_config(config_text, {})
+    registry = CollectorRegistry()
+    metrics = GatewayMetrics(registry)
+    manager = RolloutManager(
+        config, RolloutStore(store), RouteTable(config), metrics, alerts=alerts, clock=clock
+    )
+    await manager.act("bot", Action.START, reason="test", actor="operator")
+    controller = RolloutController(
+        config,
+        manager,
+        JudgeWindows(store),
+        Leadership(store),
+        metrics,
+        probes=ProbeStore(store),
+        clock=clock,
+    )
+    return controller, manager, registry
+
+
+def test_a_canary_that_memorised_the_rule_is_warned_about_then_rolled_back(store: Store) -> None:
+    async def scenario() -> tuple[list[Any], list[Any], list[Alert], CollectorRegistry]:
+        clock = Clock()
+        alerts = CapturedAlerts()
+        controller, _, registry = await probed_rollout(store, clock, alerts)
+        arrivals(store, clock.now, 1200, 1.0)  # traffic alone would promote it
+        probes_of(store, "prod", clock.now, followed=59, other=1)
+        probes_of(store, "cand", clock.now, followed=2, stuck=58)
+        clock.now += timedelta(seconds=1200)
+        first = await controller.tick(force=True)
+        clock.now += timedelta(seconds=10)
+        second = await controller.tick(force=True)
+        return first, second, alerts.sent, registry
+
+    first, second, sent, registry = asyncio.run(scenario())
+    assert first == []
+    warning, rollback = [a for a in sent if a.kind != "step_held"]  # 1200 s > max_hold_s
+    assert warning.kind == "verdict_fail" and warning.severity == "warning"
+    assert warning.rule == "shipping" and warning.check == "rule_adaptation"
+    assert (
+        "rule_adaptation failed on rule shipping: candidate follows a flipped rule 3% (2/60), "
+        "primary 98% (59/60)" in warning.summary
+    )
+    assert "asked 150, answered 100" in warning.summary
+    assert warning.example_request_ids and all(
+        i.startswith("r-cand-stuck-") for i in warning.example_request_ids
+    )
+    assert warning.evidence["candidate_adaptation"] == pytest.approx(2 / 60)
+    (change,) = second
+    assert change.after.phase is Phase.ROLLED_BACK
+    assert "rule_adaptation failed on rule shipping" in rollback.summary
+    assert change.after.reason.startswith("rule_adaptation failed on rule shipping")
+    assert rollback.severity == "critical" and rollback.rule == "shipping"
+    reason = {"route": "bot", "target": "cand", "reason": "rule_adaptation"}
+    assert registry.get_sample_value("mirrorgate_rollbacks_total", reason) == 1
+
+
+def test_a_canary_that_follows_the_rule_passes_rule_adaptation(store: Store) -> None:
+    async def scenario() -> tuple[list[Any], list[dict[str, Any]]]:
+        clock = Clock()
+        controller, manager, _ = await probed_rollout(store, clock, CapturedAlerts())
+        arrivals(store, clock.now, 1200, 1.0)
+        probes_of(store, "prod", clock.now, followed=200)
+        probes_of(store, "cand", clock.now, followed=197, other=3)
+        clock.now += timedelta(seconds=1200)
+        changes = await controller.tick(force=True)
+        return changes, manager.store.recent_verdicts("bot")
+
+    changes, rows = asyncio.run(scenario())
+    (change,) = changes
+    assert change.after.phase is Phase.PROMOTED
+    (adaptation,) = [r for r in rows if r["metric"] == "rule_adaptation"]
+    assert adaptation["verdict"] == "pass" and adaptation["n_candidate"] == 200
+
+
+def test_a_probed_rule_with_no_probe_results_leaves_the_metric_out(store: Store) -> None:
+    async def scenario() -> tuple[list[Any], list[dict[str, Any]]]:
+        clock = Clock()
+        controller, manager, _ = await probed_rollout(store, clock, CapturedAlerts())
+        arrivals(store, clock.now, 1200, 1.0)
+        probes_of(store, "other-model", clock.now, stuck=100)  # not one of the two arms
+        clock.now += timedelta(seconds=1200)
+        return await controller.tick(force=True), manager.store.recent_verdicts("bot")
+
+    changes, rows = asyncio.run(scenario())
+    assert changes[0].after.phase is Phase.PROMOTED
+    assert {r["metric"] for r in rows} == {"error_rate"}
+
+
+def test_min_adaptation_fails_a_canary_no_better_than_a_stuck_primary(store: Store) -> None:
+    config_text = PROBED.replace("values: [150]", "values: [150]\n      min_adaptation: 0.9")
+
+    async def scenario() -> tuple[list[Alert], list[dict[str, Any]]]:
+        clock = Clock()
+        alerts = CapturedAlerts()
+        controller, manager, _ = await probed_rollout(store, clock, alerts, config_text)
+        arrivals(store, clock.now, 1200, 1.0)
+        probes_of(store, "prod", clock.now, followed=100, stuck=100)
+        probes_of(store, "cand", clock.now, followed=100, stuck=100)
+        clock.now += timedelta(seconds=1200)
+        await controller.tick(force=True)
+        return alerts.sent, manager.store.recent_verdicts("bot")
+
+    sent, rows = asyncio.run(scenario())
+    outcomes = {r["metric"]: r["verdict"] for r in rows}
+    assert outcomes["rule_adaptation:min_adaptation"] == "fail"
+    assert outcomes["rule_adaptation"] != "fail"
+    (warning,) = [a for a in sent if a.kind == "verdict_fail"]
+    assert "below its floor" in warning.summary and warning.rule == "shipping"

@@ -8,7 +8,7 @@ import random
 
 from analyzers.judge_stats import judge
 from analyzers.verdicts import ArmWindow, Outcome
-from proxy.config import CanarySpec
+from proxy.config import CanarySpec, ProbesSpec
 from proxy.rollout.plan import TrafficProfile, plan_rollout
 
 
@@ -64,3 +64,34 @@ def test_no_traffic_gives_no_plan_but_says_why() -> None:
     assert plan.advice == (
         "no recent traffic on the route's primary: nothing to size the rollout on",
     )
+
+
+def _probes(**fields: object) -> ProbesSpec:
+    spec = {
+        "parameter": r"w=(?P<value>\d+)",
+        "values": [150],
+        "expect": [{"name": "x", "type": "json"}],
+    }
+    return ProbesSpec.model_validate(spec | fields)
+
+
+def test_a_probed_rule_says_how_long_rule_adaptation_needs_and_does_not_change_the_steps() -> None:
+    canary = CanarySpec(model="cand", steps=[10, 50], step_interval_s=60)
+    plain = plan_rollout("bot", profile(2.0), canary)
+    probed = plan_rollout("bot", profile(2.0), canary, probes=_probes())
+    assert probed.steps == plain.steps and probed.total_s == plain.total_s
+    (line,) = [a for a in probed.advice if a.startswith("rule_adaptation")]
+    # 2 req/s x 0.05 = 0.1/s, capped by max_per_hour 200 at 0.0556/s: 30 probes in 9 min
+    assert "30 rule-flip probes" in line and "0.0556 probes/s" in line and "about 9 min" in line
+    faster = plan_rollout("bot", profile(2.0), canary, probes=_probes(max_per_hour=100_000))
+    assert "about 5 min" in faster.advice[-1]  # 30 / 0.1 s
+
+
+def test_rule_adaptation_not_judged_gives_no_probe_advice() -> None:
+    canary = CanarySpec.model_validate({"model": "cand", "analysis": {"metrics": ["error_rate"]}})
+    plan = plan_rollout("bot", profile(2.0), canary, probes=_probes())
+    assert not [a for a in plan.advice if a.startswith("rule_adaptation")]
+    none_sampled = plan_rollout(
+        "bot", profile(2.0), CanarySpec(model="c"), probes=_probes(sample=0)
+    )
+    assert "none are sampled" in none_sampled.advice[-1]

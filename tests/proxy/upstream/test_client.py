@@ -1,5 +1,5 @@
 """The headers an upstream model gets (proxy/upstream/client.py): its own key in place of the
-client's, the client's credentials only where the client meant them, never a cookie."""
+client's, the client's credentials only to a model that opts in, never a cookie."""
 
 from __future__ import annotations
 
@@ -38,27 +38,25 @@ def test_a_model_with_its_own_key_never_sends_the_clients() -> None:
     assert headers["x-user-id"] == "u1" and "x-mirrorgate-rule-version" not in headers
 
 
-def test_without_a_key_the_clients_credentials_go_only_to_the_origin_they_were_meant_for() -> None:
-    primary = sent(client())
-    assert primary["authorization"] == "Bearer client-key"
-    assert (
-        primary["x-api-key"] == "client-anthropic-key" and primary["api-key"] == "client-azure-key"
-    )
-    assert "cookie" not in primary
-    # The same host spelled with its default port is the same origin.
-    assert sent(client("https://API.example.com:443/v1"))["authorization"] == "Bearer client-key"
-    for elsewhere in ("https://other.example.com/v1", "http://api.example.com/v1",
-                      "https://api.example.com:8443/v1"):  # fmt: skip
-        headers = sent(client(elsewhere))
-        assert not {"authorization", "x-api-key", "api-key", "cookie"} & set(headers), elsewhere
-    assert "authorization" not in sent(client(), credentials_for=None)  # judge, replay
+def test_without_a_key_or_an_opt_in_a_model_sends_no_credentials() -> None:
+    # The default is none at all, even on the very origin the client's credentials were meant for.
+    for url in ("https://api.example.com/v1", "https://API.example.com:443/v1",
+                "https://other.example.com/v1"):  # fmt: skip
+        headers = sent(client(url))
+        assert not {"authorization", "x-api-key", "api-key", "cookie"} & set(headers), url
+        assert headers["x-user-id"] == "u1"
+    assert "authorization" not in sent(client(pass_client_key=False))
 
 
-def test_pass_client_key_opts_in_or_out() -> None:
-    opted_in = sent(client("https://other.example.com/v1", pass_client_key=True))
-    assert opted_in["authorization"] == "Bearer client-key" and "cookie" not in opted_in
-    opted_out = sent(client(pass_client_key=False))
-    assert "authorization" not in opted_out and "x-api-key" not in opted_out
+def test_pass_client_key_true_forwards_the_clients_credentials_on_client_calls_only() -> None:
+    for url in ("https://api.example.com/v1", "https://other.example.com/v1"):
+        opted_in = sent(client(url, pass_client_key=True))
+        assert opted_in["authorization"] == "Bearer client-key", url
+        assert opted_in["x-api-key"] == "client-anthropic-key"
+        assert opted_in["api-key"] == "client-azure-key"
+        assert "cookie" not in opted_in
+    # The judge's and replays' calls carry no client's credentials, opted in or not.
+    assert "authorization" not in sent(client(pass_client_key=True), credentials_for=None)
 
 
 def test_an_own_key_and_pass_client_key_true_exclude_each_other() -> None:
