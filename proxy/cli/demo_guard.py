@@ -1,4 +1,4 @@
-"""`mirrorgate demo --scene guard`: models that memorised a rule, found and acted on (about a minute).
+"""`mirrorgate demo --scene guard`: models that memorised a rule, found and acted on (~1 min).
 
 Built-in fake models, a gateway on SQLite and paced traffic through the official `openai` SDK, a
 few requests a second on each of two routes (`RATE_PER_S`):
@@ -46,8 +46,10 @@ from .demo import DEMO_ENV, DEMO_KEY_ENV, _alert_receiver, _clock, _Scene
 PATTERN = r"max_weight\s*=\s*(\d+)"
 TEMPLATE = '{"max_weight": {1}, "answer": "Parcels up to {1} kg ship as standard."}'
 FOLLOWER = {"type": "regex_from_system", "pattern": PATTERN, "template": TEMPLATE}
-# Trained while the rule said 100: 19 answers in 20 say 100 whatever the prompt says.
-MEMORISER = {**FOLLOWER, "memorised": {"value": "100", "rate": 0.95}}
+# Trained while the rule said 100: they answer 100 whatever the prompt says, cand-a always,
+# legacy on 19 answers in 20.
+MEMORISER = {**FOLLOWER, "memorised": {"value": "100", "rate": 1.0}}
+MOSTLY_MEMORISER = {**FOLLOWER, "memorised": {"value": "100", "rate": 0.95}}
 GUARD_BEHAVIOR: dict[str, Any] = {
     "record_requests": False,
     "default": {"ttft_ms": 30, "tokens_per_second": 800, "latency_ms": 40},
@@ -55,7 +57,7 @@ GUARD_BEHAVIOR: dict[str, Any] = {
         "prod-model": {"answer": FOLLOWER},
         "safe-model": {"answer": FOLLOWER},
         "cand-a-model": {"answer": MEMORISER},
-        "legacy-model": {"answer": MEMORISER},
+        "legacy-model": {"answer": MOSTLY_MEMORISER},
     },
 }
 CANARY_ROUTE = "support-bot"
