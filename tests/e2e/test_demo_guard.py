@@ -51,9 +51,7 @@ def test_act_1_the_judge_refuses_the_canary_on_rule_adaptation(
     done, db = scene
     out = done.stdout
     assert re.search(r"CANARY REFUSED [\d.]+s after it started", out), out
-    assert re.search(
-        r"verdict\s+rule_adaptation \(probes:shipping-policy\): fail", out
-    ), out
+    assert re.search(r"verdict\s+rule_adaptation \(probes:shipping-policy\): fail", out), out
     assert re.search(r"asked (150|175), answered 100", out), out
     assert re.search(r"example probe requests: [0-9a-f]{32}", out), out
     # The score per target, as GET /admin/rules gives it: cand-a stuck, prod following.
