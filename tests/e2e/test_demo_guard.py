@@ -7,6 +7,7 @@ rolls the canary back on `rule_adaptation`. Act 2: after a rule change the guard
 from __future__ import annotations
 
 import re
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -117,3 +118,36 @@ def test_act_2_the_guard_switches_returns_bot_to_safe(
     answers = re.search(r"returns-bot answers: (.*)$", out, re.MULTILINE)
     assert answers and "fallback said 150" in answers.group(1), out
     assert "fallback said 100" not in answers.group(1), out
+
+
+def test_a_short_scene_honours_duration_and_says_what_did_not_happen() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy.cli", "demo", "--scene", "guard", "--port", "0",
+         "--duration", "3", "--restore"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "the canary was not refused in this run" in done.stdout
+    assert "no switch in this run" in done.stdout
+    assert "mirrorgate rollout restore returns-bot" in done.stdout  # nothing to restore: shown
+    assert "stopped cleanly" in done.stdout
+
+
+def test_ctrl_c_ends_the_scene_cleanly() -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "proxy.cli", "demo", "--scene", "guard", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:  # the story has begun once the canary is started
+            if "$ mirrorgate rollout start support-bot" in line:
+                break
+        process.send_signal(signal.SIGINT)
+        rest, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert "What happened:" in rest and "stopped cleanly" in rest
+    assert "Traceback" not in err
