@@ -370,6 +370,14 @@ def _story(
         if rolled_back_at is not None and elapsed - rolled_back_at >= AFTER_ROLLBACK_S:
             break
     out(_summary(admin, scene))
+    out(GUARD_SCENE_LINE)
+
+
+GUARD_SCENE_LINE = (
+    "Next: `mirrorgate demo --scene guard` - rule-flip probes catch a candidate that memorised "
+    "the rule before it changes (its canary refused), and the guard switches a production model "
+    "that keeps the old rule to one that follows."
+)
 
 
 def _since(iso: str | None) -> float:

@@ -32,6 +32,8 @@ ROLLOUT_ACTIONS = ("status", "plan", *(a.value for a in Action if a in OPERATOR_
 ROLLOUT_URL_ENV = "MIRRORGATE_URL"
 ROLLOUT_DEFAULT_URL = "http://127.0.0.1:8080"
 LOG_FORMATS = ("text", "json")
+DEMO_SCENES = ("rollback", "guard")
+"""`mirrorgate demo --scene`: the default tells a rollback after a rule change."""
 BROKEN_PIPE_EXIT = 141
 """128 + SIGPIPE: what a shell reports for a program whose reader went away (`| head`)."""
 
@@ -114,6 +116,19 @@ def cmd_mock_upstream(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if args.scene == "guard":
+        from .demo_guard import print_guard_config, run_guard_demo
+
+        if args.print_config:
+            return print_guard_config(sys.stdout)
+        return run_guard_demo(
+            port=args.port,
+            duration_s=args.duration,
+            keep_running=args.keep_running,
+            restore=args.restore,
+        )
+    if args.restore:
+        args.parser.error("--restore goes with --scene guard")
     from .demo import print_config, run_demo
 
     if args.print_config:
@@ -292,6 +307,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo", help="run a complete local scene with no setup", formatter_class=HelpFormatter
     )
+    demo.add_argument(
+        "--scene",
+        choices=DEMO_SCENES,
+        default="rollback",
+        help="rollback: a canary rolled back after a rule change; guard: rule-flip probes refuse "
+        "a canary that memorised a rule, and the guard switches a production model that kept it "
+        "(an `experiment` scene is planned, not built yet)",
+    )
     demo.add_argument("--port", type=int, default=8080, help="gateway port (0: any free port)")
     demo.add_argument(
         "--duration", type=float, default=0.0, help="cut the story short after N seconds"
@@ -305,9 +328,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--print-config",
         action="store_true",
-        help="print the demo's configuration (placeholder addresses) as YAML and exit",
+        help="print the selected scene's configuration (placeholder addresses) as YAML and exit",
     )
-    demo.set_defaults(func=cmd_demo)
+    demo.add_argument(
+        "--restore",
+        action="store_true",
+        help="with --scene guard: give returns-bot back to its primary at the end",
+    )
+    demo.set_defaults(func=cmd_demo, parser=demo)
     return parser
 
 

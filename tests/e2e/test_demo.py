@@ -63,6 +63,7 @@ def test_the_story_climbs_the_steps_then_rolls_back_after_the_rule_change() -> N
     assert "Now: phase rolled_back to primary, serving prod." in out
     assert re.search(r"Answers by arm: canary \d+, primary \d+$", out, re.MULTILINE)
     assert "stopped cleanly" in out
+    assert "Next: `mirrorgate demo --scene guard`" in out
 
 
 def test_a_short_demo_still_exits_cleanly() -> None:

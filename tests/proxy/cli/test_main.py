@@ -172,3 +172,36 @@ def test_demo_print_config_prints_the_demos_configuration_as_a_valid_file(
     assert "ok (3 models, 1 routes, 1 rules)" in checked
     assert "sends no key" not in checked  # every model has its own
     assert "http://127.0.0.1:9999/v1" in printed and "canary:" in printed
+
+
+def test_demo_guard_print_config_prints_the_guard_scenes_configuration_as_a_valid_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert main(["demo", "--scene", "guard", "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("# The configuration `mirrorgate demo --scene guard` runs")
+    config_file = tmp_path / "guard.yaml"
+    config_file.write_text(printed)
+    monkeypatch.setenv("MIRRORGATE_DEMO_KEY", "anything")
+    assert main(["check-config", str(config_file)]) == 0
+    checked = capsys.readouterr().out
+    assert "ok (4 models, 2 routes, 2 rules)" in checked
+    assert "rule_adaptation" in printed and "on_rule_regression: switch" in printed
+    assert "type: phantom_rule" in printed and "probes:" in printed
+
+
+def test_demo_scene_is_one_of_the_built_scenes_and_restore_goes_with_guard(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["demo", "--scene", "experiment"])
+    assert exited.value.code == 2
+    assert "invalid choice: 'experiment'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["demo", "--restore"])
+    assert exited.value.code == 2
+    assert "--restore goes with --scene guard" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "{rollback,guard}" in shown and "experiment" in shown
