@@ -329,12 +329,15 @@ def test_sigterm_cuts_streams_longer_than_the_drain_with_an_error_event_and_a_re
     assert_cut_and_recorded(gateway, store, readers, answer)
 
 
-def test_sighup_drains_like_sigterm_and_every_answered_request_is_recorded(
+def test_sighup_reloads_under_load_and_sigterm_then_drains_recording_every_answer(
     fresh: Gateways,
 ) -> None:
+    """SIGHUP reloads the configuration (it no longer stops the gateway): under steady traffic
+    and with long streams open, no request fails across it; SIGTERM then drains as always."""
     gateway, store = fresh.start(drain_timeout_s=0.5)
     answered: list[str] = []
-    stop = threading.Event()
+    failed: list[str] = []
+    stop, terminating = threading.Event(), threading.Event()
 
     def hammer() -> None:  # keep-alive requests until the gateway is gone
         with httpx.Client(base_url=gateway.url, timeout=10) as client:
@@ -343,25 +346,42 @@ def test_sighup_drains_like_sigterm_and_every_answered_request_is_recorded(
                     response = client.post(
                         "/v1/chat/completions", json={"model": "quick", "messages": MESSAGES}
                     )
-                except httpx.HTTPError:
+                except httpx.HTTPError as exc:
+                    if not terminating.is_set():
+                        failed.append(repr(exc))
                     return
                 if response.status_code == 200:
                     answered.append(response.headers["x-mirrorgate-request-id"])
+                elif not terminating.is_set():
+                    failed.append(str(response.status_code))
 
     threads = [threading.Thread(target=hammer) for _ in range(4)]
 
-    def start_hammering() -> None:
+    def reloaded() -> bool:
+        metrics = httpx.get(gateway.url + "/metrics", timeout=5).text
+        return 'mirrorgate_config_reloads_total{result="unchanged"} 1.0' in metrics
+
+    def hammer_and_reload() -> None:
         for thread in threads:
             thread.start()
         wait_until(lambda: len(answered) >= 50, what="50 answered requests")
+        gateway.proc.send_signal(signal.SIGHUP)
+        wait_until(reloaded, what="the reload counted")
+        before = len(answered)
+        wait_until(lambda: len(answered) >= before + 50, what="50 more answers after the reload")
+        assert gateway.proc.poll() is None, gateway.output()  # SIGHUP did not stop it
+        terminating.set()
 
     try:
-        readers, code, answer = stop_with_streams_in_flight(gateway, signal.SIGHUP, start_hammering)
+        readers, code, answer = stop_with_streams_in_flight(
+            gateway, signal.SIGTERM, hammer_and_reload
+        )
     finally:
         stop.set()
         for thread in threads:
             thread.join(15)
-    assert code == 0, gateway.output()  # SIGHUP's default action would kill it: -1
+    assert failed == []
+    assert code == 0, gateway.output()
     stored = {r.request_id for r in store.query(route="quick", limit=1_000_000)}
-    assert len(answered) >= 50 and set(answered) <= stored
+    assert len(answered) >= 100 and set(answered) <= stored
     assert_cut_and_recorded(gateway, store, readers, answer)
