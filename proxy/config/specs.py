@@ -88,7 +88,7 @@ class ServerSpec(Spec):
     admin_token_env: str = "MIRRORGATE_ADMIN_TOKEN"
     """Environment variable holding the bearer token for /admin and /hooks."""
     drain_timeout_s: float = Field(10.0, gt=0)
-    """On SIGTERM or SIGHUP: how long in-flight requests may still finish (the rest are cut
+    """On SIGTERM (or SIGINT): how long in-flight requests may still finish (the rest are cut
     and recorded as `shutdown`); then as long again for the recorder queue."""
     feedback_tokens_env: str = "MIRRORGATE_FEEDBACK_TOKENS"
     """Environment variable holding the application tokens of `POST /v1/feedback`, comma

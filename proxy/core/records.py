@@ -45,7 +45,7 @@ class Status(enum.StrEnum):
     CLIENT_DISCONNECTED = "client_disconnected"
     """The client went away before the answer was complete; the upstream call was cancelled."""
     SHUTDOWN = "shutdown"
-    """The gateway was stopping (SIGTERM, SIGHUP) and the exchange outlasted
+    """The gateway was stopping (SIGTERM, SIGINT) and the exchange outlasted
     `server.drain_timeout_s`: the upstream call was cancelled and the client, if still there,
     got the provider's error event (streams) or a 503 (non-streams)."""
 
