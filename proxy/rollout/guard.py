@@ -145,11 +145,14 @@ class RuleGuard:
             return None
         cached = self._decided.get(route)
         if cached is not None and (cached.rule, cached.version) == (rule, version):
+            log.debug("guard of %s on %s@%s: %s already", route, rule, version, cached.outcome)
             return None
         decision = await asyncio.to_thread(self.store.decision, route, rule, version)
         if decision is not None and (
             decision.outcome == "switched" or spec.guard.on_rule_regression == "alert"
         ):
+            # Decided by this replica before a restart, or by another: never twice.
+            log.debug("guard of %s on %s@%s: %s already", route, rule, version, decision.outcome)
             self._decided[route] = decision
             return None
         look = await asyncio.to_thread(self._judge, route, spec, rule, epochs, model, state)

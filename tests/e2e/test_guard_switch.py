@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import wait_until
 from tests.e2e.conftest import ADMIN, ADMIN_TOKEN, GatewayProcess
 from tests.rollout_scene import rule_request
+from tests.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.e2e
 
@@ -122,3 +123,88 @@ def test_a_stubborn_primary_is_switched_to_the_follower_and_restored(
         back = ask("v2", 150)
         assert back.headers["x-mirrorgate-arm"] == "primary"
         assert back.json()["choices"][0]["message"]["content"] == '{"max_weight": 100}'
+
+
+def _ask(http: httpx.Client, gateway: GatewayProcess, version: str, weight: int) -> httpx.Response:
+    response = http.post(gateway.url + "/v1/chat/completions", **rule_request("u", version, weight))
+    assert response.status_code == 200, response.text
+    return response
+
+
+def _killed_and_restarted(
+    first: GatewayProcess, config: dict[str, Any], tmp_path: Path, env: dict[str, str]
+) -> GatewayProcess:
+    """SIGKILL `first` (no drain, no goodbye) and start another gateway on the same store."""
+    first.proc.kill()
+    first.proc.wait(10)
+    return GatewayProcess(config, tmp_path, env=env)
+
+
+def test_after_a_sigkill_the_guard_does_not_alert_twice(tmp_path: Path, mock_process: str) -> None:
+    """A gateway whose guard alerted is SIGKILLed; the next one on the same store keeps looking
+    at the same regression and sends no second alert (the alert was claimed in the store)."""
+    receiver = WebhookReceiver()
+    config = guarded_config(mock_process, f"sqlite:///{tmp_path / 'guard.db'}")
+    config["routes"]["bot"]["guard"]["on_rule_regression"] = "alert"
+    config["alerts"] = {"sinks": [{"type": "webhook", "url": receiver.url}]}
+    env = {"MIRRORGATE_ADMIN_TOKEN": ADMIN_TOKEN, "MIRRORGATE_LOG_LEVEL": "debug"}
+    first = GatewayProcess(config, tmp_path, env=env)
+    second: GatewayProcess | None = None
+    try:
+        with httpx.Client(timeout=10) as http:
+            for _ in range(25):
+                _ask(http, first, "v1", 100)
+
+            def alerted() -> bool:
+                for _ in range(5):
+                    _ask(http, first, "v2", 150)
+                return any(b.get("kind") == "rule_regression" for b in receiver.bodies)
+
+            wait_until(alerted, timeout_s=60, what="the guard's alert")
+            second = restarted = _killed_and_restarted(first, config, tmp_path, env)
+
+            def looked_again() -> bool:  # each look logs its verdict at debug level
+                for _ in range(3):
+                    _ask(http, restarted, "v2", 150)
+                return restarted.output().count("guard of bot on shipping@v2") >= 5
+
+            wait_until(looked_again, timeout_s=60, what="the new gateway's guard looking")
+            assert rollout(http, restarted)["phase"] is None  # alert only: nothing switched
+        regressions = [b for b in receiver.bodies if b.get("kind") == "rule_regression"]
+        assert len(regressions) == 1, regressions
+        assert regressions[0]["rule_version"] == "v2"
+    finally:
+        if second is not None:
+            second.terminate()
+        first.terminate()
+        receiver.close()
+
+
+def test_after_a_sigkill_the_guards_switch_is_still_served(
+    tmp_path: Path, mock_process: str
+) -> None:
+    config = guarded_config(mock_process, f"sqlite:///{tmp_path / 'guard.db'}")
+    env = {"MIRRORGATE_ADMIN_TOKEN": ADMIN_TOKEN}
+    first = GatewayProcess(config, tmp_path, env=env)
+    second: GatewayProcess | None = None
+    try:
+        with httpx.Client(timeout=10) as http:
+            for _ in range(25):
+                _ask(http, first, "v1", 100)
+
+            def switched() -> bool:
+                for _ in range(5):
+                    _ask(http, first, "v2", 150)
+                return rollout(http, first)["phase"] == "rolled_back"
+
+            wait_until(switched, timeout_s=60, what="the guard's switch")
+            second = _killed_and_restarted(first, config, tmp_path, env)
+            answer = _ask(http, second, "v2", 150)
+            assert answer.headers["x-mirrorgate-arm"] == "fallback"
+            assert answer.json()["choices"][0]["message"]["content"] == '{"max_weight": 150}'
+            state = rollout(http, second)
+            assert (state["actor"], state["serving"]["primary"]) == ("guard", "rule-follower")
+    finally:
+        if second is not None:
+            second.terminate()
+        first.terminate()
