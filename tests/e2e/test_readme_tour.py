@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import wait_until
+from tests.conftest import require_service, wait_until
 from tests.e2e.conftest import free_port
 
 pytestmark = pytest.mark.e2e
@@ -86,11 +86,8 @@ def rows(database: Path, query: str) -> list[tuple[Any, ...]]:
 @pytest.fixture
 def curl() -> str:
     found = shutil.which("curl")
-    if found is None:
-        message = "the tour's curl steps need the curl command"
-        if os.environ.get("MIRRORGATE_REQUIRE_SERVICES") == "1":
-            pytest.fail(message + " (MIRRORGATE_REQUIRE_SERVICES=1)")
-        pytest.skip(message)
+    require_service("curl", found is not None, "the tour's curl steps need it")
+    assert found is not None
     return found
 
 

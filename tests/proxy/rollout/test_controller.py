@@ -32,7 +32,7 @@ from proxy.store.leadership import Leadership
 from proxy.store.probes import ProbeStore
 from proxy.store.rollouts import RolloutStore
 from proxy.store.rule_events import RuleEvent, RuleEventStore
-from tests.conftest import seed_sqlite
+from tests.conftest import require_service, seed_sqlite
 from tests.proxy.store.test_exchanges import make_record
 
 CONFIG = """
@@ -191,8 +191,8 @@ def _rss_anon_mib() -> float:
     raise AssertionError("no RssAnon in /proc/self/status")
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
 def test_release_freed_memory_returns_freed_heap_pages_to_the_system() -> None:
+    require_service("glibc", platform.libc_ver()[0] == "glibc", "malloc_trim is glibc's")
     before = _rss_anon_mib()
     held = [bytes(2048) for _ in range(60_000)]  # ~120 MB of malloc'd (not pymalloc) blocks
     pinned = bytes(2048)  # above them: freeing them leaves a hole, not a trimmable top
