@@ -55,7 +55,7 @@ from proxy.core import (
 )
 from proxy.observability import ConnectionMetrics
 
-UVICORN_TESTED = ("0.54.0",)
+UVICORN_TESTED = ("0.54.0", "0.55.0")
 """uvicorn versions whose `HttpToolsProtocol` this subclass was read against."""
 LINGER_S = 5.0
 """After an answer that ends a connection, the client's further bytes are read and dropped for
