@@ -146,7 +146,11 @@ class Gateway:
         self.recent = RecentExchanges()
         self.sinks: tuple[RecordSink, ...] = (self.recorder.submit, self.recent)
         self.caller = ModelCaller(self.clients, keep_bodies=config.store.bodies != "none")
-        plugins = load_analyzers(config.analyzers, available_analyzers(_entry_points()))
+        plugins = (  # reading the installed entry points costs time: only when one is named
+            load_analyzers(config.analyzers, available_analyzers(_entry_points()))
+            if config.analyzers
+            else []
+        )
         self.rule_values = RuleValues.from_config(config)
         """Each rule version's value: the rule tracker fills it, phantom_rule checks read it."""
         self.analysis: AnalysisWorker | None = None

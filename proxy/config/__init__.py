@@ -14,7 +14,7 @@ from .checks import (
     rollout_warnings,
 )
 from .errors import ConfigError, ConfigProblem
-from .loader import load_config, parse_config
+from .loader import load_config, parse_config, parse_document
 from .specs import (
     CanarySpec,
     CheckSpec,
@@ -64,6 +64,7 @@ __all__ = [
     "load_config",
     "model_key_problems",
     "parse_config",
+    "parse_document",
     "rollout_warnings",
     "unavailable_evidence",
 ]

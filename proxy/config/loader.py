@@ -168,8 +168,24 @@ def parse_config(
     finally:
         if loader is not None:
             loader.dispose()
-    if raw is None:
-        raw = {}
+    return parse_document(
+        {} if raw is None else raw, env, overrides, secrets=secrets, problems=problems
+    )
+
+
+def parse_document(
+    raw: Any,
+    env: Mapping[str, str] | None = None,
+    overrides: Overrides | None = None,
+    *,
+    secrets: bool = True,
+    problems: list[ConfigProblem] | None = None,
+) -> MirrorgateConfig:
+    """`parse_config` of a document already read from YAML (a mapping of sections): passes 2 to
+    4, the same problems for the same document. `problems`: those reading it found (duplicate
+    keys), reported with the rest."""
+    env = os.environ if env is None else env
+    problems = [] if problems is None else problems
     if not isinstance(raw, dict):
         raise ConfigError([ConfigProblem("", "the configuration must be a mapping of sections")])
     for document_check in DOCUMENT_CHECKS:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
-from proxy.config import ConfigError, load_config, parse_config
+from proxy.config import ConfigError, load_config, parse_config, parse_document
 
 from .documents import GOOD, problems
 
@@ -151,3 +152,22 @@ def test_without_secrets_a_key_left_invalid_names_its_unset_variable() -> None:
     assert "environment variable MG_BASE_URL is not set" in problem.message
     env = {"MG_TEST_STORE_URL": "sqlite:///x.db", "MG_BASE_URL": "http://127.0.0.1:9/v1"}
     assert parse_config(doc, env, secrets=False).models["prod"].base_url == "http://127.0.0.1:9/v1"
+
+
+def test_a_document_already_read_is_checked_as_its_text_would_be() -> None:
+    env = {"MG_TEST_STORE_URL": "sqlite:///x.db", "MG_CAND_MODEL": "m", "MG_PROD_KEY": "k"}
+    env["MIRRORGATE_ADMIN_TOKEN"] = "t"
+    document = yaml.safe_load(READ_ONLY_DOC)
+    assert parse_document(document, env) == parse_config(READ_ONLY_DOC, env)
+    assert document == yaml.safe_load(READ_ONLY_DOC)  # read, not changed
+    overrides = {"server": {"host": "127.0.0.1", "port": 9}}
+    served = parse_document(document, env, overrides)
+    assert (served.server.host, served.server.port) == ("127.0.0.1", 9)
+    for text in (GOOD, READ_ONLY_DOC, "models: {}\nroutes: {r: {primary: ghost}}\n"):
+        with pytest.raises(ConfigError) as from_text:
+            parse_config(text, {})
+        with pytest.raises(ConfigError) as from_document:
+            parse_document(yaml.safe_load(text), {})
+        assert from_document.value.problems == from_text.value.problems
+    with pytest.raises(ConfigError, match="must be a mapping of sections"):
+        parse_document(["a", "b"])

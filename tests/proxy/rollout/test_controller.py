@@ -131,6 +131,7 @@ def test_a_bug_in_a_look_is_logged_counted_and_judging_goes_on(
     assert "wait for the store" not in caplog.text
 
 
+@pytest.mark.usefixtures("quick_rollout_ticks")
 def test_the_decider_loop_survives_a_bug_and_keeps_deciding(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
