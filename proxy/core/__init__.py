@@ -31,6 +31,7 @@ from .errors import (
 from .exact_json import dumps_exact, loads_exact
 from .feedback_token import FEEDBACK_TOKEN_HEADER, FeedbackTokens, TokenVerdict, caller_id
 from .operation_summary import (
+    CLIENT_ARMS,
     OperationCall,
     OperationSummary,
     merged_calls,
@@ -86,6 +87,7 @@ from .utc import as_utc
 
 __all__ = [
     "ACTIVE",
+    "CLIENT_ARMS",
     "CUT_SHORT",
     "ENDPOINTS",
     "FEEDBACK_TOKEN_HEADER",
