@@ -181,10 +181,14 @@ def test_outcomes_need_json(start_gateway: StartGateway) -> None:
     assert gw.http.post("/v1/outcomes", content=b"completed=1").status_code == 415
 
 
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
 def test_concurrent_posts_of_one_kind_store_one_and_count_one(
-    start_gateway: StartGateway,
+    start_gateway: StartGateway, request: pytest.FixtureRequest, backend: str
 ) -> None:
-    gw = start_gateway()
+    db_url = request.getfixturevalue("pg_migrated_schema")[0] if backend == "postgres" else None
+    gw = start_gateway(db_url=db_url)
     ask(gw, "raced")
 
     async def race() -> list[httpx.Response]:
