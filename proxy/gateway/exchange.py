@@ -40,6 +40,7 @@ from proxy.core import (
     WrongWireFormat,
     error_body,
     loads_exact,
+    request_operation,
 )
 from proxy.observability import ExchangeTracer, GatewayMetrics
 from proxy.upstream import (
@@ -219,6 +220,7 @@ class ProxyHandler:
             if not (options or {}).get("include_usage"):
                 payload["stream_options"] = {**(options or {}), "include_usage": True}
                 strip = True
+        operation = request_operation(scope["headers"], payload, plan.route.spec.operation_field)
         match = self.rules.resolve(plan.route.name, endpoint.name, payload, scope["headers"])
         if match is not None and self.rule_tracker is not None:
             match = self.rule_tracker.observe(match, plan.route.name, request_id)
@@ -228,6 +230,7 @@ class ProxyHandler:
             rule=match.rule if match else None, rule_version=match.version if match else None,
             system_prompt=match.system_prompt if match else None,
             credentials_for=models[plan.route.spec.primary].origin, models=models,
+            operation_id=operation,
         )  # fmt: skip
         if self.feedback_tokens is not None:
             ctx.feedback_token = self.feedback_tokens.issue(request_id, time.time())
