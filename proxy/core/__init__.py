@@ -29,6 +29,13 @@ from .errors import (
     error_body,
 )
 from .exact_json import dumps_exact, loads_exact
+from .experiment import (
+    OPERATION_HEADER,
+    ExperimentState,
+    assign,
+    experiment_fingerprint,
+    with_system_append,
+)
 from .feedback_token import FEEDBACK_TOKEN_HEADER, FeedbackTokens, TokenVerdict, caller_id
 from .pricing import cost_usd
 from .records import (
@@ -76,6 +83,7 @@ __all__ = [
     "FEEDBACK_TOKEN_HEADER",
     "JUDGE_ANALYZER",
     "JUDGE_SCORE_DELTA",
+    "OPERATION_HEADER",
     "OPERATOR_ACTIONS",
     "PROBE_RESULTS",
     "Action",
@@ -87,6 +95,7 @@ __all__ = [
     "DeciderMemory",
     "Endpoint",
     "ExchangeRecord",
+    "ExperimentState",
     "FeedbackRecord",
     "FeedbackTokens",
     "FindingRecord",
@@ -119,10 +128,12 @@ __all__ = [
     "WireFormat",
     "WrongWireFormat",
     "as_utc",
+    "assign",
     "caller_id",
     "cost_usd",
     "dumps_exact",
     "error_body",
+    "experiment_fingerprint",
     "initial_state",
     "is_correction",
     "judge_pair",
@@ -134,4 +145,5 @@ __all__ = [
     "serving",
     "sticky_key",
     "transition",
+    "with_system_append",
 ]

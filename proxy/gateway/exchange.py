@@ -40,6 +40,7 @@ from proxy.core import (
     WrongWireFormat,
     error_body,
     loads_exact,
+    with_system_append,
 )
 from proxy.observability import ExchangeTracer, GatewayMetrics
 from proxy.upstream import (
@@ -141,7 +142,12 @@ class ProxyHandler:
         try:
             try:
                 ctx, plan = await self._prepare(scope, receive, endpoint, request_id)
-                attempt = self.caller.prepare(ctx, plan.target, plan.arm)
+                variant = (
+                    with_system_append(ctx.endpoint.name, ctx.payload, plan.system_append)
+                    if plan.system_append is not None
+                    else None
+                )
+                attempt = self.caller.prepare(ctx, plan.target, plan.arm, variant)
             except GatewayError as exc:
                 self.metrics.rejected.labels(endpoint.name, str(exc.status)).inc()
                 with contextlib.suppress(ClientGone):
@@ -228,6 +234,7 @@ class ProxyHandler:
             rule=match.rule if match else None, rule_version=match.version if match else None,
             system_prompt=match.system_prompt if match else None,
             credentials_for=models[plan.route.spec.primary].origin, models=models,
+            experiment_arm=plan.experiment_arm, experiment_unit=plan.experiment_unit,
         )  # fmt: skip
         if self.feedback_tokens is not None:
             ctx.feedback_token = self.feedback_tokens.issue(request_id, time.time())
@@ -299,7 +306,7 @@ class ProxyHandler:
         ctx = ex.ctx
         await self._call(ex)
         fallback = plan.route.fallback
-        if plan.arm is Arm.CANARY:
+        if plan.arm in (Arm.CANARY, Arm.EXPERIMENT):
             fallback = fallback or plan.route.primary  # the client never sees the canary fail
         attempt = ex.attempt
         if attempt.retryable and fallback is not None and fallback != attempt.target:
@@ -510,6 +517,8 @@ def _ids(ctx: CallContext, attempt: Attempt) -> Headers:
         (b"x-mirrorgate-request-id", ctx.request_id.encode()),
         (b"x-mirrorgate-arm", attempt.arm.value.encode()),
     ]
+    if ctx.experiment_arm is not None:
+        ids.append((b"x-mirrorgate-experiment-arm", ctx.experiment_arm.encode()))
     if ctx.rule_version is not None:
         ids.append((b"x-mirrorgate-rule-version", ctx.rule_version.encode("latin-1", "replace")))
     if ctx.feedback_token is not None:

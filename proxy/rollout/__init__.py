@@ -6,11 +6,15 @@ Imports `proxy.gateway` and below; never a sibling (`mirror`, `replay`, `report`
 
 from .controller import RolloutController
 from .evidence import traffic_profile
+from .experiments import ExperimentChange, ExperimentConflictError, ExperimentManager
 from .guard import GuardLook, RuleGuard
 from .manager import RolloutManager, RouteUnknownError, TransitionConflictError
 from .plan import RolloutPlan, StepPlan, TrafficProfile, plan_rollout
 
 __all__ = [
+    "ExperimentChange",
+    "ExperimentConflictError",
+    "ExperimentManager",
     "GuardLook",
     "RolloutController",
     "RolloutManager",

@@ -95,6 +95,7 @@ class ExchangeRow(SQLModel, table=True):
         sa.Index("ix_exchanges_started_at", "started_at"),
         sa.Index("ix_exchanges_request_id", "request_id"),
         sa.Index("ix_exchanges_pair_id", "pair_id"),
+        sa.Index("ix_exchanges_route_experiment_arm", "route", "experiment_arm"),
     )
 
     id: int | None = Field(
@@ -135,6 +136,8 @@ class ExchangeRow(SQLModel, table=True):
     request_body: str | None = Field(default=None, sa_column=sa.Column(sa.Text(), nullable=True))
     response_body: str | None = Field(default=None, sa_column=sa.Column(sa.Text(), nullable=True))
     response_text: str | None = Field(default=None, sa_column=sa.Column(sa.Text(), nullable=True))
+    experiment_arm: str | None = None
+    experiment_unit: str | None = None
 
 
 _exchanges: sa.Table = ExchangeRow.__table__  # type: ignore[attr-defined]
@@ -638,6 +641,8 @@ def _to_row(record: ExchangeRecord) -> dict[str, Any]:
         "request_body": record.request_body,
         "response_body": record.response_body,
         "response_text": record.response_text,
+        "experiment_arm": record.experiment_arm,
+        "experiment_unit": record.experiment_unit,
     }
 
 
@@ -674,6 +679,8 @@ def _to_record(row: sa.RowMapping) -> ExchangeRecord:
         request_body=row["request_body"],
         response_body=row["response_body"],
         response_text=row["response_text"],
+        experiment_arm=row["experiment_arm"],
+        experiment_unit=row["experiment_unit"],
     )
 
 

@@ -80,6 +80,10 @@ class CallContext:
     """The model table this request was planned with (None: the caller's current one). A
     configuration reload swaps the caller's table; a request that started before it keeps
     calling — fallback included — the models it was planned with."""
+    experiment_arm: str | None = None
+    """The experiment arm the request was assigned to (recorded on each of its calls)."""
+    experiment_unit: str | None = None
+    """The experiment unit's keyed hash (recorded with `experiment_arm`)."""
 
 
 @dataclass(slots=True)
@@ -148,14 +152,25 @@ class ModelCaller:
         """The client of model `target` for a call in `ctx` (its planned table, if it has one)."""
         return (ctx.models if ctx.models is not None else self.clients)[target]
 
-    def prepare(self, ctx: CallContext, target: str, arm: Arm) -> Attempt:
+    def prepare(
+        self,
+        ctx: CallContext,
+        target: str,
+        arm: Arm,
+        payload: dict[str, Any] | None = None,
+    ) -> Attempt:
         """The attempt of a call to `target`, its body encoded and its clock started, before
-        anything is sent: whoever cancels `call` still holds what to record. Raises
-        `RequestError` when the body cannot be encoded."""
+        anything is sent: whoever cancels `call` still holds what to record. `payload`: sent
+        instead of the client's (an experiment arm's prompt variant). Raises `RequestError`
+        when the body cannot be encoded."""
         client = self.client_for(ctx, target)
         ctx.payload["model"] = client.spec.model
+        body = ctx.payload
+        if payload is not None:
+            payload["model"] = client.spec.model
+            body = payload
         try:
-            upstream_body = dumps_exact(ctx.payload)
+            upstream_body = dumps_exact(body)
         except (TypeError, ValueError) as exc:
             raise RequestError(f"request body cannot be forwarded: {exc}") from None
         return Attempt(
@@ -305,6 +320,8 @@ class ModelCaller:
             request_body=attempt.upstream_body.decode("utf-8", "replace") if keep else None,
             response_body=raw.decode("utf-8", "replace") if keep and raw else None,
             response_text=text if keep else None,
+            experiment_arm=ctx.experiment_arm,
+            experiment_unit=ctx.experiment_unit,
         )
 
 
