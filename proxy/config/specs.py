@@ -323,6 +323,7 @@ class AnalysisSpec(Spec):
         return value
 
 
+_BODY_PATH = r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+){0,7}$"
 _STICKY = re.compile(r"^(none|header:[A-Za-z0-9-]+|body:[A-Za-z0-9_.]+)$")
 
 
@@ -463,6 +464,10 @@ class RouteSpec(Spec):
     noise_sample: float = Field(0.0, ge=0, le=1)
     canary: CanarySpec | None = None
     agreement: AgreementConfig = Field(default_factory=AgreementConfig)
+    operation_field: str | None = Field(None, pattern=_BODY_PATH, max_length=200)
+    """The body field naming the business operation a request is part of, as a dotted path
+    (e.g. `metadata.operation_id`, OpenAI's `metadata` object); the `x-mirrorgate-operation`
+    header wins over it. None: only the header is read."""
     guard: GuardSpec | None = None
     """The production model's guard against a rule it keeps after the rule changed (off unless
     set)."""

@@ -30,24 +30,38 @@ from .errors import (
 )
 from .exact_json import dumps_exact, loads_exact
 from .experiment import (
-    OPERATION_HEADER,
     ExperimentState,
     assign,
     experiment_fingerprint,
     with_system_append,
 )
 from .feedback_token import FEEDBACK_TOKEN_HEADER, FeedbackTokens, TokenVerdict, caller_id
+from .operation_summary import (
+    OperationCall,
+    OperationSummary,
+    merged_calls,
+    operation_call,
+    summarize,
+)
+from .operations import (
+    MAX_OPERATION_ID_CHARS,
+    OPERATION_HEADER,
+    operation_id_problem,
+    request_operation,
+)
 from .pricing import cost_usd
 from .records import (
     CUT_SHORT,
     JUDGE_ANALYZER,
     JUDGE_SCORE_DELTA,
+    OUTCOME_KINDS,
     PROBE_RESULTS,
     Arm,
     CheckRecord,
     ExchangeRecord,
     FeedbackRecord,
     FindingRecord,
+    OutcomeRecord,
     PairRecord,
     ProbeRecord,
     RecordSink,
@@ -83,8 +97,10 @@ __all__ = [
     "FEEDBACK_TOKEN_HEADER",
     "JUDGE_ANALYZER",
     "JUDGE_SCORE_DELTA",
+    "MAX_OPERATION_ID_CHARS",
     "OPERATION_HEADER",
     "OPERATOR_ACTIONS",
+    "OUTCOME_KINDS",
     "PROBE_RESULTS",
     "Action",
     "Agreement",
@@ -105,6 +121,9 @@ __all__ = [
     "HourlySpend",
     "IllegalTransition",
     "NotFound",
+    "OperationCall",
+    "OperationSummary",
+    "OutcomeRecord",
     "PairRecord",
     "PayloadTooLarge",
     "Phase",
@@ -138,12 +157,17 @@ __all__ = [
     "is_correction",
     "judge_pair",
     "loads_exact",
+    "merged_calls",
+    "operation_call",
+    "operation_id_problem",
     "pair_agreed",
     "parse_since",
+    "request_operation",
     "rollback_target",
     "sampled",
     "serving",
     "sticky_key",
+    "summarize",
     "transition",
     "with_system_append",
 ]

@@ -21,8 +21,6 @@ from datetime import datetime
 from typing import Any
 
 BUCKETS = 10_000
-OPERATION_HEADER = "x-mirrorgate-operation"
-"""The header that joins a request to a business operation (the `operation` unit's key)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -128,6 +128,10 @@ class ExchangeRecord:
     """The answer as received (non-streamed answers only), subject to `store.bodies`."""
     response_text: str | None = None
     """The plain answer text (message content), for analyzers; not stored when bodies is `none`."""
+    operation_id: str | None = None
+    """The business operation the request is part of (`x-mirrorgate-operation`, or the route's
+    `operation_field`), on every arm's record of the request, judge calls included; None when
+    the request named none."""
     experiment_arm: str | None = None
     """The experiment arm (a config name) the request was assigned to, on every client-path call
     it made (its fallback included); None outside an experiment."""
@@ -200,6 +204,32 @@ class FeedbackRecord:
     """Who sent it, as a short non-secret id (`proxy.core.caller_id`: `app:…`, `app:…/user:…` or
     `addr:…`); the judge counts at most a few corrections per caller. None: stored before
     callers were."""
+
+
+OUTCOME_KINDS = ("completed", "adopted", "corrected", "value", "labels")
+"""What an outcome says about a business operation; each is stored once per operation."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeRecord:
+    """What happened to one business operation, as its application said (`POST /v1/outcomes`):
+    one record per kind, idempotent per (operation id, kind)."""
+
+    operation_id: str
+    """The id the operation's requests carried (`x-mirrorgate-operation`)."""
+    kind: str
+    """One of `OUTCOME_KINDS`."""
+    caller: str
+    """Who said it (`proxy.core.caller_id`: `app:…`, `app:…/user:…` or `addr:…`)."""
+    created_at: datetime
+    route: str | None = None
+    """The route of the operation's first client call when the outcome arrived."""
+    flag: bool | None = None
+    """`completed`, `adopted`, `corrected`: whether it was."""
+    value: float | None = None
+    """`value`: a business value (revenue, minutes saved, …), finite."""
+    labels: tuple[tuple[str, str], ...] = ()
+    """`labels`: free string labels, sorted by name."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from proxy.core import (
     WrongWireFormat,
     error_body,
     loads_exact,
+    request_operation,
     with_system_append,
 )
 from proxy.observability import ExchangeTracer, GatewayMetrics
@@ -199,7 +200,12 @@ class ProxyHandler:
         model = payload.get("model")
         if not isinstance(model, str) or not model:
             raise RequestError("'model' is required and must name a route")
-        plan = self.routes.plan(model, scope["headers"], payload, request_id)
+        # The operation first: an experiment whose unit is the operation assigns by it.
+        named = self.routes.get(model)
+        operation = request_operation(
+            scope["headers"], payload, named.spec.operation_field if named is not None else None
+        )
+        plan = self.routes.plan(model, scope["headers"], payload, request_id, operation=operation)
         if plan is None:
             known = ", ".join(sorted(self.routes.names())[:20])
             raise RouteNotFound(f"model '{model[:200]}' is not a route of this gateway ({known})")
@@ -234,6 +240,7 @@ class ProxyHandler:
             rule=match.rule if match else None, rule_version=match.version if match else None,
             system_prompt=match.system_prompt if match else None,
             credentials_for=models[plan.route.spec.primary].origin, models=models,
+            operation_id=operation,
             experiment_arm=plan.experiment_arm, experiment_unit=plan.experiment_unit,
         )  # fmt: skip
         if self.feedback_tokens is not None:

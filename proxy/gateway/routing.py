@@ -23,7 +23,6 @@ from typing import Any
 
 from proxy.config import MirrorgateConfig, RouteSpec
 from proxy.core import (
-    OPERATION_HEADER,
     Arm,
     ExperimentState,
     RolloutState,
@@ -169,8 +168,11 @@ class RouteTable:
         headers: Sequence[tuple[bytes, bytes]] = (),
         payload: Mapping[str, Any] | None = None,
         request_id: str = "",
+        *,
+        operation: str | None = None,
     ) -> RoutePlan | None:
-        """Choose the model and arm for one request to route `name` (None: no such route)."""
+        """Choose the model and arm for one request to route `name` (None: no such route).
+        `operation`: the request's business operation (an experiment's `operation` unit)."""
         state = self._states.get(name)
         if state is None:
             return None
@@ -178,11 +180,7 @@ class RouteTable:
         spec_x = state.spec.experiment
         if experiment is not None and spec_x is not None:
             unit = spec_x.unit
-            key = sticky_key(
-                f"header:{OPERATION_HEADER}" if unit == "operation" else unit,
-                headers,
-                payload or {},
-            )
+            key = operation if unit == "operation" else sticky_key(unit, headers, payload or {})
             if key is not None:
                 arm, unit_id = assign(experiment, self.experiment_secret, key)
                 arm_spec = spec_x.arms[arm]

@@ -190,8 +190,9 @@ class Judge:
                 "temperature": 0,
             }
         ctx = CallContext(
-            judged.request_id, judged.route, endpoint, payload, False, False, [], tags=("judge",)
-        )
+            judged.request_id, judged.route, endpoint, payload, False, False, [], tags=("judge",),
+            operation_id=judged.operation_id,  # the operation's cost includes its judging
+        )  # fmt: skip
         attempt = await self.caller.open(ctx, self.spec.model, Arm.JUDGE)
         attempt.pair_id = judged.pair_id
         record = self.caller.record(ctx, attempt, _http_status(attempt), time.perf_counter(),

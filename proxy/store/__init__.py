@@ -3,7 +3,8 @@ event loop), the crash journal (`Journal`: answered exchanges on local disk unti
 commits them, replayed at start), redaction, and one query object per domain — `Store`
 (exchanges, pairs, checks), `FeedbackStore`, `RuleEventStore`, `RolloutStore`,
 `ExperimentStore` (A/B experiments and their per-unit evidence), `JudgeWindows`
-(the rollout judge's reads), `ProbeStore` (rule-flip probes' results), `SigningKeyStore` (keys
+(the rollout judge's reads), `OutcomeStore` (business operations' outcomes and the reads of
+their exchanges), `ProbeStore` (rule-flip probes' results), `SigningKeyStore` (keys
 the replicas share) and `Leadership` (the decider's advisory lock). The only package that
 imports sqlalchemy or sqlmodel: the rest of mirrorgate asks these objects, built from one `Store`
 by the wiring, and never holds an engine or a connection. Imports `proxy.observability` (the
@@ -47,6 +48,7 @@ from .judge_windows import (
     PairCount,
 )
 from .leadership import Leadership
+from .outcomes import OutcomeStore
 from .probes import ProbeStore, ProbeTally
 from .recorder import Recorder
 from .redaction import apply_bodies_policy, redact
@@ -70,6 +72,7 @@ __all__ = [
     "Journal",
     "JudgeWindows",
     "Leadership",
+    "OutcomeStore",
     "PairCount",
     "ProbeStore",
     "ProbeTally",

@@ -95,6 +95,7 @@ class ExchangeRow(SQLModel, table=True):
         sa.Index("ix_exchanges_started_at", "started_at"),
         sa.Index("ix_exchanges_request_id", "request_id"),
         sa.Index("ix_exchanges_pair_id", "pair_id"),
+        sa.Index("ix_exchanges_operation_route", "operation_id", "route"),
         sa.Index("ix_exchanges_route_experiment_arm", "route", "experiment_arm"),
     )
 
@@ -136,6 +137,8 @@ class ExchangeRow(SQLModel, table=True):
     request_body: str | None = Field(default=None, sa_column=sa.Column(sa.Text(), nullable=True))
     response_body: str | None = Field(default=None, sa_column=sa.Column(sa.Text(), nullable=True))
     response_text: str | None = Field(default=None, sa_column=sa.Column(sa.Text(), nullable=True))
+    operation_id: str | None = None
+    """The business operation (migration 14); NULL for exchanges of none."""
     experiment_arm: str | None = None
     experiment_unit: str | None = None
 
@@ -641,6 +644,7 @@ def _to_row(record: ExchangeRecord) -> dict[str, Any]:
         "request_body": record.request_body,
         "response_body": record.response_body,
         "response_text": record.response_text,
+        "operation_id": record.operation_id,
         "experiment_arm": record.experiment_arm,
         "experiment_unit": record.experiment_unit,
     }
@@ -679,6 +683,7 @@ def _to_record(row: sa.RowMapping) -> ExchangeRecord:
         request_body=row["request_body"],
         response_body=row["response_body"],
         response_text=row["response_text"],
+        operation_id=row["operation_id"],
         experiment_arm=row["experiment_arm"],
         experiment_unit=row["experiment_unit"],
     )

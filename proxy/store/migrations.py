@@ -400,6 +400,30 @@ def _v13_guard_decisions(conn: Connection) -> None:
     ).create(conn)
 
 
+def _v14_operations(conn: Connection) -> None:
+    # Exchanges of before stay NULL: they belong to no operation.
+    conn.execute(sa.text("ALTER TABLE exchanges ADD COLUMN operation_id VARCHAR"))
+    # An operation's summary reads its exchanges; they are found by operation within a route.
+    conn.execute(
+        sa.text("CREATE INDEX ix_exchanges_operation_route ON exchanges (operation_id, route)")
+    )
+    sa.Table(
+        "outcomes",
+        sa.MetaData(),
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("operation_id", sa.String(), nullable=False),
+        sa.Column("kind", sa.String(), nullable=False),
+        sa.Column("flag", sa.Boolean(), nullable=True),
+        sa.Column("value", sa.Float(), nullable=True),
+        sa.Column("labels", sa.Text(), nullable=True),
+        sa.Column("route", sa.String(), nullable=True),
+        sa.Column("caller", sa.String(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Index("ix_outcomes_operation_kind", "operation_id", "kind", unique=True),
+        sa.Index("ix_outcomes_route_created_at", "route", "created_at"),
+    ).create(conn)
+
+
 def _v15_experiments(conn: Connection) -> None:
     # Exchanges of before stay NULL: they ran in no experiment.
     conn.execute(sa.text("ALTER TABLE exchanges ADD COLUMN experiment_arm VARCHAR"))
@@ -476,6 +500,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         13,
         "guard_decisions: the production model's guard, one decision per route and rule version",
         _v13_guard_decisions,
+    ),
+    Migration(
+        14,
+        "exchanges.operation_id (business operations) and outcomes, one per operation and kind",
+        _v14_operations,
     ),
     Migration(
         15,

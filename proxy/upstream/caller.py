@@ -80,6 +80,9 @@ class CallContext:
     """The model table this request was planned with (None: the caller's current one). A
     configuration reload swaps the caller's table; a request that started before it keeps
     calling — fallback included — the models it was planned with."""
+    operation_id: str | None = None
+    """The business operation the request is part of (`proxy.core.request_operation`); every
+    record made in this context carries it."""
     experiment_arm: str | None = None
     """The experiment arm the request was assigned to (recorded on each of its calls)."""
     experiment_unit: str | None = None
@@ -320,6 +323,7 @@ class ModelCaller:
             request_body=attempt.upstream_body.decode("utf-8", "replace") if keep else None,
             response_body=raw.decode("utf-8", "replace") if keep and raw else None,
             response_text=text if keep else None,
+            operation_id=ctx.operation_id,
             experiment_arm=ctx.experiment_arm,
             experiment_unit=ctx.experiment_unit,
         )

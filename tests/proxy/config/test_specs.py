@@ -147,3 +147,13 @@ def test_the_alert_link_template_is_an_http_url_with_known_placeholders() -> Non
     long = "https://x/" + "{route}" * 1000
     (found,) = problems(GOOD + f"\nalerts: {{generator_url: '{long}'}}\n")
     assert found.startswith("alerts.generator_url: ") and "2000" in found
+
+
+def test_a_routes_operation_field_is_a_dotted_path_of_plain_names() -> None:
+    routed = "    fallback: safe\n"
+    good = GOOD.replace(routed, routed + "    operation_field: metadata.operation_id\n")
+    assert parse_config(good, ENV).routes["support-bot"].operation_field == "metadata.operation_id"
+    assert parse_config(GOOD, ENV).routes["support-bot"].operation_field is None
+    for bad in ("metadata..id", "meta data", "a.b.c.d.e.f.g.h.i", "'body:metadata.id'", "''"):
+        found = problems(GOOD.replace(routed, f"{routed}    operation_field: {bad}\n"))
+        assert any(p.startswith("routes.support-bot.operation_field: ") for p in found), found

@@ -102,6 +102,7 @@ def test_a_record_comes_back_equal(open_store: Callable[..., Store]) -> None:
         request_body='{"model": "support-bot"}',
         response_body="data: {}\n\n",
         response_text="Hello ✓",
+        operation_id="ticket 42/a",
     )
     store.write_batch([record])
     assert store.query() == [record]
@@ -264,7 +265,7 @@ def test_schema_parameter_creates_and_uses_its_schema(pg_schema: tuple[str, str]
                 sa.text("SELECT count(*) FROM information_schema.tables WHERE table_schema = :s"),
                 {"s": schema},
             ).scalar()
-        assert found == 15  # fourteen tables (guard_decisions the newest) and schema_version
+        assert found == 16  # fifteen tables (outcomes the newest) and schema_version
         assert store.count() == 1
     finally:
         with store.engine.begin() as conn:

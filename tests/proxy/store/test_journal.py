@@ -133,8 +133,15 @@ def test_a_record_comes_back_equal_from_its_journal_entry() -> None:
         tags=("a", "b"),
         request_body='{"q": "é\\u0000"}',
         response_text="ok",
+        operation_id="ticket-9",
     )
     assert decode(encode(record)) == record
+
+
+def test_an_entry_written_before_operations_existed_reads_without_one() -> None:
+    data = orjson.loads(encode(fresh(operation_id="ticket-9")))
+    del data["operation_id"]
+    assert decode(orjson.dumps(data)).operation_id is None
 
 
 def test_an_entry_written_by_another_version_still_reads() -> None:
