@@ -48,6 +48,7 @@ from typing import Any
 
 from analyzers.checks import compile_check
 from analyzers.errors import SpecError
+from analyzers.experiments import METRICS
 from analyzers.plugins import ENTRY_POINT_GROUP, available_analyzers
 from analyzers.rule_flip import expect_for, value_text
 
@@ -61,16 +62,7 @@ from .specs import (
     unavailable_evidence,
 )
 
-EXPERIMENT_METRICS = (
-    "completion_rate",
-    "adoption_rate",
-    "correction_rate",
-    "error_rate",
-    "cost_per_operation",
-    "calls_per_operation",
-    "latency_p50",
-    "latency_p95",
-)
+EXPERIMENT_METRICS = tuple(METRICS)
 """The experiment metrics a config may name (besides `check:<name>`)."""
 
 DocumentCheck = Callable[[Mapping[str, Any], Mapping[str, str]], list[ConfigProblem]]

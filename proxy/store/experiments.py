@@ -27,6 +27,7 @@ from proxy.core import CUT_SHORT, Arm, ExperimentState, Status, as_utc
 from .checks import checks_table
 from .errors import DuplicateRecordError, translated
 from .exchanges import exchanges_table
+from .migrations import SQLITE_BEGIN_OPTION
 
 if TYPE_CHECKING:
     from .exchanges import Store
@@ -71,6 +72,9 @@ _outcomes = sa.table(
     sa.column("flag", sa.Boolean()),
 )
 """The operations' outcomes (migration 14), read here only."""
+
+START_LOCK_CLASS = 0x6D67_0015
+"""First key of the PostgreSQL advisory lock a start holds (the second: the route's hash)."""
 
 _x = experiments_table
 _ev = experiment_events_table
@@ -196,17 +200,24 @@ class ExperimentStore:
         running = sa.select(_x).where(_x.c.route == state.route, _x.c.state == "running")
         for _ in range(3):
             try:
-                with translated("starting an experiment", writing=True), self._engine.begin() as c:
-                    if c.dialect.name == "postgresql":  # one starter per route at a time
-                        c.execute(
-                            sa.text("SELECT pg_advisory_xact_lock(:cls, hashtext(:route))"),
-                            {"cls": 0x6D67_0015, "route": state.route},
-                        )
-                    found = c.execute(running).mappings().first()
-                    if found is not None:
-                        return _to_state(found)
-                    c.execute(sa.insert(_x), [row])
-                    c.execute(sa.insert(_ev), [self._event(state, "started", state.reason)])
+                with (
+                    translated("starting an experiment", writing=True),
+                    self._engine.connect() as c,
+                ):
+                    # Read and write in one writer's transaction: on SQLite the write lock is
+                    # taken at BEGIN (a read lock upgraded later could not wait for it).
+                    c.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
+                    with c.begin():
+                        if c.dialect.name == "postgresql":  # one starter per route at a time
+                            c.execute(
+                                sa.text("SELECT pg_advisory_xact_lock(:cls, hashtext(:route))"),
+                                {"cls": START_LOCK_CLASS, "route": state.route},
+                            )
+                        found = c.execute(running).mappings().first()
+                        if found is not None:
+                            return _to_state(found)
+                        c.execute(sa.insert(_x), [row])
+                        c.execute(sa.insert(_ev), [self._event(state, "started", state.reason)])
                 return replace(state, reason=reason)
             except DuplicateRecordError:
                 continue
@@ -421,7 +432,7 @@ class ExperimentStore:
 
     def _checks(self, requests: set[str]) -> dict[str, list[tuple[str, str]]]:
         """Request id → (check, result) of its answers' rule checks."""
-        query = sa.select(_checks.c.request_id, _checks.c.check, _checks.c.result)
+        query = sa.select(_checks.c.request_id, _checks.c.check_name, _checks.c.result)
         found: dict[str, list[tuple[str, str]]] = {}
         with translated("reading check results"):
             for request_id, check, result in self._in_chunks(requests, query, _checks.c.request_id):
