@@ -229,9 +229,10 @@ def test_an_experiment_and_a_rollout_refuse_each_other(start_gateway: Any) -> No
     blocked = post(gw, "/admin/rollouts/bot/start")
     assert blocked.status_code == 409
     assert "experiment" in blocked.json()["error"]["message"]
-    assert gw.gateway.rollouts.state("bot").phase is None or not gw.gateway.rollouts.state(
-        "bot"
-    ).active
+    assert (
+        gw.gateway.rollouts.state("bot").phase is None
+        or not gw.gateway.rollouts.state("bot").active
+    )
 
 
 def test_admin_api_refuses_the_tokenless_and_the_malformed(start_gateway: Any) -> None:
@@ -304,11 +305,7 @@ def test_a_guardrail_breach_stops_the_arm_and_alerts(start_gateway: Any) -> None
                 flaky_users.append(f"g{n}")
         wait_until(
             lambda: len(
-                {
-                    r.experiment_unit
-                    for r in gw.gateway.store.query(route="bot")
-                    if r.experiment_arm
-                }
+                {r.experiment_unit for r in gw.gateway.store.query(route="bot") if r.experiment_arm}
             )
             >= 150,
             what="the experiment's records",
@@ -357,13 +354,10 @@ def test_weights_follow_the_config_and_srm_stays_quiet(start_gateway: Any) -> No
         weights={"control": 80, "b": 20},
     )
     assert post(gw, "/admin/experiments/bot/start").status_code == 200
-    counts = Counter(
-        ask(gw, f"w{n}").headers["x-mirrorgate-experiment-arm"] for n in range(400)
-    )
+    counts = Counter(ask(gw, f"w{n}").headers["x-mirrorgate-experiment-arm"] for n in range(400))
     assert 260 <= counts["control"] <= 380  # 320 expected
     wait_until(
-        lambda: len([r for r in gw.gateway.store.query(route="bot") if r.experiment_arm])
-        >= 400,
+        lambda: len([r for r in gw.gateway.store.query(route="bot") if r.experiment_arm]) >= 400,
         what="the records",
     )
     decider = gw.gateway.controller.experiments

@@ -128,13 +128,18 @@ def test_units_sum_calls_outcomes_judge_costs_and_checks(open_store: Callable[..
                 result=result,
                 reason="",
                 created_at=T0,
-            )  # fmt: skip
+            )
             for result in ("pass", "fail", "error")
         ]
     )
     outcomes = OutcomeStore(base)
-    for operation, kind, flag in (("op1", "completed", True), ("op2", "completed", False),
-                                  ("op2", "corrected", True), ("op3", "adopted", True)):  # fmt: skip
+    posted = [
+        ("op1", "completed", True),
+        ("op2", "completed", False),
+        ("op2", "corrected", True),
+        ("op3", "adopted", True),
+    ]
+    for operation, kind, flag in posted:
         outcomes.add(
             OutcomeRecord(
                 operation_id=operation,
@@ -143,7 +148,7 @@ def test_units_sum_calls_outcomes_judge_costs_and_checks(open_store: Callable[..
                 caller="app:1",
                 created_at=T0,
                 route="bot",
-            )  # fmt: skip
+            )
         )
     units = {u.arm: u for u in store.units(state)}
     control, b = units["control"], units["b"]
