@@ -178,6 +178,23 @@ def cmd_rollout(args: argparse.Namespace, transport: httpx.BaseTransport | None 
     return run_rollout(args, transport)
 
 
+def cmd_experiment(args: argparse.Namespace, transport: httpx.BaseTransport | None = None) -> int:
+    """`mirrorgate experiment`: check the arguments, then run it."""
+    parser: argparse.ArgumentParser = args.parser
+    if args.action == "status" and args.reason is not None:
+        parser.error("--reason goes with start or stop, not with status")
+    if not args.timeout > 0:
+        parser.error("--timeout must be a positive number of seconds")
+    if args.url is None:
+        try:
+            args.url = _gateway_url(os.environ.get(ROLLOUT_URL_ENV) or ROLLOUT_DEFAULT_URL)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"${ROLLOUT_URL_ENV} {exc}")
+    from .experiment import run_experiment
+
+    return run_experiment(args, transport)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mirrorgate",
@@ -303,6 +320,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=10.0, help="seconds to wait for the gateway"
     )
     rollout.set_defaults(func=cmd_rollout, parser=rollout)
+
+    experiment = sub.add_parser(
+        "experiment",
+        help="start, read or stop a route's A/B experiment through a gateway's admin API",
+        formatter_class=HelpFormatter,
+        description=(
+            "Start, read or stop the online A/B experiment of a route of a running gateway "
+            "through its admin API (token: $MIRRORGATE_ADMIN_TOKEN)."
+        ),
+    )
+    experiment.add_argument("action", choices=("start", "status", "stop"))
+    experiment.add_argument("route", help="route name")
+    experiment.add_argument(
+        "--url",
+        type=_gateway_url,
+        help=f"gateway base URL (default: ${ROLLOUT_URL_ENV}, else {ROLLOUT_DEFAULT_URL})",
+    )
+    experiment.add_argument("--reason", help="why; kept with the start or stop")
+    experiment.add_argument("--json", action="store_true", help="print the admin API's JSON")
+    experiment.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for the gateway"
+    )
+    experiment.set_defaults(func=cmd_experiment, parser=experiment)
 
     demo = sub.add_parser(
         "demo", help="run a complete local scene with no setup", formatter_class=HelpFormatter
