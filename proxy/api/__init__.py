@@ -1,8 +1,8 @@
 """The HTTP surface other than the proxied endpoints: FastAPI routers for the admin API, rollouts,
-experiments, feedback, the Alertmanager webhook and the public routes (models, health,
-readiness, metrics), and the one translation of errors into their answers
-(`install_error_handling`: routers raise, it answers). Imports everything below it; only
-the app's wiring imports it.
+experiments, feedback, business operations' outcomes, the Alertmanager webhook and the public
+routes (models, health, readiness, metrics), and the one translation of errors into their
+answers (`install_error_handling`: routers raise, it answers). Imports everything below it;
+only the app's wiring imports it.
 """
 
 from .admin import AdminAuth, build_admin_router
@@ -11,6 +11,7 @@ from .errors import install_error_handling
 from .experiments import build_experiment_router
 from .feedback import FeedbackService, RecentExchanges, build_feedback_router
 from .feedback_auth import FeedbackAuth
+from .outcomes import OutcomeService, RecentOperations, build_outcome_router
 from .public import build_public_router
 from .rollouts import build_rollout_router
 from .token_buckets import TokenBuckets
@@ -19,12 +20,15 @@ __all__ = [
     "AdminAuth",
     "FeedbackAuth",
     "FeedbackService",
+    "OutcomeService",
     "RecentExchanges",
+    "RecentOperations",
     "StateChangeGuard",
     "TokenBuckets",
     "build_admin_router",
     "build_experiment_router",
     "build_feedback_router",
+    "build_outcome_router",
     "build_public_router",
     "build_rollout_router",
     "install_error_handling",

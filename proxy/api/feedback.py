@@ -21,33 +21,28 @@ by `proxy.api.errors`.
 from __future__ import annotations
 
 import asyncio
-import math
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from proxy.core import (
     Arm,
     ExchangeRecord,
     FeedbackRecord,
     NotFound,
-    RequestError,
-    TooManyRequests,
-    UnsupportedMediaType,
     is_correction,
 )
 from proxy.observability import GatewayMetrics
 from proxy.store import FeedbackStore, Store, StoreUnavailableError
 
-from .admin import read_limited
 from .errors import store_unavailable
-from .feedback_auth import FeedbackAuth, FeedbackAuthError, FeedbackCredential
+from .feedback_auth import FeedbackAuth
+from .post_intake import PostIntake
 from .token_buckets import TokenBuckets
 
 MAX_FEEDBACK_BYTES = 1024 * 1024
@@ -130,51 +125,22 @@ class FeedbackService:
         self.metrics = metrics
         self.auth = auth
         self.buckets = buckets
+        self.intake = PostIntake(
+            auth,
+            buckets,
+            lambda reason: metrics.feedback_rejected.labels(reason).inc(),
+            noun="feedback",
+            max_bytes=MAX_FEEDBACK_BYTES,
+        )
 
     async def handle(self, request: Request) -> JSONResponse:
         """The answer to one `POST /v1/feedback`: 201 and what was recorded. Raises
         `GatewayError`s (and `Unavailable` while the store cannot be reached)."""
-        credential = self._admit(request)
-        body = await self._body(request)
-        try:
-            self.auth.check_signed(credential, body.request_id)
-        except FeedbackAuthError as exc:
-            self.metrics.feedback_rejected.labels(exc.reason).inc()
-            raise
+        credential = self.intake.admit(request)
+        body = await self.intake.body(request, FeedbackBody)
+        self.intake.check_signed(credential, body.request_id)
         caller = credential.caller_of(body.user)
         return JSONResponse(await self.submit(body, caller), status_code=201)
-
-    def _admit(self, request: Request) -> FeedbackCredential:
-        """The post's credential, if it has one and its caller is within its rate (before the
-        body is read: a refused post costs nothing more)."""
-        try:
-            credential = self.auth.credential(request)
-        except FeedbackAuthError as exc:
-            self.metrics.feedback_rejected.labels(exc.reason).inc()
-            raise
-        wait = self.buckets.take(credential.caller)
-        if wait > 0:
-            self.metrics.feedback_rejected.labels("rate_limited").inc()
-            raise TooManyRequests(
-                f"too much feedback from this caller; retry in {math.ceil(wait)} s", wait
-            )
-        return credential
-
-    async def _body(self, request: Request) -> FeedbackBody:
-        if "json" not in request.headers.get("content-type", ""):
-            raise UnsupportedMediaType("content-type must be application/json")
-        raw = await read_limited(request, MAX_FEEDBACK_BYTES, "feedback")
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise RequestError(f"feedback is not valid JSON ({exc})") from None
-        try:
-            return FeedbackBody.model_validate(data)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
-            )
-            raise RequestError(f"feedback is malformed: {problems}") from None
 
     async def submit(self, body: FeedbackBody, caller: str | None = None) -> dict[str, Any]:
         exchange = self.recent.get(body.request_id) or await self._lookup(body.request_id)

@@ -10,6 +10,8 @@ A post carries one of:
 - **a signed feedback token**: `x-mirrorgate-feedback-token: <token>`, the header of the answer the
   feedback is about (`proxy.core.FeedbackTokens`): valid for that request id only, until it
   expires. The caller is the client address, `addr:…` (the token says which answer, not who).
+  For an outcome (`POST /v1/outcomes`), the token of any answer of the operation will do
+  (`check_signed_for_any`).
 
 Without either the post is refused (401), unless feedback is open (`proxy.config.feedback_open`:
 a loopback listener with no feedback auth configured), where the caller is the client address.
@@ -21,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from fastapi import Request
@@ -111,6 +113,29 @@ class FeedbackAuth:
             raise FeedbackAuthError(
                 f"the feedback token is not valid for request id '{request_id[:128]}'", "bad_token"
             )
+
+    def check_signed_for_any(
+        self, credential: FeedbackCredential, request_ids: Iterable[str]
+    ) -> None:
+        """Raises `FeedbackAuthError` unless `credential`'s signed token (if it has one) was
+        issued for one of `request_ids` (the requests of one business operation) and has not
+        expired."""
+        if credential.signed_token is None:
+            return
+        now = self._clock()
+        expired = False
+        for request_id in request_ids:
+            verdict = self.tokens.verify(credential.signed_token, request_id, now)
+            if verdict is TokenVerdict.VALID:
+                return
+            if verdict is TokenVerdict.MALFORMED:
+                break
+            expired = expired or verdict is TokenVerdict.EXPIRED
+        if expired:
+            raise FeedbackAuthError("the feedback token has expired", "expired")
+        raise FeedbackAuthError(
+            "the feedback token is not valid for any request of this operation", "bad_token"
+        )
 
     def _application(self, given: str) -> str | None:
         digest = hashlib.sha256(given.encode("utf-8", "replace")).digest()

@@ -31,12 +31,15 @@ from proxy.api import (
     AdminAuth,
     FeedbackAuth,
     FeedbackService,
+    OutcomeService,
     RecentExchanges,
+    RecentOperations,
     StateChangeGuard,
     TokenBuckets,
     build_admin_router,
     build_experiment_router,
     build_feedback_router,
+    build_outcome_router,
     build_public_router,
     build_rollout_router,
     install_error_handling,
@@ -47,7 +50,7 @@ from proxy.config import (
     feedback_app_tokens,
     feedback_open,
 )
-from proxy.core import ENDPOINTS, FeedbackTokens, RecordSink, TaskSet
+from proxy.core import ENDPOINTS, FeedbackTokens, RecordSink, StoredRecord, TaskSet
 from proxy.gateway import (
     AccessLog,
     ExchangeObserver,
@@ -82,6 +85,7 @@ from proxy.store import (
     Journal,
     JudgeWindows,
     Leadership,
+    OutcomeStore,
     ProbeStore,
     Recorder,
     RolloutStore,
@@ -152,7 +156,13 @@ class Gateway:
             on_settled=self.journal.settled if self.journal is not None else None,
         )
         self.recent = RecentExchanges()
-        self.sinks: tuple[RecordSink, ...] = (self.recorder.submit, self.recent)
+        self.recent_operations = RecentOperations()
+        """The calls of recent business operations, so outcomes join them before the store has."""
+        self.sinks: tuple[RecordSink, ...] = (
+            self.recorder.submit,
+            self.recent,
+            self.recent_operations,
+        )
         self.caller = ModelCaller(self.clients, keep_bodies=config.store.bodies != "none")
         plugins = load_analyzers(config.analyzers, available_analyzers(_entry_points()))
         self.rule_values = RuleValues.from_config(config)
@@ -235,6 +245,13 @@ class Gateway:
                 open_without_token=feedback_open(config, self.env),
                 tokens_env=server.feedback_tokens_env,
             ),
+            TokenBuckets(server.feedback_rate_per_s, server.feedback_burst),
+        )
+        self.outcomes = OutcomeService(
+            OutcomeStore(self.store),
+            self.recent_operations,
+            self.metrics,
+            self.feedback.auth,  # outcomes are posted with feedback's credentials
             TokenBuckets(server.feedback_rate_per_s, server.feedback_burst),
         )
         self.alert_client: httpx.AsyncClient | None = None
@@ -364,7 +381,13 @@ class Gateway:
     def _judge(self, config: MirrorgateConfig) -> Judge | None:
         if config.judge is None:
             return None
-        return Judge(config.judge, self.caller, self.recorder.submit, self.metrics)
+        return Judge(config.judge, self.caller, self._judge_sink, self.metrics)
+
+    def _judge_sink(self, record: StoredRecord) -> None:
+        """Where the judge's findings and calls go: the recorder, and the recent operations
+        (a judge call is part of its operation's cost)."""
+        self.recorder.submit(record)
+        self.recent_operations(record)
 
     def _alert_dispatcher(self, config: MirrorgateConfig) -> AlertDispatcher | None:
         """The dispatcher of `config.alerts`' sinks (None: no sink); one HTTP client and one
@@ -538,5 +561,6 @@ class Gateway:
         )
         api.include_router(build_experiment_router(admin_auth, self.experiments))
         api.include_router(build_feedback_router(self.feedback))
+        api.include_router(build_outcome_router(self.outcomes, admin_auth))
 
         return api

@@ -37,6 +37,7 @@ from .experiment import (
 )
 from .feedback_token import FEEDBACK_TOKEN_HEADER, FeedbackTokens, TokenVerdict, caller_id
 from .operation_summary import (
+    CLIENT_ARMS,
     OperationCall,
     OperationSummary,
     merged_calls,
@@ -92,6 +93,7 @@ from .utc import as_utc
 
 __all__ = [
     "ACTIVE",
+    "CLIENT_ARMS",
     "CUT_SHORT",
     "ENDPOINTS",
     "FEEDBACK_TOKEN_HEADER",

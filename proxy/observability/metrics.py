@@ -15,6 +15,11 @@ LATENCY_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0,
     30.0, 60.0, 120.0,
 )  # fmt: skip
+OPERATION_COST_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0,
+)  # fmt: skip
+"""Dollars per business operation: from a hundredth of a cent (one small call) to $10."""
 JUDGE_SCORE_BUCKETS = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0)
 """The LLM judge's 1-10 scale (a score is the mean of two, so halves fall between buckets)."""
 OVERHEAD_BUCKETS = (
@@ -127,6 +132,26 @@ class GatewayMetrics:
         """reason: `unauthenticated` (no token), `bad_token` (an application token that is not
         one, a signed token forged or for another request), `expired` (a signed token past its
         expiry), `rate_limited` (the caller is over `server.feedback_rate_per_s`)."""
+        self.operations = Counter(
+            "mirrorgate_operations", "Business operations' outcomes, once per operation and kind.",
+            ("route", "arm", "outcome"), registry=registry,
+        )  # fmt: skip
+        """Counted when an operation's first outcome of a kind is posted (`POST /v1/outcomes`).
+        outcome: `completed`/`not_completed`, `adopted`/`not_adopted`, `corrected`/
+        `not_corrected`. route and arm: the operation's first client call's (arm: the
+        experiment arm when it ran in one, else primary, canary or fallback)."""
+        self.operation_cost = Histogram(
+            "mirrorgate_operation_cost_usd",
+            "Summed cost of a business operation (its client calls, fallbacks and judge calls), "
+            "observed when its first completed outcome arrives.",
+            ("route", "arm"), buckets=OPERATION_COST_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.outcomes_rejected = Counter(
+            "mirrorgate_outcomes_rejected", "Outcome posts refused before they were stored.",
+            ("reason",), registry=registry,
+        )  # fmt: skip
+        """reason: as `mirrorgate_feedback_rejected_total`'s (`unauthenticated`, `bad_token`,
+        `expired`, `rate_limited`)."""
         self.rollout_weight = Gauge(
             "mirrorgate_rollout_weight_percent", "Share of live traffic sent to the canary.",
             ("route", "target"), registry=registry,

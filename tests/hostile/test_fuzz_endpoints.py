@@ -52,9 +52,10 @@ MAX_BODY = 65_536
 """The fuzzed gateway's `server.max_body_bytes`: small, so that strings around it are cheap."""
 
 DOCUMENTED = {200, 201, 307, 400, 401, 403, 404, 405, 409, 413, 415, 429, 502, 503, 504}
-"""Every status the gateway may answer: 201 is feedback recorded; 503 is the store or a rollout
-transition not being available, and /readyz while not ready; 307 is Starlette's redirect of an
-admin path with a trailing slash to the path without (`/admin/rollouts/` → `/admin/rollouts`)."""
+"""Every status the gateway may answer: 201 is feedback or an outcome recorded; 503 is the store or
+a rollout transition not being available, and /readyz while not ready; 307 is Starlette's
+redirect of an admin path with a trailing slash to the path without (`/admin/rollouts/` →
+`/admin/rollouts`)."""
 
 CLIENT_ARMS = ("primary", "canary", "fallback")
 ROUTES = ["echo", "echo-claude", "canaried", "stall", "broken", "garbage", "no-usage"]
@@ -68,7 +69,13 @@ def extra(upstream_url: str) -> dict[str, Any]:
     """The fuzzed gateway's config on top of tests/conftest.py's: a route with a canary, a
     shadow and a rule, so the admin, rollout and webhook routes have something to act on."""
     return {
-        "server": {"max_body_bytes": MAX_BODY},
+        # Rate limits high enough that feedback and outcome posts reach their bodies (the
+        # limits themselves are tested in tests/proxy/api).
+        "server": {
+            "max_body_bytes": MAX_BODY,
+            "feedback_rate_per_s": 100_000,
+            "feedback_burst": 1_000_000,
+        },
         "models": {
             "cand": {"provider": "openai", "base_url": upstream_url + "/v1", "model": "echo"},
         },
@@ -148,6 +155,7 @@ FIELDS = [
     "model", "stream", "messages", "request_id", "stream_options", "max_tokens", "input",
     "prompt", "system", "tools", "n", "user", "metadata", "temperature", "corrected",
     "correction", "score", "label", "reason", "to", "version", "alerts", "status", "labels",
+    "operation_id", "completed", "adopted", "value",
 ]  # fmt: skip
 
 USER = [{"role": "user", "content": "hello"}]
@@ -165,6 +173,8 @@ def base_body(method: str, path: str) -> dict[str, Any] | None:
         return {"model": "echo-claude", "max_tokens": 16, "messages": USER}
     if path == "/v1/feedback":
         return {"request_id": "0" * 32, "corrected": True, "correction": "x", "score": 3}
+    if path == "/v1/outcomes":
+        return {"operation_id": "fuzz-op", "completed": True, "value": 1.5, "labels": {"a": "b"}}
     if path == "/hooks/alertmanager":
         return {
             "version": "4",
@@ -364,6 +374,9 @@ def fuzzed(
         fuzzed = Fuzzed(gw, db)
         for _ in range(3):  # answers that feedback can name
             still_serves(fuzzed)
+        body = {"model": "echo", "messages": USER}  # an operation outcomes can name
+        headers = {"x-mirrorgate-operation": "fuzz-op"}
+        assert gw.http.post("/v1/chat/completions", json=body, headers=headers).status_code == 200
         yield fuzzed
     finally:
         gw.stop()

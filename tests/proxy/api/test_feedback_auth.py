@@ -167,3 +167,29 @@ def test_a_caller_over_its_rate_gets_429_with_retry_after(
     other = post(gw, {"request_id": ids[4], "corrected": True}, authorization=f"Bearer {OTHER_APP}")
     assert other.status_code == 201
     assert sum(len(callers(gw, i)) for i in ids) == 4
+
+
+def test_a_signed_token_for_an_operation_is_one_of_its_requests_and_unexpired() -> None:
+    from proxy.api import FeedbackAuth
+    from proxy.api.feedback_auth import FeedbackAuthError, FeedbackCredential
+    from proxy.core import FeedbackTokens
+
+    now = [1_000_000.0]
+    tokens = FeedbackTokens(60, b"k" * 32)
+    auth = FeedbackAuth([], tokens, open_without_token=False, tokens_env="X",
+                        clock=lambda: now[0])  # fmt: skip
+    token = tokens.issue("r2", now[0])
+    assert token is not None
+    signed = FeedbackCredential("addr:1", signed_token=token)
+    auth.check_signed_for_any(signed, ["r1", "r2", "r3"])
+    auth.check_signed_for_any(FeedbackCredential("app:1", application=True), [])
+    with pytest.raises(FeedbackAuthError) as other:
+        auth.check_signed_for_any(signed, ["r1", "r3"])
+    assert other.value.reason == "bad_token"
+    with pytest.raises(FeedbackAuthError) as none:
+        auth.check_signed_for_any(signed, [])
+    assert none.value.reason == "bad_token"
+    now[0] += 3600
+    with pytest.raises(FeedbackAuthError) as late:
+        auth.check_signed_for_any(signed, ["r1", "r2"])
+    assert late.value.reason == "expired"

@@ -15,7 +15,7 @@ import yaml
 
 from proxy.app.reload import ReloadResult, config_changes
 from proxy.config import load_config
-from tests.conftest import InProcessGateway, gateway_config
+from tests.conftest import InProcessGateway, gateway_config, wait_until
 
 TOKEN = "t0ken-for-tests"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -308,3 +308,25 @@ def started_with(
     doc = gw.gateway.config.model_dump(mode="json")
     write(path, doc)
     return gw, path, doc
+
+
+def test_a_routes_operation_field_is_read_from_the_next_request_on(
+    start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    gw, path, doc = started(start_gateway, tmp_path)
+    body = {"model": "echo", "messages": [{"role": "user", "content": "hi"}],
+            "metadata": {"ticket": "t-77"}}  # fmt: skip
+
+    def operation_of(answer: httpx.Response) -> str | None:
+        request_id = answer.headers["x-mirrorgate-request-id"]
+        store = gw.gateway.store
+        (record,) = wait_until(lambda: store.query(request_id=request_id), what="stored")
+        return record.operation_id
+
+    assert operation_of(gw.http.post("/v1/chat/completions", json=body)) is None
+    edited = copy.deepcopy(doc)
+    edited["routes"]["echo"]["operation_field"] = "metadata.ticket"
+    write(path, edited)
+    answer = reload(gw.http)
+    assert answer.status_code == 200 and answer.json()["changed"] == ["routes.echo"]
+    assert operation_of(gw.http.post("/v1/chat/completions", json=body)) == "t-77"
