@@ -14,7 +14,8 @@ the experiment, is at most the error budget. The budget (5 % by default) is shar
 interval an experiment shows, so all of them hold at once, and no verdict is given before 30
 units on each side. An arm **ships** when it is surely better on the primary metric, or surely no
 worse than the minimum detectable effect on it and surely cheaper or faster; it is **worse** when
-surely worse on the primary metric; it is **stopped** when a guardrail metric is surely worse;
+surely worse on the primary metric; it is **stopped** when a guardrail metric is surely worse
+(its whole interval on the worse side of zero: a guardrail promises no harm);
 there is **no difference** when the whole interval lies within ± the minimum detectable effect;
 otherwise it is **inconclusive**, and mirrorgate says how many more units it needs if the current
 estimate holds, and how long that takes at the current rate. A separate check compares how many
@@ -626,6 +627,7 @@ def decide(
     alpha: float = 0.05,
     weights: Mapping[str, float] | None = None,
     unit_name: str = "operation",
+    tolerances: Mapping[str, float] | None = None,
 ) -> ExperimentDecision:
     """The verdict on every arm of `units` other than `control`, at this look.
 
@@ -640,8 +642,12 @@ def decide(
     experiment), how long that takes. `mde` is in points for a proportion primary metric and
     relative for the others (0.03: 3 points, or 3 %). With `weights` the assignment is also
     checked (`sample_ratio_mismatch`). `unit_name` is what the text counts (`operation`,
-    `user`). Raises ValueError for an unknown metric, a control without units, no other arm,
-    alpha or mde outside (0, 1), or a negative rate."""
+    `user`). A guardrail is breached when its interval lies wholly on the worse side of 0, or
+    beyond its entry in `tolerances` (on its lift's scale: 0.01 is 1 point or 1 %; none by
+    default: a guardrail promises no harm, and the shared budget keeps false stops rare).
+    Raises ValueError for an unknown metric, a control without units, no other arm, alpha or
+    mde outside (0, 1), a negative rate or tolerance, a tolerance for a metric that is not a
+    guardrail, or units of an arm `weights` does not name."""
     for name in (primary, *guardrails):
         metric_info(name)
     _check_level(alpha, mde)
@@ -652,6 +658,12 @@ def decide(
         raise ValueError("an experiment needs an arm besides control")
     if rate_per_s is not None and (not math.isfinite(rate_per_s) or rate_per_s < 0):
         raise ValueError(f"rate_per_s must be finite and >= 0, got {rate_per_s}")
+    tolerance = dict(tolerances or {})
+    for name, value in tolerance.items():
+        if name not in guardrails:
+            raise ValueError(f"tolerance for {name!r}, which is not a guardrail")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"tolerance of {name!r} must be finite and >= 0, got {value}")
     mismatch = None if weights is None else sample_ratio_mismatch(
         {arm: len(us) for arm, us in units.items()}, weights
     )  # fmt: skip
@@ -662,8 +674,9 @@ def decide(
     control_sides = [_side(info, units[control]) for info in infos]
     decisions = tuple(
         _decide_arm(
-            arm, infos, control_sides, units[arm], units[control], set(guardrails), level, mde,
-            rate_per_s, total, unit_name,
+            arm, infos, control_sides, units[arm], units[control],
+            {g: tolerance.get(g, 0.0) for g in guardrails}, level, mde, rate_per_s, total,
+            unit_name,
         )
         for arm in arms
     )  # fmt: skip
@@ -682,7 +695,7 @@ def _decide_arm(
     control_sides: Sequence[_Side],
     arm_units: Sequence[Unit],
     control_units: Sequence[Unit],
-    guardrails: set[str],
+    guardrails: Mapping[str, float],
     level: float,
     mde: float,
     rate_per_s: float | None,
@@ -698,7 +711,9 @@ def _decide_arm(
     n_arm, n_control = len(arm_units), len(control_units)
     operations = sum(u.operations for u in arm_units)
     enough = min(n_arm, n_control) >= MIN_UNITS
-    breached = tuple(x.metric for x in lifts if x.metric in guardrails and x.surely_worse())
+    breached = tuple(
+        x.metric for x in lifts if x.metric in guardrails and x.surely_worse(guardrails[x.metric])
+    )
     cheaper = [
         x
         for x in lifts[1:]
@@ -731,7 +746,7 @@ def _decide_arm(
             MIN_UNITS - n_control,
         ) if (primary.needs is not None or not enough) else None  # fmt: skip
         eta = _eta(needs, primary.growth, n_arm, n_control, total, rate_per_s)
-    text = _text(arm, verdict, info, shown, cheaper, mde, needs, eta, unit_name, n_arm)
+    text = _text(arm, verdict, info, shown, cheaper, mde, needs, eta, unit_name, n_arm, guardrails)
     return ArmDecision(arm, verdict, lifts, breached, n_arm, operations, needs, eta, text)
 
 
@@ -766,6 +781,14 @@ def _shown(x: Lift) -> str:
     return f"{label} {number(x.estimate, x.low, x.high)}"
 
 
+def _beyond(x: Lift, tolerance: float) -> str:
+    if tolerance == 0:
+        return ""
+    if x.scale == "points":
+        return f" (by more than {tolerance * 100:.1f} pts)"
+    return f" (by more than {tolerance * 100:.0f} %)"
+
+
 def _text(
     arm: str,
     verdict: Verdict,
@@ -777,12 +800,15 @@ def _text(
     eta: float | None,
     unit_name: str,
     n_arm: int,
+    tolerances: Mapping[str, float],
 ) -> str:
     lifts = ", ".join(_shown(x) for x in shown)
     within = f"±{mde * 100:.1f} pts" if info.scale == "points" else f"±{mde * 100:.0f} %"
     match verdict:
         case Verdict.STOPPED:
-            metric_names = " and ".join(METRICS[x.metric].label for x in shown)
+            metric_names = " and ".join(
+                METRICS[x.metric].label + _beyond(x, tolerances[x.metric]) for x in shown
+            )
             return f"{arm}: {lifts}: guardrail breached, surely worse on {metric_names} — stop it"
         case Verdict.SHIP if cheaper:
             better = ", ".join(METRICS[x.metric].improved for x in cheaper)

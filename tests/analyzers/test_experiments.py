@@ -329,6 +329,33 @@ def test_a_guardrail_surely_worse_stops_the_arm_whatever_the_primary_says() -> N
     assert arm.text.endswith("guardrail breached, surely worse on errors — stop it")
 
 
+def test_a_guardrail_tolerance_lets_a_small_harm_pass() -> None:
+    units = {
+        "control": operations("control", 4000, 2000, errors=40),
+        "b": operations("b", 4000, 2000, errors=200),
+    }
+    strict = decide("completion_rate", ["error_rate"], "control", units, mde=0.03, rate_per_s=None)
+    assert strict.arm("b").verdict is Verdict.STOPPED
+    # +4 points of errors is within a tolerance of 8 points, not of 2.
+    lenient = decide(
+        "completion_rate", ["error_rate"], "control", units, mde=0.03, rate_per_s=None,
+        tolerances={"error_rate": 0.08},
+    )  # fmt: skip
+    assert lenient.arm("b").verdict is not Verdict.STOPPED
+    tight = decide(
+        "completion_rate", ["error_rate"], "control", units, mde=0.03, rate_per_s=None,
+        tolerances={"error_rate": 0.02},
+    ).arm("b")  # fmt: skip
+    assert tight.verdict is Verdict.STOPPED
+    assert "surely worse on errors (by more than 2.0 pts) — stop it" in tight.text
+    for bad, match in (({"latency_p95": 0.1}, "not a guardrail"), ({"error_rate": -1}, ">= 0")):
+        with pytest.raises(ValueError, match=match):
+            decide(
+                "completion_rate", ["error_rate"], "control", units, mde=0.03, rate_per_s=None,
+                tolerances=bad,
+            )  # fmt: skip
+
+
 def test_not_enough_data_says_how_many_more_and_how_long() -> None:
     units = {"control": operations("control", 300, 180), "b": operations("b", 300, 186)}
     arm = decide("completion_rate", [], "control", units, mde=0.03, rate_per_s=20 / 60).arm("b")
