@@ -366,3 +366,20 @@ def test_weights_follow_the_config_and_srm_stays_quiet(start_gateway: Any) -> No
     decision = decider.decisions["bot"]
     assert decision.srm is not None and not decision.srm.flagged
     assert 'mirrorgate_experiment_srm{route="bot"} 0.0' in gw.http.get("/metrics").text
+
+
+def test_an_operations_outcome_counts_under_its_experiment_arm(start_gateway: Any) -> None:
+    gw = start(start_gateway, unit="operation")
+    assert post(gw, "/admin/experiments/bot/start").status_code == 200
+    body = {"model": "bot", "messages": [{"role": "user", "content": "hi"}]}
+    answer = gw.http.post(
+        "/v1/chat/completions", json=body, headers={"x-mirrorgate-operation": "ticket-7"}
+    )
+    arm = answer.headers["x-mirrorgate-experiment-arm"]
+    records(gw, answer.headers["x-mirrorgate-request-id"])
+    posted = gw.http.post("/v1/outcomes", json={"operation_id": "ticket-7", "completed": True})
+    assert posted.status_code == 201, posted.text
+    metrics = gw.http.get("/metrics").text
+    assert (
+        f'mirrorgate_operations_total{{arm="{arm}",outcome="completed",route="bot"}} 1.0' in metrics
+    )
