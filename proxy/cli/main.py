@@ -32,7 +32,7 @@ ROLLOUT_ACTIONS = ("status", "plan", *(a.value for a in Action if a in OPERATOR_
 ROLLOUT_URL_ENV = "MIRRORGATE_URL"
 ROLLOUT_DEFAULT_URL = "http://127.0.0.1:8080"
 LOG_FORMATS = ("text", "json")
-DEMO_SCENES = ("rollback", "guard")
+DEMO_SCENES = ("rollback", "guard", "experiment")
 """`mirrorgate demo --scene`: the default tells a rollback after a rule change."""
 BROKEN_PIPE_EXIT = 141
 """128 + SIGPIPE: what a shell reports for a program whose reader went away (`| head`)."""
@@ -116,6 +116,16 @@ def cmd_mock_upstream(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if args.scene == "experiment":
+        if args.restore:
+            args.parser.error("--restore goes with --scene guard")
+        from .demo_experiment import print_experiment_config, run_experiment_demo
+
+        if args.print_config:
+            return print_experiment_config(sys.stdout)
+        return run_experiment_demo(
+            port=args.port, duration_s=args.duration, keep_running=args.keep_running
+        )
     if args.scene == "guard":
         from .demo_guard import print_guard_config, run_guard_demo
 
@@ -352,8 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=DEMO_SCENES,
         default="rollback",
         help="rollback: a canary rolled back after a rule change; guard: rule-flip probes refuse "
-        "a canary that memorised a rule, and the guard switches a production model that kept it "
-        "(an `experiment` scene is planned, not built yet)",
+        "a canary that memorised a rule, and the guard switches a production model that kept it; "
+        "experiment: three arms of an A/B experiment, decided live on business outcomes",
     )
     demo.add_argument("--port", type=int, default=8080, help="gateway port (0: any free port)")
     demo.add_argument(
