@@ -12,7 +12,14 @@ from types import MappingProxyType
 from typing import Any, Literal, get_args
 
 Severity = Literal["critical", "warning", "info"]
-AlertKind = Literal["rollback", "rule_regression", "verdict_fail", "step_held"]
+AlertKind = Literal[
+    "rollback",
+    "rule_regression",
+    "verdict_fail",
+    "step_held",
+    "experiment_arm_stopped",
+    "experiment_srm",
+]
 RollbackTarget = Literal["primary", "fallback"]
 """Kinds are a closed set so that the `kind` metric label stays bounded; add new kinds here."""
 
@@ -27,7 +34,10 @@ class Alert:
     kind: AlertKind
     """What happened: `rollback` (traffic was moved back), `rule_regression` (a candidate fails a
     rule version the primary passes), `verdict_fail` (an analysis metric failed), `step_held`
-    (a rollout step has held past `canary.max_hold_s`: some metric cannot pass yet)."""
+    (a rollout step has held past `canary.max_hold_s`: some metric cannot pass yet),
+    `experiment_arm_stopped` (a guardrail breach stopped an experiment arm; `target` is the arm's
+    model, `check` the guardrail), `experiment_srm` (the experiment's units do not follow its
+    weights: its assignment is broken)."""
     route: str
     """The route's config name."""
     target: str

@@ -29,6 +29,8 @@ ALERTNAMES = {
     "rule_regression": "MirrorgateRuleRegression",
     "verdict_fail": "MirrorgateVerdictFail",
     "step_held": "MirrorgateStepHeld",
+    "experiment_arm_stopped": "MirrorgateExperimentArmStopped",
+    "experiment_srm": "MirrorgateExperimentSRM",
 }
 
 

@@ -137,7 +137,7 @@ def _rate(
     )
 
 
-def _log_quantile(values: Sequence[float], q: float) -> tuple[float, float] | None:
+def log_quantile(values: Sequence[float], q: float) -> tuple[float, float] | None:
     """(log of the q-quantile, its standard error) of sorted positive-or-zero `values`, or None
     when the quantile is 0 (no ratio)."""
     n = len(values)
@@ -160,7 +160,7 @@ def _quantile(
     n_p, n_c = len(primary), len(candidate)
     if min(n_p, n_c) < th.min_samples_latency:
         return _Few(metric, ratio, n_p, n_c, th.min_samples_latency)
-    of_primary, of_candidate = _log_quantile(primary, q), _log_quantile(candidate, q)
+    of_primary, of_candidate = log_quantile(primary, q), log_quantile(candidate, q)
     if of_primary is None or of_candidate is None:
         return _Few(metric, ratio, n_p, n_c, 0, "a quantile is 0: no ratio")
     p_value, c_value = math.exp(of_primary[0]), math.exp(of_candidate[0])

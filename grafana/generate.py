@@ -101,6 +101,27 @@ def new_or_increased(metric: str, selector: str, by: str) -> str:
     )
 
 
+def outcome_share(outcome: str, window: str = RI) -> str:
+    """Share of the operations with a posted `outcome` (completed, adopted, corrected) where it
+    was true, per route and experiment arm, over `window`."""
+    by = "route, arm"
+    yes = f'mirrorgate_operations_total{{{ROUTE_SEL}, outcome="{outcome}"}}'
+    both = f'mirrorgate_operations_total{{{ROUTE_SEL}, outcome=~"{outcome}|not_{outcome}"}}'
+    return (
+        f"sum by ({by}) (increase({yes}[{window}]))\n  /\n"
+        f"sum by ({by}) (increase({both}[{window}]))"
+    )
+
+
+def mean_operation_cost(by: str) -> str:
+    """USD per operation: the summed cost of each operation, observed at its `completed`
+    outcome, averaged per `by`."""
+    return (
+        f"{rate('mirrorgate_operation_cost_usd_sum', ROUTE_SEL, by)}\n  /\n"
+        f"{rate('mirrorgate_operation_cost_usd_count', ROUTE_SEL, by)}"
+    )
+
+
 @dataclass(frozen=True)
 class Query:
     expr: str
@@ -811,7 +832,264 @@ COST = Dashboard(
     ),
 )
 
-DASHBOARDS = (OVERVIEW, ROLLOUT, QUALITY, COST)
+EXPERIMENT = f'{SEL}, arm="experiment"'
+"""The calls of experiment arms (the arm's name is on the answer, not a label: bounded labels)."""
+
+EXPERIMENTS = Dashboard(
+    uid="mirrorgate-experiments",
+    title="mirrorgate / Experiments",
+    description="Online A/B experiments: operations and their outcomes per arm, cost per "
+    "operation, weights, sample-ratio mismatch, guardrail stops, and the experiment arms' calls.",
+    filename="experiments.json",
+    rows=(
+        Row(
+            "State",
+            (
+                Panel(
+                    "Running",
+                    "1 while an experiment runs on the route (`mirrorgate experiment status "
+                    "ROUTE` has the decision in words).",
+                    (
+                        q(
+                            'max by (route) (mirrorgate_experiment_running{route=~"$route"})',
+                            "{{route}}",
+                        ),
+                    ),
+                    kind="stat",
+                    width=6,
+                    height=5,
+                ),
+                Panel(
+                    "Sample-ratio mismatch",
+                    "1 while the units per arm do not follow the weights (chi-square, p < 0.001): "
+                    "the assignment is broken and no lift can be trusted. Runbook: "
+                    "MirrorgateExperimentSampleRatioMismatch.",
+                    (
+                        q(
+                            'max by (route) (mirrorgate_experiment_srm{route=~"$route"})',
+                            "{{route}}",
+                        ),
+                    ),
+                    kind="stat",
+                    width=6,
+                    height=5,
+                ),
+                Panel(
+                    "Arms stopped by a guardrail",
+                    "Arms stopped over the range because a guardrail metric was surely worse "
+                    "than control.",
+                    (
+                        q(
+                            "sum by (route) (increase(mirrorgate_experiment_arm_stopped_total"
+                            f"{{{ROUTE_SEL}}}[$__range]))",
+                            "{{route}}",
+                            instant=True,
+                        ),
+                    ),
+                    kind="stat",
+                    width=6,
+                    height=5,
+                ),
+                Panel(
+                    "Operations over the range",
+                    "Operations with an outcome posted over the range, per arm.",
+                    (
+                        q(
+                            "sum by (route, arm) (increase(mirrorgate_operations_total"
+                            f'{{{ROUTE_SEL}, outcome=~"completed|not_completed"}}[$__range]))',
+                            "{{route}} · {{arm}}",
+                            instant=True,
+                        ),
+                    ),
+                    kind="stat",
+                    width=6,
+                    height=5,
+                ),
+                Panel(
+                    "Weights",
+                    "Share of new units assigned to each arm (0 once an arm is stopped).",
+                    (
+                        q(
+                            f"max by (route, arm) (mirrorgate_experiment_weight_percent"
+                            f"{{{ROUTE_SEL}}})",
+                            "{{route}} · {{arm}}",
+                        ),
+                    ),
+                    "percent",
+                ),
+                Panel(
+                    "Guardrail stops",
+                    "Arms stopped, by the guardrail metric that was surely worse.",
+                    (
+                        q(
+                            new_or_increased(
+                                "mirrorgate_experiment_arm_stopped_total",
+                                ROUTE_SEL,
+                                "route, arm, metric",
+                            ),
+                            "{{route}} · {{arm}} · {{metric}}",
+                        ),
+                    ),
+                    "short",
+                ),
+            ),
+        ),
+        Row(
+            "Operations and outcomes",
+            (
+                Panel(
+                    "Operations per minute by arm and outcome",
+                    "Outcomes posted to POST /v1/outcomes, counted once per operation and kind: "
+                    "completed / not_completed, adopted / not_adopted, corrected / "
+                    "not_corrected.",
+                    (
+                        q(
+                            rate("mirrorgate_operations_total", ROUTE_SEL, "route, arm, outcome")
+                            + " * 60",
+                            "{{route}} · {{arm}} · {{outcome}}",
+                        ),
+                    ),
+                    "short",
+                    width=24,
+                ),
+                Panel(
+                    "Completion rate by arm",
+                    "Share of the operations with a `completed` outcome that completed.",
+                    (q(outcome_share("completed"), "{{route}} · {{arm}}"),),
+                    "percentunit",
+                    width=8,
+                ),
+                Panel(
+                    "Adoption rate by arm",
+                    "Share of the operations with an `adopted` outcome whose answer was adopted.",
+                    (q(outcome_share("adopted"), "{{route}} · {{arm}}"),),
+                    "percentunit",
+                    width=8,
+                ),
+                Panel(
+                    "Correction rate by arm",
+                    "Share of the operations with a `corrected` outcome that a person corrected.",
+                    (q(outcome_share("corrected"), "{{route}} · {{arm}}"),),
+                    "percentunit",
+                    width=8,
+                ),
+                Panel(
+                    "Outcome rates over the range",
+                    "Completion, adoption and correction rates per arm over the selected range: "
+                    "the numbers the experiment's decision compares (with intervals, in "
+                    "`mirrorgate experiment status`).",
+                    tuple(
+                        q(
+                            outcome_share(outcome, "$__range"),
+                            f"{{{{arm}}}} · {outcome}",
+                            instant=True,
+                        )
+                        for outcome in ("completed", "adopted", "corrected")
+                    ),
+                    "percentunit",
+                    kind="table",
+                    width=24,
+                ),
+            ),
+        ),
+        Row(
+            "Cost per operation",
+            (
+                Panel(
+                    "Mean cost per operation by arm",
+                    "USD per completed operation: every call of the operation summed (retries, "
+                    "fallbacks and judge calls included), observed when its outcome arrives.",
+                    (
+                        q(
+                            mean_operation_cost("route, arm"),
+                            "{{route}} · {{arm}}",
+                        ),
+                    ),
+                    "currencyUSD",
+                    decimals=6,
+                ),
+                Panel(
+                    "Cost per operation p50 / p95 by arm",
+                    "From the histogram: half the operations cost less than p50, 95 % less "
+                    "than p95.",
+                    tuple(
+                        q(
+                            quantile(p, "mirrorgate_operation_cost_usd", ROUTE_SEL, "route, arm"),
+                            f"p{round(p * 100)} {{{{route}}}} · {{{{arm}}}}",
+                        )
+                        for p in (0.5, 0.95)
+                    ),
+                    "currencyUSD",
+                    decimals=6,
+                ),
+            ),
+        ),
+        Row(
+            'Experiment arms\' calls (arm="experiment")',
+            (
+                Panel(
+                    "Requests by model and status class",
+                    "Upstream calls of the experiment arms per second (the control arm's calls "
+                    "are arm `experiment` too).",
+                    (
+                        q(
+                            rate(
+                                "mirrorgate_requests_total",
+                                EXPERIMENT,
+                                "route, target, status_class",
+                            ),
+                            "{{route}} · {{target}} · {{status_class}}",
+                        ),
+                    ),
+                    "reqps",
+                ),
+                Panel(
+                    "5xx ratio by model",
+                    "Share of the experiment arms' calls that ended in a 5xx.",
+                    (
+                        q(
+                            ratio(
+                                "mirrorgate_requests_total",
+                                'status_class="5xx"',
+                                EXPERIMENT,
+                                "route, target",
+                            ),
+                            "{{route}} · {{target}}",
+                        ),
+                    ),
+                    "percentunit",
+                ),
+                Panel(
+                    "Request duration p50 / p95 by model",
+                    "One call, from receiving the request to the last byte (an operation's "
+                    "latency end to end is in the decision).",
+                    tuple(
+                        q(
+                            quantile(
+                                p,
+                                "mirrorgate_request_duration_seconds",
+                                EXPERIMENT,
+                                "route, target",
+                            ),
+                            f"p{round(p * 100)} {{{{route}}}} · {{{{target}}}}",
+                        )
+                        for p in (0.5, 0.95)
+                    ),
+                    "s",
+                ),
+                Panel(
+                    "Cost per request by model",
+                    "USD per upstream call of the experiment arms.",
+                    (q(cost_per_request(EXPERIMENT, "route, target"), "{{route}} · {{target}}"),),
+                    "currencyUSD",
+                    decimals=6,
+                ),
+            ),
+        ),
+    ),
+)
+
+DASHBOARDS = (OVERVIEW, ROLLOUT, QUALITY, COST, EXPERIMENTS)
 
 ANNOTATIONS = (
     (

@@ -77,6 +77,7 @@ COVERED_ELSEWHERE: dict[str, str] = {
     # the whole demo, run as `mirrorgate demo`
     "proxy/cli/demo.py": "tests/e2e/test_demo.py",
     "proxy/cli/demo_guard.py": "tests/e2e/test_demo_guard.py",
+    "proxy/cli/demo_experiment.py": "tests/e2e/test_demo_experiment.py",
     # every line `mirrorgate rollout` prints, against a real gateway
     "proxy/cli/rollout_text.py": "tests/proxy/cli/test_rollout.py",
     # every field of every record kind, written and read back equal

@@ -1,13 +1,14 @@
 """The HTTP surface other than the proxied endpoints: FastAPI routers for the admin API, rollouts,
-feedback, business operations' outcomes, the Alertmanager webhook and the public routes (models,
-health, readiness, metrics), and the one translation of errors into their answers
-(`install_error_handling`: routers raise, it answers). Imports everything below it; only the
-app's wiring imports it.
+experiments, feedback, business operations' outcomes, the Alertmanager webhook and the public
+routes (models, health, readiness, metrics), and the one translation of errors into their
+answers (`install_error_handling`: routers raise, it answers). Imports everything below it;
+only the app's wiring imports it.
 """
 
 from .admin import AdminAuth, build_admin_router
 from .doors import StateChangeGuard
 from .errors import install_error_handling
+from .experiments import build_experiment_router
 from .feedback import FeedbackService, RecentExchanges, build_feedback_router
 from .feedback_auth import FeedbackAuth
 from .outcomes import OutcomeService, RecentOperations, build_outcome_router
@@ -25,6 +26,7 @@ __all__ = [
     "StateChangeGuard",
     "TokenBuckets",
     "build_admin_router",
+    "build_experiment_router",
     "build_feedback_router",
     "build_outcome_router",
     "build_public_router",

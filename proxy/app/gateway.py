@@ -37,6 +37,7 @@ from proxy.api import (
     StateChangeGuard,
     TokenBuckets,
     build_admin_router,
+    build_experiment_router,
     build_feedback_router,
     build_outcome_router,
     build_public_router,
@@ -70,8 +71,15 @@ from proxy.observability import (
     GatewayMetrics,
     build_tracer_provider,
 )
-from proxy.rollout import RolloutController, RolloutManager, RuleGuard
+from proxy.rollout import (
+    ExperimentDecider,
+    ExperimentManager,
+    RolloutController,
+    RolloutManager,
+    RuleGuard,
+)
 from proxy.store import (
+    ExperimentStore,
     FeedbackStore,
     GuardStore,
     Journal,
@@ -256,6 +264,14 @@ class Gateway:
         self.rollouts = RolloutManager(
             config, RolloutStore(self.store), self.routes, self.metrics, alerts=self.alerts
         )
+        self.experiments = ExperimentManager(
+            config,
+            ExperimentStore(self.store),
+            self.routes,
+            self.metrics,
+            self.rollouts,
+            alerts=self.alerts,
+        )
         self.controller = RolloutController(
             config,
             self.rollouts,
@@ -265,6 +281,7 @@ class Gateway:
             # Built whatever the config (it looks at guarded routes only), so a reload can add one.
             guard=RuleGuard(config, self.rollouts, GuardStore(self.store), self.probe_results),
             probes=self.probe_results,
+            experiments=ExperimentDecider(self.experiments),
         )
         for warning in config_warnings(config, self.env):
             log.warning("config: %s", warning)
@@ -298,6 +315,10 @@ class Gateway:
         await asyncio.to_thread(self.rule_tracker.load)
         await asyncio.to_thread(load_encoding)  # the token vocabulary, never on the event loop
         await self.rollouts.refresh()  # come back in the phase and step that were persisted
+        self.routes.experiment_secret = await asyncio.to_thread(
+            SigningKeyStore(self.store).shared, "experiment-units"
+        )  # every replica assigns a unit to the same arm, and hashes it the same
+        await self.experiments.refresh()  # and every experiment as it was persisted
         if self.analysis is not None:
             self.analysis.start()
         self.recorder.start()
@@ -305,6 +326,9 @@ class Gateway:
             self.alerts.start()
         self.background.spawn(
             self.rollouts.run_refresh(self.config.server.route_refresh_s), "route-refresh"
+        )
+        self.background.spawn(
+            self.experiments.run_refresh(self.config.server.route_refresh_s), "experiment-refresh"
         )
         self._start_deciding()
         if self.shadows is not None:
@@ -324,10 +348,11 @@ class Gateway:
             await self.close()
 
     def _start_deciding(self) -> None:
-        """Run the rollout controller while some route has a canary or a guard (from a reload
-        on too)."""
+        """Run the rollout controller while some route has a canary, a guard or an experiment
+        (from a reload on too)."""
         wanted = any(
-            r.canary is not None or r.guard is not None for r in self.config.routes.values()
+            r.canary is not None or r.guard is not None or r.experiment is not None
+            for r in self.config.routes.values()
         )
         if wanted and (self._deciding is None or self._deciding.done()):
             self._deciding = self.background.spawn(self.controller.run(), "rollout-controller")
@@ -408,6 +433,7 @@ class Gateway:
         self.clients = clients
         self.caller.clients = clients
         self.rollouts.reconfigure(config)  # and the route table, from the rollout states
+        self.experiments.reconfigure(config)  # and the experiments on the rebuilt table
         self.controller.config = config
         if self.controller.guard is not None:
             self.controller.guard.config = config
@@ -428,6 +454,7 @@ class Gateway:
         if config.alerts != self.config.alerts:
             retired_alerts, self.alerts = self.alerts, self._alert_dispatcher(config)
             self.rollouts.alerts = self.alerts
+            self.experiments.alerts = self.alerts
             if self.alerts is not None and self.ready:
                 self.alerts.start()
             if retired_alerts is not None:  # what it queued is still delivered
@@ -536,6 +563,7 @@ class Gateway:
                 windows=self.controller.windows,
             )
         )
+        api.include_router(build_experiment_router(admin_auth, self.experiments))
         api.include_router(build_feedback_router(self.feedback))
         api.include_router(build_outcome_router(self.outcomes, admin_auth))
 

@@ -32,7 +32,7 @@ ROLLOUT_ACTIONS = ("status", "plan", *(a.value for a in Action if a in OPERATOR_
 ROLLOUT_URL_ENV = "MIRRORGATE_URL"
 ROLLOUT_DEFAULT_URL = "http://127.0.0.1:8080"
 LOG_FORMATS = ("text", "json")
-DEMO_SCENES = ("rollback", "guard")
+DEMO_SCENES = ("rollback", "guard", "experiment")
 """`mirrorgate demo --scene`: the default tells a rollback after a rule change."""
 BROKEN_PIPE_EXIT = 141
 """128 + SIGPIPE: what a shell reports for a program whose reader went away (`| head`)."""
@@ -116,6 +116,16 @@ def cmd_mock_upstream(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if args.scene == "experiment":
+        if args.restore:
+            args.parser.error("--restore goes with --scene guard")
+        from .demo_experiment import print_experiment_config, run_experiment_demo
+
+        if args.print_config:
+            return print_experiment_config(sys.stdout)
+        return run_experiment_demo(
+            port=args.port, duration_s=args.duration, keep_running=args.keep_running
+        )
     if args.scene == "guard":
         from .demo_guard import print_guard_config, run_guard_demo
 
@@ -176,6 +186,23 @@ def cmd_rollout(args: argparse.Namespace, transport: httpx.BaseTransport | None 
     from .rollout import run_rollout
 
     return run_rollout(args, transport)
+
+
+def cmd_experiment(args: argparse.Namespace, transport: httpx.BaseTransport | None = None) -> int:
+    """`mirrorgate experiment`: check the arguments, then run it."""
+    parser: argparse.ArgumentParser = args.parser
+    if args.action == "status" and args.reason is not None:
+        parser.error("--reason goes with start or stop, not with status")
+    if not args.timeout > 0:
+        parser.error("--timeout must be a positive number of seconds")
+    if args.url is None:
+        try:
+            args.url = _gateway_url(os.environ.get(ROLLOUT_URL_ENV) or ROLLOUT_DEFAULT_URL)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"${ROLLOUT_URL_ENV} {exc}")
+    from .experiment import run_experiment
+
+    return run_experiment(args, transport)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -304,6 +331,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rollout.set_defaults(func=cmd_rollout, parser=rollout)
 
+    experiment = sub.add_parser(
+        "experiment",
+        help="start, read or stop a route's A/B experiment through a gateway's admin API",
+        formatter_class=HelpFormatter,
+        description=(
+            "Start, read or stop the online A/B experiment of a route of a running gateway "
+            "through its admin API (token: $MIRRORGATE_ADMIN_TOKEN)."
+        ),
+    )
+    experiment.add_argument("action", choices=("start", "status", "stop"))
+    experiment.add_argument("route", help="route name")
+    experiment.add_argument(
+        "--url",
+        type=_gateway_url,
+        help=f"gateway base URL (default: ${ROLLOUT_URL_ENV}, else {ROLLOUT_DEFAULT_URL})",
+    )
+    experiment.add_argument("--reason", help="why; kept with the start or stop")
+    experiment.add_argument("--json", action="store_true", help="print the admin API's JSON")
+    experiment.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for the gateway"
+    )
+    experiment.set_defaults(func=cmd_experiment, parser=experiment)
+
     demo = sub.add_parser(
         "demo", help="run a complete local scene with no setup", formatter_class=HelpFormatter
     )
@@ -312,8 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=DEMO_SCENES,
         default="rollback",
         help="rollback: a canary rolled back after a rule change; guard: rule-flip probes refuse "
-        "a canary that memorised a rule, and the guard switches a production model that kept it "
-        "(an `experiment` scene is planned, not built yet)",
+        "a canary that memorised a rule, and the guard switches a production model that kept it; "
+        "experiment: three arms of an A/B experiment, decided live on business outcomes",
     )
     demo.add_argument("--port", type=int, default=8080, help="gateway port (0: any free port)")
     demo.add_argument(

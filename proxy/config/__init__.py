@@ -18,6 +18,8 @@ from .loader import load_config, parse_config, parse_document
 from .specs import (
     CanarySpec,
     CheckSpec,
+    ExperimentArmSpec,
+    ExperimentSpec,
     GuardSpec,
     JudgeSpec,
     LimitsSpec,
@@ -41,6 +43,8 @@ __all__ = [
     "CheckSpec",
     "ConfigError",
     "ConfigProblem",
+    "ExperimentArmSpec",
+    "ExperimentSpec",
     "GuardSpec",
     "JudgeSpec",
     "LimitsSpec",

@@ -4,8 +4,8 @@
 undefined model or route and every unset key variable is named even when a section is invalid:
 
 - `check_model_keys` — `models.<m>.api_key_env` names a variable that is set;
-- `check_route_references` — a route's primary, fallback, shadows, canary and guard candidates
-  are defined models;
+- `check_route_references` — a route's primary, fallback, shadows, canary, guard candidates and
+  experiment arms are defined models;
 - `check_rule_references` — a rule set's routes are defined routes.
 
 `SPEC_CHECKS` run on the validated config, each on its section, in this order:
@@ -14,6 +14,8 @@ undefined model or route and every unset key variable is named even when a secti
   canary (not the primary, same wire format) and the fallback (same wire format);
 - `check_guards` — a guard's route is governed by a rule set, `switch` has candidates, each
   candidate speaks the primary's wire format and is not the primary;
+- `check_experiments` — an experiment's weights name every arm and sum to 100, its arms speak
+  the primary's wire format, its metrics are known (`check:<name>` a check of the route's rules);
 - `check_judge` — the judge's model is defined;
 - `check_analyzers` — every analyzer plugin named is installed;
 - `check_rules` — one rule set per route, and each rule set's checks compile with unique names;
@@ -46,6 +48,7 @@ from typing import Any
 
 from analyzers.checks import compile_check
 from analyzers.errors import SpecError
+from analyzers.experiments import METRICS
 from analyzers.plugins import ENTRY_POINT_GROUP, available_analyzers
 from analyzers.rule_flip import expect_for, value_text
 
@@ -58,6 +61,9 @@ from .specs import (
     agreement_spec,
     unavailable_evidence,
 )
+
+EXPERIMENT_METRICS = tuple(METRICS)
+"""The experiment metrics a config may name (besides `check:<name>`)."""
 
 DocumentCheck = Callable[[Mapping[str, Any], Mapping[str, str]], list[ConfigProblem]]
 """A check of the raw document (a YAML mapping, before validation) and the environment."""
@@ -103,6 +109,8 @@ def check_route_references(raw: Mapping[str, Any], env: Mapping[str, str]) -> li
         for i, shadow in enumerate(shadows if isinstance(shadows, list) else ()):
             need(f"routes.{rname}.shadows[{i}].model", _dict(shadow).get("model"))
         need(f"routes.{rname}.canary.model", _dict(fields.get("canary")).get("model"))
+        for arm, arm_spec in _dict(_dict(fields.get("experiment")).get("arms")).items():
+            need(f"routes.{rname}.experiment.arms.{arm}.model", _dict(arm_spec).get("model"))
         candidates = _dict(fields.get("guard")).get("candidates")
         for i, name in enumerate(candidates if isinstance(candidates, list) else ()):
             need(f"routes.{rname}.guard.candidates[{i}]", name)
@@ -506,9 +514,84 @@ def check_guards(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigPr
     return problems
 
 
+def check_experiments(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigProblem]:
+    """`routes.<name>.experiment`: weights name every arm and sum to 100, each arm's model
+    speaks the primary's wire format, and every metric is one the statistics know
+    (`check:<name>` names a check of the rule set bound to the route)."""
+    problems: list[ConfigProblem] = []
+    for rname, route in cfg.routes.items():
+        experiment = route.experiment
+        if experiment is None:
+            continue
+        base = f"routes.{rname}.experiment"
+        if experiment.weights is not None:
+            missing = [a for a in experiment.arms if a not in experiment.weights]
+            extra = [a for a in experiment.weights if a not in experiment.arms]
+            if missing:
+                problems.append(
+                    ConfigProblem(f"{base}.weights", f"no weight for arm(s) {', '.join(missing)}")
+                )
+            for name in extra:
+                problems.append(ConfigProblem(f"{base}.weights.{name}", f"'{name}' is not an arm"))
+            total = sum(experiment.weights.values())
+            if not missing and not extra and total != 100:
+                problems.append(
+                    ConfigProblem(f"{base}.weights", f"weights must sum to 100, not {total}")
+                )
+        primary = cfg.models.get(route.primary)
+        for arm, spec in experiment.arms.items():
+            model = cfg.models.get(spec.model)
+            if primary is not None and model is not None and model.provider != primary.provider:
+                problems.append(
+                    ConfigProblem(
+                        f"{base}.arms.{arm}.model",
+                        f"'{spec.model}' speaks {model.provider}, the primary "
+                        f"'{route.primary}' speaks {primary.provider}: requests are never "
+                        "translated",
+                    )
+                )
+        checks = _route_checks(cfg, rname)
+        named = [("primary_metric", experiment.primary_metric)] + [
+            (f"guardrails[{i}]", metric) for i, metric in enumerate(experiment.guardrails)
+        ]
+        for where, metric in named:
+            problem = _experiment_metric_problem(metric, checks)
+            if problem is not None:
+                problems.append(ConfigProblem(f"{base}.{where}", problem))
+    return problems
+
+
+def _route_checks(cfg: MirrorgateConfig, route: str) -> set[str]:
+    """The names of the checks of the rule set bound to `route` (every version's)."""
+    rule = cfg.rule_of(route)
+    if rule is None:
+        return set()
+    spec = cfg.rules[rule]
+    names = {check.name for check in spec.checks}
+    for version in spec.versions.values():
+        names.update(check.name for check in version.checks)
+    return names
+
+
+def _experiment_metric_problem(metric: str, checks: set[str]) -> str | None:
+    """What is wrong with an experiment's metric name (None: nothing)."""
+    if metric.startswith("check:"):
+        name = metric.partition(":")[2]
+        if name in checks:
+            return None
+        known = ", ".join(sorted(checks)) or "none: no rule set with checks governs the route"
+        return f"'{name}' is not a check of the route's rule set (its checks: {known})"
+    if metric in EXPERIMENT_METRICS:
+        return None
+    return (
+        f"unknown metric '{metric[:100]}' (one of: {', '.join(EXPERIMENT_METRICS)}, check:<name>)"
+    )
+
+
 SPEC_CHECKS: tuple[SpecCheck, ...] = (
     check_routes,
     check_guards,
+    check_experiments,
     check_judge,
     check_analyzers,
     check_rules,

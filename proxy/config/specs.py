@@ -392,6 +392,69 @@ class GuardSpec(Spec):
     5). Looking often costs nothing: the guard's bounds are valid at every look."""
 
 
+class ExperimentArmSpec(Spec):
+    """One arm of an experiment: a model, optionally with a prompt variant."""
+
+    model: str
+    system_prompt_append: str | None = Field(None, min_length=1, max_length=16384)
+    """Text appended to the request's system prompt on this arm (OpenAI chat: the first
+    system/developer message, or a new system message; Responses: `instructions`; Anthropic:
+    `system`). Endpoints without a system prompt (completions, embeddings) are sent as they are."""
+
+
+_UNIT = re.compile(r"^(operation|header:[A-Za-z0-9-]+|body:[A-Za-z0-9_.]+)$")
+
+
+class ExperimentSpec(Spec):
+    """An online A/B experiment on the route (`routes.<name>.experiment`): started and stopped
+    through the admin API; while it runs, each unit is served by one arm, sticky."""
+
+    arms: dict[Annotated[str, Field(pattern=_NAME)], ExperimentArmSpec] = Field(
+        min_length=2, max_length=10
+    )
+    """Two to ten arms by name. The control is the arm named `control`, else the first one."""
+    weights: dict[str, Annotated[int, Field(ge=1, le=100)]] | None = None
+    """Percent of the experiment's units per arm: whole numbers, one per arm, summing to 100.
+    Omitted: an equal share each."""
+    unit: str = "operation"
+    """What is randomised, sticky: `operation` (the request's business operation,
+    `x-mirrorgate-operation`), `header:<name>` or `body:<field.path>` (a user, say). A request
+    without its unit key is served as if no experiment ran, and is not counted."""
+    primary_metric: str = "completion_rate"
+    """The metric the decision is about (`completion_rate`, `adoption_rate`, `correction_rate`,
+    `cost_per_operation`, `calls_per_operation`, `error_rate`, `latency_p50`, `latency_p95`, or
+    `check:<name>`, the pass rate of a check of a rule bound to the route)."""
+    guardrails: list[str] = Field(default_factory=list, max_length=20)
+    """Metrics no arm may be worse on: a breach stops that arm (its units go to control)."""
+    minimum_detectable_effect: float = Field(gt=0, le=10)
+    """The smallest lift worth finding: points of a rate (0.03 = 3 points), a relative change
+    for cost and latency (0.1 = 10 %). Sizes the `needs` of a decision."""
+    alpha: float = Field(0.05, gt=0, lt=0.5)
+    """The error budget of the anytime-valid intervals (looking often costs nothing)."""
+    interval_s: float = Field(30.0, gt=0, le=3600)
+    """Seconds between two looks of the decider."""
+    min_units: int = Field(50, ge=1, le=1_000_000)
+    """Units per arm before any decision or guardrail stop is taken on it."""
+
+    @field_validator("unit")
+    @classmethod
+    def _unit_form(cls, value: str) -> str:
+        if not _UNIT.match(value):
+            raise ValueError("must be 'operation', 'header:<name>' or 'body:<field>'")
+        return value
+
+    @property
+    def control(self) -> str:
+        """The control arm: the one named `control`, else the first."""
+        return "control" if "control" in self.arms else next(iter(self.arms))
+
+    def shares(self) -> dict[str, float]:
+        """Arm → share of units (0..1, summing to 1), in the arms' order."""
+        if self.weights is None:
+            return {name: 1 / len(self.arms) for name in self.arms}
+        return {name: self.weights.get(name, 0) / 100 for name in self.arms}
+
+
 class RouteSpec(Spec):
     primary: str
     fallback: str | None = None
@@ -408,6 +471,8 @@ class RouteSpec(Spec):
     guard: GuardSpec | None = None
     """The production model's guard against a rule it keeps after the rule changed (off unless
     set)."""
+    experiment: ExperimentSpec | None = None
+    """An online A/B experiment between arms (off until started through the admin API)."""
 
 
 CheckType = Literal[

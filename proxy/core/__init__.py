@@ -29,6 +29,12 @@ from .errors import (
     error_body,
 )
 from .exact_json import dumps_exact, loads_exact
+from .experiment import (
+    ExperimentState,
+    assign,
+    experiment_fingerprint,
+    with_system_append,
+)
 from .feedback_token import FEEDBACK_TOKEN_HEADER, FeedbackTokens, TokenVerdict, caller_id
 from .operation_summary import (
     CLIENT_ARMS,
@@ -107,6 +113,7 @@ __all__ = [
     "DeciderMemory",
     "Endpoint",
     "ExchangeRecord",
+    "ExperimentState",
     "FeedbackRecord",
     "FeedbackTokens",
     "FindingRecord",
@@ -142,10 +149,12 @@ __all__ = [
     "WireFormat",
     "WrongWireFormat",
     "as_utc",
+    "assign",
     "caller_id",
     "cost_usd",
     "dumps_exact",
     "error_body",
+    "experiment_fingerprint",
     "initial_state",
     "is_correction",
     "judge_pair",
@@ -162,4 +171,5 @@ __all__ = [
     "sticky_key",
     "summarize",
     "transition",
+    "with_system_append",
 ]

@@ -7,7 +7,8 @@ the admin API, the outcome metrics and the experiments.
 
 What counts where:
 
-- **client calls** — the arms that answer the application: primary, canary and fallback. A
+- **client calls** — the arms that answer the application: primary, canary, fallback and an
+  experiment's arms (counted as their experiment arm). A
   request whose first call failed before any byte reached the client and was tried again on the
   fallback model has two calls; `fallbacks` counts those second tries. A retry by the
   application itself is a new request of the same operation.
@@ -29,8 +30,11 @@ from datetime import datetime, timedelta
 
 from .records import Arm, ExchangeRecord, OutcomeRecord, Status
 
-CLIENT_ARMS = frozenset({Arm.PRIMARY.value, Arm.CANARY.value, Arm.FALLBACK.value})
-"""The arms whose calls are the operation's own (they answered the application)."""
+CLIENT_ARMS = frozenset(
+    {Arm.PRIMARY.value, Arm.CANARY.value, Arm.FALLBACK.value, Arm.EXPERIMENT.value}
+)
+"""The arms whose calls are the operation's own (they answered the application): an
+experiment's arms are served as `experiment`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +72,7 @@ def operation_call(record: ExchangeRecord) -> OperationCall:
         route=record.route,
         target=record.target,
         arm=record.arm.value,
-        served_as=record.arm.value,
+        served_as=record.experiment_arm or record.arm.value,
         started_at=record.started_at,
         duration_s=record.duration_s,
         ok=record.status is Status.OK,

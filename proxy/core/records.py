@@ -26,6 +26,9 @@ class Arm(enum.StrEnum):
     PROBE = "probe"
     """A rule-flip probe: a live request re-sent with its rule's value flipped, off the client
     path; never client traffic."""
+    EXPERIMENT = "experiment"
+    """An arm of a running A/B experiment (`routes.<name>.experiment`): which one is the
+    record's `experiment_arm`."""
 
 
 class Status(enum.StrEnum):
@@ -129,6 +132,12 @@ class ExchangeRecord:
     """The business operation the request is part of (`x-mirrorgate-operation`, or the route's
     `operation_field`), on every arm's record of the request, judge calls included; None when
     the request named none."""
+    experiment_arm: str | None = None
+    """The experiment arm (a config name) the request was assigned to, on every client-path call
+    it made (its fallback included); None outside an experiment."""
+    experiment_unit: str | None = None
+    """The experiment's randomisation unit, as a keyed hash of the unit key (never the raw user
+    or operation id); None outside an experiment."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from proxy.core import (
     error_body,
     loads_exact,
     request_operation,
+    with_system_append,
 )
 from proxy.observability import ExchangeTracer, GatewayMetrics
 from proxy.upstream import (
@@ -142,7 +143,12 @@ class ProxyHandler:
         try:
             try:
                 ctx, plan = await self._prepare(scope, receive, endpoint, request_id)
-                attempt = self.caller.prepare(ctx, plan.target, plan.arm)
+                variant = (
+                    with_system_append(ctx.endpoint.name, ctx.payload, plan.system_append)
+                    if plan.system_append is not None
+                    else None
+                )
+                attempt = self.caller.prepare(ctx, plan.target, plan.arm, variant)
             except GatewayError as exc:
                 self.metrics.rejected.labels(endpoint.name, str(exc.status)).inc()
                 with contextlib.suppress(ClientGone):
@@ -194,7 +200,12 @@ class ProxyHandler:
         model = payload.get("model")
         if not isinstance(model, str) or not model:
             raise RequestError("'model' is required and must name a route")
-        plan = self.routes.plan(model, scope["headers"], payload, request_id)
+        # The operation first: an experiment whose unit is the operation assigns by it.
+        named = self.routes.get(model)
+        operation = request_operation(
+            scope["headers"], payload, named.spec.operation_field if named is not None else None
+        )
+        plan = self.routes.plan(model, scope["headers"], payload, request_id, operation=operation)
         if plan is None:
             known = ", ".join(sorted(self.routes.names())[:20])
             raise RouteNotFound(f"model '{model[:200]}' is not a route of this gateway ({known})")
@@ -220,7 +231,6 @@ class ProxyHandler:
             if not (options or {}).get("include_usage"):
                 payload["stream_options"] = {**(options or {}), "include_usage": True}
                 strip = True
-        operation = request_operation(scope["headers"], payload, plan.route.spec.operation_field)
         match = self.rules.resolve(plan.route.name, endpoint.name, payload, scope["headers"])
         if match is not None and self.rule_tracker is not None:
             match = self.rule_tracker.observe(match, plan.route.name, request_id)
@@ -231,6 +241,7 @@ class ProxyHandler:
             system_prompt=match.system_prompt if match else None,
             credentials_for=models[plan.route.spec.primary].origin, models=models,
             operation_id=operation,
+            experiment_arm=plan.experiment_arm, experiment_unit=plan.experiment_unit,
         )  # fmt: skip
         if self.feedback_tokens is not None:
             ctx.feedback_token = self.feedback_tokens.issue(request_id, time.time())
@@ -302,7 +313,7 @@ class ProxyHandler:
         ctx = ex.ctx
         await self._call(ex)
         fallback = plan.route.fallback
-        if plan.arm is Arm.CANARY:
+        if plan.arm in (Arm.CANARY, Arm.EXPERIMENT):
             fallback = fallback or plan.route.primary  # the client never sees the canary fail
         attempt = ex.attempt
         if attempt.retryable and fallback is not None and fallback != attempt.target:
@@ -513,6 +524,8 @@ def _ids(ctx: CallContext, attempt: Attempt) -> Headers:
         (b"x-mirrorgate-request-id", ctx.request_id.encode()),
         (b"x-mirrorgate-arm", attempt.arm.value.encode()),
     ]
+    if ctx.experiment_arm is not None:
+        ids.append((b"x-mirrorgate-experiment-arm", ctx.experiment_arm.encode()))
     if ctx.rule_version is not None:
         ids.append((b"x-mirrorgate-rule-version", ctx.rule_version.encode("latin-1", "replace")))
     if ctx.feedback_token is not None:

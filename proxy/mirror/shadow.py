@@ -149,8 +149,15 @@ class ShadowDispatcher(ExchangeObserver):
     # --- on the client path -----------------------------------------------------------------------
 
     def request_planned(self, ctx: CallContext, plan: RoutePlan) -> None:
-        # Shadows compare with the production model: a canary's answer is no baseline.
-        if plan.arm is Arm.PRIMARY:
+        # Shadows compare with the production model: a canary's answer is no baseline, nor an
+        # experiment arm's, unless it is the production model's own answer (its control, served
+        # by the primary with the client's prompt): shadows keep working through an experiment.
+        baseline = plan.arm is Arm.PRIMARY or (
+            plan.arm is Arm.EXPERIMENT
+            and plan.target == plan.route.primary
+            and plan.system_append is None
+        )
+        if baseline:
             answer = self.offer(ctx, plan.route)
             if answer is not None:
                 self._waiting[ctx.request_id] = answer

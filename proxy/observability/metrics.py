@@ -168,6 +168,25 @@ class GatewayMetrics:
             "mirrorgate_analysis_verdicts", "Judge verdicts per metric.",
             ("route", "target", "metric", "verdict"), registry=registry,
         )  # fmt: skip
+        self.experiment_running = Gauge(
+            "mirrorgate_experiment_running", "1 while the route's A/B experiment runs.",
+            ("route",), registry=registry,
+        )  # fmt: skip
+        self.experiment_weight = Gauge(
+            "mirrorgate_experiment_weight_percent",
+            "Share of the experiment's units an arm serves (0 once the arm is stopped).",
+            ("route", "arm"), registry=registry,
+        )  # fmt: skip
+        self.experiment_srm = Gauge(
+            "mirrorgate_experiment_srm",
+            "1 while the sample-ratio-mismatch check flags the experiment's assignment.",
+            ("route",), registry=registry,
+        )  # fmt: skip
+        self.experiment_arm_stopped = Counter(
+            "mirrorgate_experiment_arm_stopped",
+            "Experiment arms stopped by a guardrail breach, by the guardrail metric.",
+            ("route", "arm", "metric"), registry=registry,
+        )  # fmt: skip
         self.rejected = Counter(
             "mirrorgate_rejected_requests",
             "Client requests refused before reaching any upstream, by endpoint and HTTP status.",

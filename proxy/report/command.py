@@ -41,11 +41,20 @@ from proxy.core import (
     Status,
 )
 from proxy.core import parse_since as _parse_since
-from proxy.store import FeedbackStore, ProbeStore, RolloutStore, RuleEventStore, Store, StoreError
+from proxy.store import (
+    ExperimentStore,
+    FeedbackStore,
+    ProbeStore,
+    RolloutStore,
+    RuleEventStore,
+    Store,
+    StoreError,
+)
 
 from .agreement import build_agreement, build_judge_scores
 from .awareness import ProbeCounts, build_context_awareness
 from .checks import build_rule_versions
+from .experiments import ExperimentReport
 from .feedback import build_feedback
 from .html import render_html
 from .markdown import render_markdown
@@ -93,6 +102,7 @@ def build_report(
     findings: Sequence[FindingRecord] = (),
     probes: Mapping[str, Mapping[str, Mapping[str, ProbeCounts]]] | None = None,
     rollouts: Mapping[str, RolloutReport] | None = None,
+    experiments: Mapping[str, ExperimentReport] | None = None,
 ) -> Report:
     """Group the window's records by route and arm · target, and summarise each group.
 
@@ -100,8 +110,10 @@ def build_report(
     `agreement_modes` each route's agreement mode (a route not in it: `normalized`);
     everything else is the window's (`findings`: the LLM judge's; `probes`: route → rule →
     target → its (followed, stuck, other) rule-flip probes; `rollouts`: each route's rollout
-    history, `proxy.report.rollouts.build_rollouts`).
+    history, `proxy.report.rollouts.build_rollouts`; `experiments`: each route's latest
+    experiment in the window).
     """
+    experiment_by_route = experiments or {}
     probes = probes or {}
     modes = agreement_modes or {}
     rollout_by_route = rollouts or {}
@@ -125,7 +137,7 @@ def build_report(
     routes = []
     named = (
         set(by_route) | set(pairs_by_route) | set(checks_by_route) | set(probes)
-        | set(rollout_by_route)
+        | set(rollout_by_route) | set(experiment_by_route)
     )  # fmt: skip
     for route in sorted(named, key=route_key):
         records = by_route.get(route, [])
@@ -158,6 +170,7 @@ def build_report(
                 judge_scores=build_judge_scores(findings_by_route.get(route, [])),
                 context_awareness=build_context_awareness(probes.get(route, {})),
                 rollout=rollout_by_route.get(route),
+                experiment=experiment_by_route.get(route),
             )
         )
     started = [record.started_at for record in exchanges]
@@ -258,6 +271,7 @@ def _read(args: argparse.Namespace, cfg: MirrorgateConfig, now: datetime) -> Rep
             route=args.route, analyzer=JUDGE_ANALYZER, since=since, limit=MAX_ROWS
         )
         probes = _probe_counts(ProbeStore(store), cfg, args.route, since)
+        experiments = _experiments(ExperimentStore(store), args.route, since)
     return build_report(
         exchanges,
         pairs,
@@ -273,7 +287,22 @@ def _read(args: argparse.Namespace, cfg: MirrorgateConfig, now: datetime) -> Rep
         findings=judged,
         probes=probes,
         rollouts=build_rollouts(events, verdicts),
+        experiments=experiments,
     )
+
+
+def _experiments(
+    store: ExperimentStore, route: str | None, since: datetime | None
+) -> dict[str, ExperimentReport]:
+    """route → its latest experiment running in the window, with its last decision."""
+    latest: dict[str, ExperimentReport] = {}
+    for state in store.history(route=route, since=since, limit=200):
+        if state.route in latest:
+            continue  # newest first: an older one of the route
+        decision, _at = store.decision(state.experiment_id)
+        events = store.events(state.experiment_id, 50)
+        latest[state.route] = ExperimentReport(state, decision, tuple(events))
+    return latest
 
 
 def _probe_counts(

@@ -18,6 +18,7 @@ import html
 from analyzers.summary import Rate, newcombe_difference
 
 from .charts import cost_svg, ecdf_svg, rollout_svg
+from .experiments import html_section as experiment_html
 from .format import (
     describe_failures,
     describe_window,
@@ -212,6 +213,7 @@ def _route_section(index: int, route: RouteReport) -> str:
     parts.append(awareness_section(index, route, _target_colours(route, colours)))
     parts.append(feedback_section(route.route, route.feedback, colours))
     parts.append(_rollout_section(index, route))
+    parts.append(experiment_html(route.route, route.experiment))
     parts.append("</section>")
     return "\n".join(parts)
 

@@ -7,6 +7,7 @@ comes from the store goes through `_md`, so a route or target name cannot break 
 
 from __future__ import annotations
 
+from .experiments import markdown_section as experiment_markdown
 from .format import (
     DASH,
     as_sentence,
@@ -122,6 +123,7 @@ def _route(route: RouteReport) -> list[str]:
     lines.extend(_awareness(route))
     lines.extend(_feedback(route.route, route.feedback))
     lines.extend(_rollout(route))
+    lines.extend(experiment_markdown(route.route, route.experiment))
     return lines
 
 

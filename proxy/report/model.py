@@ -23,6 +23,7 @@ from analyzers.summary import (
 )
 from proxy.core import Arm
 
+from .experiments import ExperimentReport
 from .rollouts import RolloutReport
 
 REPLAY_ARM = "replay"
@@ -279,6 +280,8 @@ class RouteReport:
     recorded)."""
     rollout: RolloutReport | None = None
     """The route's rollout transitions and verdicts in the window; None when it had none."""
+    experiment: ExperimentReport | None = None
+    """The route's latest A/B experiment in the window and its decision; None: none ran."""
 
     @property
     def agreement_note(self) -> str:

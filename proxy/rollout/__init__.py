@@ -6,11 +6,17 @@ Imports `proxy.gateway` and below; never a sibling (`mirror`, `replay`, `report`
 
 from .controller import RolloutController
 from .evidence import traffic_profile
+from .experiment_decider import ExperimentDecider, decision_json
+from .experiments import ExperimentChange, ExperimentConflictError, ExperimentManager
 from .guard import GuardLook, RuleGuard
 from .manager import RolloutManager, RouteUnknownError, TransitionConflictError
 from .plan import RolloutPlan, StepPlan, TrafficProfile, plan_rollout
 
 __all__ = [
+    "ExperimentChange",
+    "ExperimentConflictError",
+    "ExperimentDecider",
+    "ExperimentManager",
     "GuardLook",
     "RolloutController",
     "RolloutManager",
@@ -20,6 +26,7 @@ __all__ = [
     "StepPlan",
     "TrafficProfile",
     "TransitionConflictError",
+    "decision_json",
     "plan_rollout",
     "traffic_profile",
 ]

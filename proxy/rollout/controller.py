@@ -80,6 +80,7 @@ from .evidence import (
     stuck_examples,
     traffic_windows,
 )
+from .experiment_decider import ExperimentDecider
 from .guard import GuardLook, RuleGuard, interval_s
 from .manager import RolloutManager, TransitionConflictError
 
@@ -162,8 +163,11 @@ class RolloutController:
         monotonic: Callable[[], float] = time.monotonic,
         release_memory: Callable[[], object] = release_freed_memory,
         guard: RuleGuard | None = None,
+        experiments: ExperimentDecider | None = None,
     ) -> None:
         self.config = config
+        self.experiments = experiments
+        """The A/B experiments' decider, run by the same leader (None: none is run)."""
         self.release_memory = release_memory
         self.guard = guard
         """The production model's guard, looked after by the same leader (None: no route has
@@ -207,10 +211,13 @@ class RolloutController:
             self._memory.clear()  # a new leader reads what the last one persisted
             if self.guard is not None:
                 self.guard.forget()
+            if self.experiments is not None:
+                self.experiments.forget()
         if not leading:
             return []
         done: list[Transition] = []
         await self._guard_tick(force)
+        await self._experiments_tick(force)
         for route, spec in self.config.routes.items():
             if spec.canary is None:
                 continue
@@ -257,6 +264,18 @@ class RolloutController:
                 continue
             if look is not None:
                 self.guard_looks.append(look)
+
+    async def _experiments_tick(self, force: bool) -> None:
+        """Look at every running experiment that is due (the same leader decides rollouts and
+        experiments: one replica at a time)."""
+        if self.experiments is None:
+            return
+        try:
+            await self.experiments.tick(force=force)
+        except StoreUnavailableError:
+            raise
+        except Exception:  # a bad look at an experiment must not stop the rollouts' judging
+            self._internal_error("deciding experiments failed")
 
     async def _remembered(self, state: RolloutState) -> DeciderMemory:
         """This rollout's decision state: in memory, else as the last decider persisted it."""

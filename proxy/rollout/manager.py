@@ -99,6 +99,9 @@ class RolloutManager:
         self._labels: dict[str, str] = {}
         """route → target label last exported, to clear stale gauge children."""
         self.store_ok = True
+        self.blocked: Callable[[str], str | None] = lambda route: None
+        """Why a rollout cannot start on a route now (the experiments' manager says while an
+        experiment runs on it); None: nothing in the way."""
         for state in self._states.values():
             self._export(state)
 
@@ -206,6 +209,8 @@ class RolloutManager:
             raise IllegalTransition(
                 route, action, self.state(route).phase, f"'{model}' is not a configured model"
             )
+        if action is Action.START and (why := self.blocked(route)) is not None:
+            raise IllegalTransition(route, action, self.state(route).phase, why)
         # As the store will keep it: the state served from memory says what a reload would.
         reason = self.store.text.text(reason) or ""
         for _ in range(MAX_RACES):

@@ -1,7 +1,8 @@
 """Every table and every query: the engine, migrations, the recorder (batched, bounded, off the
 event loop), the crash journal (`Journal`: answered exchanges on local disk until the store
 commits them, replayed at start), redaction, and one query object per domain — `Store`
-(exchanges, pairs, checks), `FeedbackStore`, `RuleEventStore`, `RolloutStore`, `JudgeWindows`
+(exchanges, pairs, checks), `FeedbackStore`, `RuleEventStore`, `RolloutStore`,
+`ExperimentStore` (A/B experiments and their per-unit evidence), `JudgeWindows`
 (the rollout judge's reads), `OutcomeStore` (business operations' outcomes and the reads of
 their exchanges), `ProbeStore` (rule-flip probes' results), `SigningKeyStore` (keys
 the replicas share) and `Leadership` (the decider's advisory lock). The only package that
@@ -33,6 +34,7 @@ from .errors import (
     StoreUnavailableError,
 )
 from .exchanges import Store, masked_url
+from .experiments import ExperimentStore, UnitTally
 from .feedback import FeedbackStore
 from .guard import AnswerTally, GuardDecision, GuardStore, RuleEpochs
 from .journal import Journal, ReplayReport
@@ -62,6 +64,7 @@ __all__ = [
     "CheckCount",
     "DuplicateRecordError",
     "Epoch",
+    "ExperimentStore",
     "FeedbackStore",
     "FindingCount",
     "GuardDecision",
@@ -85,6 +88,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreUnavailableError",
+    "UnitTally",
     "VersionTraffic",
     "WriteRetry",
     "apply_bodies_policy",

@@ -96,6 +96,7 @@ class ExchangeRow(SQLModel, table=True):
         sa.Index("ix_exchanges_request_id", "request_id"),
         sa.Index("ix_exchanges_pair_id", "pair_id"),
         sa.Index("ix_exchanges_operation_route", "operation_id", "route"),
+        sa.Index("ix_exchanges_route_experiment_arm", "route", "experiment_arm"),
     )
 
     id: int | None = Field(
@@ -138,6 +139,8 @@ class ExchangeRow(SQLModel, table=True):
     response_text: str | None = Field(default=None, sa_column=sa.Column(sa.Text(), nullable=True))
     operation_id: str | None = None
     """The business operation (migration 14); NULL for exchanges of none."""
+    experiment_arm: str | None = None
+    experiment_unit: str | None = None
 
 
 _exchanges: sa.Table = ExchangeRow.__table__  # type: ignore[attr-defined]
@@ -642,6 +645,8 @@ def _to_row(record: ExchangeRecord) -> dict[str, Any]:
         "response_body": record.response_body,
         "response_text": record.response_text,
         "operation_id": record.operation_id,
+        "experiment_arm": record.experiment_arm,
+        "experiment_unit": record.experiment_unit,
     }
 
 
@@ -679,6 +684,8 @@ def _to_record(row: sa.RowMapping) -> ExchangeRecord:
         response_body=row["response_body"],
         response_text=row["response_text"],
         operation_id=row["operation_id"],
+        experiment_arm=row["experiment_arm"],
+        experiment_unit=row["experiment_unit"],
     )
 
 

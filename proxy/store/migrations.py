@@ -424,6 +424,53 @@ def _v14_operations(conn: Connection) -> None:
     ).create(conn)
 
 
+def _v15_experiments(conn: Connection) -> None:
+    # Exchanges of before stay NULL: they ran in no experiment.
+    conn.execute(sa.text("ALTER TABLE exchanges ADD COLUMN experiment_arm VARCHAR"))
+    conn.execute(sa.text("ALTER TABLE exchanges ADD COLUMN experiment_unit VARCHAR"))
+    # The decider reads one route's experiment exchanges since the experiment started.
+    conn.execute(
+        sa.text(
+            "CREATE INDEX ix_exchanges_route_experiment_arm ON exchanges (route, experiment_arm)"
+        )
+    )
+    meta = sa.MetaData()
+    sa.Table(
+        "experiments",
+        meta,
+        sa.Column("id", sa.String(), primary_key=True),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("fingerprint", sa.String(), nullable=False),
+        sa.Column("arms", sa.Text(), nullable=False),
+        sa.Column("weights", sa.Text(), nullable=False),
+        sa.Column("control", sa.String(), nullable=False),
+        sa.Column("state", sa.String(), nullable=False),
+        sa.Column("revision", sa.Integer(), nullable=False),
+        sa.Column("stopped_arms", sa.Text(), nullable=False),
+        sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("stopped_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("actor", sa.String(), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=False),
+        sa.Column("decision", sa.Text(), nullable=True),
+        sa.Column("decided_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Index("ix_experiments_route_started_at", "route", "started_at"),
+    ).create(conn)
+    sa.Table(
+        "experiment_events",
+        meta,
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("experiment_id", sa.String(), nullable=False),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("kind", sa.String(), nullable=False),
+        sa.Column("arm", sa.String(), nullable=True),
+        sa.Column("metric", sa.String(), nullable=True),
+        sa.Column("detail", sa.Text(), nullable=False),
+        sa.Column("actor", sa.String(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Index("ix_experiment_events_experiment_id", "experiment_id"),
+    ).create(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "exchanges table and its indexes", _v1_exchanges),
     Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
@@ -458,6 +505,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         14,
         "exchanges.operation_id (business operations) and outcomes, one per operation and kind",
         _v14_operations,
+    ),
+    Migration(
+        15,
+        "experiments and experiment_events; exchanges.experiment_arm and experiment_unit",
+        _v15_experiments,
     ),
 )
 """The schema's whole history, oldest first. Append only."""

@@ -57,7 +57,7 @@ _outcomes: sa.Table = OutcomeRow.__table__  # type: ignore[attr-defined]
 outcomes_table = _outcomes
 """The `outcomes` table, for the store's other query objects (the experiments' per-unit read)."""
 
-_ARM_COLUMNS = ("arm",)
+_ARM_COLUMNS = ("experiment_arm", "arm")
 """The columns an exchange's operation arm is read from, first non-NULL wins (an experiment's
 arm column goes first)."""
 

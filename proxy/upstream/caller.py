@@ -83,6 +83,10 @@ class CallContext:
     operation_id: str | None = None
     """The business operation the request is part of (`proxy.core.request_operation`); every
     record made in this context carries it."""
+    experiment_arm: str | None = None
+    """The experiment arm the request was assigned to (recorded on each of its calls)."""
+    experiment_unit: str | None = None
+    """The experiment unit's keyed hash (recorded with `experiment_arm`)."""
 
 
 @dataclass(slots=True)
@@ -151,14 +155,25 @@ class ModelCaller:
         """The client of model `target` for a call in `ctx` (its planned table, if it has one)."""
         return (ctx.models if ctx.models is not None else self.clients)[target]
 
-    def prepare(self, ctx: CallContext, target: str, arm: Arm) -> Attempt:
+    def prepare(
+        self,
+        ctx: CallContext,
+        target: str,
+        arm: Arm,
+        payload: dict[str, Any] | None = None,
+    ) -> Attempt:
         """The attempt of a call to `target`, its body encoded and its clock started, before
-        anything is sent: whoever cancels `call` still holds what to record. Raises
-        `RequestError` when the body cannot be encoded."""
+        anything is sent: whoever cancels `call` still holds what to record. `payload`: sent
+        instead of the client's (an experiment arm's prompt variant). Raises `RequestError`
+        when the body cannot be encoded."""
         client = self.client_for(ctx, target)
         ctx.payload["model"] = client.spec.model
+        body = ctx.payload
+        if payload is not None:
+            payload["model"] = client.spec.model
+            body = payload
         try:
-            upstream_body = dumps_exact(ctx.payload)
+            upstream_body = dumps_exact(body)
         except (TypeError, ValueError) as exc:
             raise RequestError(f"request body cannot be forwarded: {exc}") from None
         return Attempt(
@@ -309,6 +324,8 @@ class ModelCaller:
             response_body=raw.decode("utf-8", "replace") if keep and raw else None,
             response_text=text if keep else None,
             operation_id=ctx.operation_id,
+            experiment_arm=ctx.experiment_arm,
+            experiment_unit=ctx.experiment_unit,
         )
 
 

@@ -241,8 +241,14 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
                 part.stop()
 
 
+NO_EXPERIMENT_YET = "mirrorgate-experiments"
+"""The scene runs no A/B experiment and posts no outcomes, so the Experiments dashboard's
+queries have nothing to return here: they are parsed by tests/grafana and wait for a scene with
+an experiment."""
+
+
 def test_every_dashboard_query_returns_data(scene: Scene) -> None:
-    pending = {q.key: q for q in panel_queries()}
+    pending = {q.key: q for q in panel_queries() if q.dashboard != NO_EXPERIMENT_YET}
 
     def all_have_data() -> bool:
         for key, query in list(pending.items()):

@@ -24,6 +24,7 @@ UIDS = {
     "mirrorgate-rollout": "mirrorgate / Rollout",
     "mirrorgate-quality": "mirrorgate / Rules & quality",
     "mirrorgate-cost": "mirrorgate / Cost",
+    "mirrorgate-experiments": "mirrorgate / Experiments",
 }
 """Stable uids: links, alerts and bookmarks point at them, so they never change."""
 SAMPLE_VALUES = {
@@ -114,6 +115,10 @@ def test_queries_use_only_metrics_the_gateway_exposes(tmp_path: Path) -> None:
         "mirrorgate_rollout_phase", "mirrorgate_rollbacks_total",
         "mirrorgate_analysis_verdicts_total", "mirrorgate_recorder_dropped_total",
         "mirrorgate_judge_score_sum", "mirrorgate_judge_score_count",
+        "mirrorgate_operations_total", "mirrorgate_operation_cost_usd_bucket",
+        "mirrorgate_operation_cost_usd_sum", "mirrorgate_experiment_running",
+        "mirrorgate_experiment_weight_percent", "mirrorgate_experiment_srm",
+        "mirrorgate_experiment_arm_stopped_total",
     ):  # fmt: skip
         assert family in used, family
 

@@ -194,9 +194,15 @@ def test_demo_scene_is_one_of_the_built_scenes_and_restore_goes_with_guard(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with pytest.raises(SystemExit) as exited:
-        main(["demo", "--scene", "experiment"])
+        main(["demo", "--scene", "nonesuch"])
     assert exited.value.code == 2
-    assert "invalid choice: 'experiment'" in capsys.readouterr().err
+    assert "invalid choice: 'nonesuch'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["demo", "--scene", "experiment", "--restore"])
+    assert exited.value.code == 2
+    assert "--restore goes with --scene guard" in capsys.readouterr().err
+    assert main(["demo", "--scene", "experiment", "--print-config"]) == 0
+    assert "system_prompt_append" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exited:
         main(["demo", "--restore"])
     assert exited.value.code == 2
@@ -204,4 +210,4 @@ def test_demo_scene_is_one_of_the_built_scenes_and_restore_goes_with_guard(
     with pytest.raises(SystemExit):
         main(["demo", "--help"])
     shown = " ".join(capsys.readouterr().out.split())
-    assert "{rollback,guard}" in shown and "experiment" in shown
+    assert "{rollback,guard,experiment}" in shown

@@ -114,6 +114,7 @@ def test_each_section_check_reports_its_own_section() -> None:
     assert found == {
         "check_routes": ["routes.bot.fallback"],
         "check_guards": [],
+        "check_experiments": [],
         "check_judge": ["judge.model"],
         "check_analyzers": ["analyzers[0]"],
         "check_rules": ["rules.b.routes[0]"],
@@ -427,3 +428,57 @@ def test_a_keyless_arm_on_the_primarys_own_host_is_warned_about_unless_it_opts_i
     assert "fallback of route 'bot' sends no key" in found[0][1]
     doc["models"]["same-host"]["pass_client_key"] = True
     assert credential_warnings(parse_config(yaml.safe_dump(doc))) == []
+
+
+def test_experiment_problems_are_named_by_key_path() -> None:
+    text = """
+models:
+  prod: {provider: openai, base_url: "http://h/v1", model: m}
+  cand: {provider: openai, base_url: "http://h/v1", model: m2}
+  claude: {provider: anthropic, base_url: "http://h", model: c}
+routes:
+  bot:
+    primary: prod
+    experiment:
+      arms:
+        control: {model: prod}
+        cheaper: {model: cand}
+        other: {model: claude}
+        ghost: {model: nowhere}
+      weights: {control: 50, cheaper: 30, extra: 20}
+      unit: user
+      primary_metric: "check:valid"
+      guardrails: [error_rate, happiness]
+      minimum_detectable_effect: 0.03
+  solo:
+    primary: prod
+    experiment:
+      arms: {control: {model: prod}}
+      weights: {control: 100}
+      minimum_detectable_effect: 0
+"""
+    found = problems(text, env={})
+    paths = [p.split(":")[0] for p in found]
+    assert "routes.bot.experiment.arms.ghost.model" in paths
+    assert "routes.bot.experiment.unit" in paths
+    assert "routes.solo.experiment.arms" in paths
+    assert "routes.solo.experiment.minimum_detectable_effect" in paths
+    fixed = text.replace("        ghost: {model: nowhere}\n", "").replace(
+        "unit: user", "unit: header:x-user"
+    )
+    fixed = fixed[: fixed.index("  solo:")]
+    found = problems(fixed, env={})
+    assert [p.split(":")[0] for p in found] == [
+        "routes.bot.experiment.weights",
+        "routes.bot.experiment.weights.extra",
+        "routes.bot.experiment.arms.other.model",
+        "routes.bot.experiment.primary_metric",
+        "routes.bot.experiment.guardrails[1]",
+    ]
+    assert "'valid' is not a check" in found[3] and "unknown metric 'happiness'" in found[4]
+    good = fixed.replace("extra: 20", "other: 20").replace("        other: {model: claude}\n", "")
+    good = good.replace("cheaper: 30, other: 20", "cheaper: 50").replace(
+        '"check:valid"', "completion_rate"
+    )
+    good = good.replace("happiness", "latency_p95")
+    assert parse_config(good, {}).routes["bot"].experiment is not None

@@ -1,0 +1,469 @@
+"""Experiment statistics: lifts with always-valid intervals per kind of metric, the sample-ratio
+check, and the decision on each arm, in numbers and in words."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+
+import pytest
+
+from analyzers.experiments import (
+    METRICS,
+    MIN_UNITS,
+    Unit,
+    Verdict,
+    decide,
+    lift,
+    metric_info,
+    sample_ratio_mismatch,
+    tracked_metrics,
+)
+from analyzers.sequential import bounds
+
+MINUS = "\N{MINUS SIGN}"
+
+
+def operations(
+    arm: str,
+    n: int,
+    completed: int,
+    *,
+    cost: float = 0.01,
+    errors: int = 0,
+    latency: float = 1.0,
+    spread: float = 0.2,
+) -> list[Unit]:
+    """`n` one-operation units, the first `completed` of them completed, costs and latencies
+    spread evenly around `cost` and `latency`, the first `errors` answered with an error."""
+    units = []
+    for i in range(n):
+        wobble = 1.0 + spread * ((i * 7919) % 101 / 50.0 - 1.0)
+        units.append(
+            Unit(
+                arm,
+                operations=1,
+                requests=1,
+                errors=int(i < errors),
+                cost_usd=cost * wobble,
+                completed=int(i < completed),
+                outcomes=1,
+                latencies_s=(latency * wobble,),
+            )
+        )
+    return units
+
+
+# -- metrics and units ------------------------------------------------------------------------
+
+
+def test_the_metrics_say_their_kind_and_direction() -> None:
+    assert set(METRICS) == {
+        "completion_rate",
+        "adoption_rate",
+        "correction_rate",
+        "error_rate",
+        "cost_per_operation",
+        "calls_per_operation",
+        "latency_p50",
+        "latency_p95",
+    }
+    assert METRICS["completion_rate"].kind == "proportion"
+    assert METRICS["completion_rate"].better == "higher"
+    assert METRICS["cost_per_operation"].kind == "ratio"
+    assert METRICS["cost_per_operation"].scale == "relative"
+    assert METRICS["latency_p95"].kind == "quantile"
+    assert METRICS["correction_rate"].better == "lower"
+    check = METRICS["check:valid_json"]
+    assert (check.kind, check.better, check.label) == ("proportion", "higher", "check valid_json")
+    assert "check:valid_json" in METRICS
+    assert "check:" not in METRICS and "latency_p99" not in METRICS
+
+
+def test_an_unknown_metric_is_refused_with_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown experiment metric 'revenue'.*completion_rate"):
+        metric_info("revenue")
+    with pytest.raises(ValueError, match="unknown experiment metric"):
+        lift("revenue", [], [], mde=0.03)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"operations": -1},
+        {"errors": 2, "requests": 1},
+        {"completed": 2, "outcomes": 1},
+        {"adopted": 1, "adopted_known": 0},
+        {"cost_usd": math.nan},
+        {"cost_usd": -0.1},
+        {"latencies_s": (1.0, -2.0)},
+        {"checks": {"json": (3, 2)}},
+    ],
+)
+def test_impossible_units_are_refused(fields: dict[str, object]) -> None:
+    base: dict[str, object] = {"arm": "a", "operations": 1, "requests": 1, "errors": 0}
+    base["cost_usd"] = 0.01
+    with pytest.raises(ValueError, match="unit of arm 'a'"):
+        Unit(**{**base, **fields})  # type: ignore[arg-type]
+
+
+# -- lifts ------------------------------------------------------------------------------------
+
+
+def test_a_rate_lift_is_the_difference_in_points_with_the_binomial_spread() -> None:
+    control, arm = operations("c", 3000, 1800), operations("a", 3000, 1950)
+    result = lift("completion_rate", control, arm, mde=0.03)
+    assert result.scale == "points"
+    assert result.control_value == pytest.approx(0.60)
+    assert result.arm_value == pytest.approx(0.65)
+    assert result.estimate == pytest.approx(0.05)
+    # One operation per unit: the delta method is the binomial variance (m/(m-1) aside).
+    se = math.sqrt((0.6 * 0.4 + 0.65 * 0.35) / 3000 * 3000 / 2999)
+    low, high = bounds(0.05, se, 0.03, 0.025)
+    assert (result.low, result.high) == (pytest.approx(low), pytest.approx(high))
+    assert result.n_control == result.n_arm == 3000
+    assert result.surely_better and not result.surely_worse()
+
+
+def test_zero_events_still_have_a_spread() -> None:
+    result = lift("error_rate", operations("c", 100, 0), operations("a", 100, 0), mde=0.03)
+    assert result.estimate == 0.0
+    assert result.low is not None and result.high is not None
+    assert result.low < 0 < result.high
+
+
+def test_a_users_operations_alike_widen_the_interval() -> None:
+    # The same 1,200 operations, once as 1,200 independent units and once as 100 users of 12
+    # operations who either complete all of them or none: the counts are equal, the evidence
+    # is not, and the delta method over users sees it.
+    def users(arm: str, n_users: int, completing: int) -> list[Unit]:
+        return [
+            Unit(arm, 12, 12, 0, 0.12, completed=12 * int(i < completing), outcomes=12)
+            for i in range(n_users)
+        ]
+
+    by_user = lift("completion_rate", users("c", 100, 50), users("a", 100, 60), mde=0.03)
+    by_operation = lift(
+        "completion_rate", operations("c", 1200, 600), operations("a", 1200, 720), mde=0.03
+    )
+    assert by_user.estimate == pytest.approx(by_operation.estimate) == pytest.approx(0.1)
+    assert by_user.n_arm == 100 and by_operation.n_arm == 1200
+    assert by_user.low is not None and by_operation.low is not None
+    assert by_operation.low > 0 > by_user.low  # sure over operations, not over 100 users
+
+
+def test_cost_per_operation_is_a_ratio_of_sums_over_units() -> None:
+    # A user unit with 3 operations costing $0.03 weighs as 3 operations, not as one.
+    control = [Unit("c", 3, 3, 0, 0.03 + 0.001 * (i % 5)) for i in range(200)]
+    arm = [Unit("a", 1, 1, 0, 0.006 + 0.0002 * (i % 5)) for i in range(600)]
+    result = lift("cost_per_operation", control, arm, mde=0.03)
+    assert result.scale == "relative"
+    assert result.control_value == pytest.approx(0.032 / 3, rel=1e-9)
+    assert result.arm_value == pytest.approx(0.0064)
+    assert result.estimate == pytest.approx(0.0064 / (0.032 / 3) - 1)
+    assert result.low is not None and result.high is not None
+    assert result.low < result.estimate < result.high < 0
+    assert result.surely_better  # cheaper is better
+
+
+def test_latency_quantiles_are_compared_as_a_relative_change() -> None:
+    control = operations("c", 400, 200, latency=1.0)
+    arm = operations("a", 400, 200, latency=1.5)
+    for metric in ("latency_p50", "latency_p95"):
+        result = lift(metric, control, arm, mde=0.05)
+        assert result.estimate == pytest.approx(0.5, rel=1e-6)
+        assert result.surely_worse() and result.surely_worse(0.2) and not result.surely_worse(0.6)
+
+
+def test_below_the_minimum_there_is_no_interval_and_it_says_how_many_more() -> None:
+    result = lift("completion_rate", operations("c", 200, 100), operations("a", 3, 3), mde=0.03)
+    assert result.estimate == pytest.approx(0.5)
+    assert result.low is None and result.high is None and not result.known
+    assert not result.surely_better and not result.surely_worse()
+    assert result.needs is not None and result.needs >= MIN_UNITS - 3
+
+
+def test_needs_shrinks_as_evidence_grows_and_is_zero_once_settled() -> None:
+    small = lift("completion_rate", operations("c", 200, 120), operations("a", 200, 130), mde=0.03)
+    large = lift(
+        "completion_rate", operations("c", 4000, 2400), operations("a", 4000, 2600), mde=0.03
+    )
+    assert small.needs is not None and small.needs > 0 and not small.surely_better
+    assert large.surely_better and large.needs == 0
+    # If the estimate holds, that many more units settle it.
+    assert small.growth is not None
+    grown = math.ceil(200 * small.growth)
+    settled = lift(
+        "completion_rate",
+        operations("c", grown, round(grown * 0.6)),
+        operations("a", grown, round(grown * 0.65)),
+        mde=0.03,
+    )
+    assert settled.surely_better or settled.within_mde
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"alpha": 0.0, "mde": 0.03}, "alpha"), ({"mde": 0.0}, "mde"), ({"mde": 1.5}, "mde")],
+)
+def test_bad_levels_are_refused(kwargs: dict[str, float], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        lift("completion_rate", [], [], **kwargs)
+
+
+def test_a_lift_with_no_data_is_unknown() -> None:
+    result = lift("adoption_rate", operations("c", 50, 10), operations("a", 50, 10), mde=0.03)
+    assert result.estimate is None and result.n_arm == 0 and not result.known
+
+
+# -- sample-ratio mismatch --------------------------------------------------------------------
+
+
+def test_a_correct_split_passes_and_a_broken_one_is_flagged() -> None:
+    weights = {"control": 50, "cheaper": 25, "terse": 25}
+    fine = sample_ratio_mismatch({"control": 5030, "cheaper": 2490, "terse": 2480}, weights)
+    assert not fine.flagged and fine.p_value is not None and fine.p_value > 0.1
+    assert fine.df == 2 and fine.expected["control"] == pytest.approx(5000)
+    assert fine.text.startswith("assignment follows the weights")
+    # One arm losing a tenth of its units (a filter, a crash before the record is written).
+    broken = sample_ratio_mismatch({"control": 5000, "cheaper": 2250, "terse": 2500}, weights)
+    assert broken.flagged and broken.p_value is not None and broken.p_value < 1e-4
+    assert broken.text.startswith("sample-ratio mismatch")
+    assert "cheaper 23.1% (weight 25.0%)" in broken.text
+
+
+def test_the_split_is_judged_only_with_enough_units() -> None:
+    few = sample_ratio_mismatch({"a": 3, "b": 0}, {"a": 1, "b": 1})
+    assert not few.flagged and few.p_value is None and "too few" in few.text
+
+
+def test_units_on_an_arm_weighted_zero_are_a_mismatch() -> None:
+    srm = sample_ratio_mismatch({"a": 500, "b": 500, "stopped": 3}, {"a": 1, "b": 1, "stopped": 0})
+    assert srm.flagged and "stopped" in srm.text
+    quiet = sample_ratio_mismatch({"a": 500, "b": 500}, {"a": 1, "b": 1, "stopped": 0})
+    assert not quiet.flagged and quiet.df == 1
+
+
+@pytest.mark.parametrize(
+    ("counts", "weights", "match"),
+    [
+        ({"a": 1, "x": 1}, {"a": 1}, "without a weight"),
+        ({"a": -1}, {"a": 1}, "counts"),
+        ({"a": 1}, {"a": -1}, "weights"),
+        ({"a": 1}, {"a": 0}, "at least one"),
+        ({"a": 1}, {"a": math.inf}, "weights"),
+    ],
+)
+def test_bad_counts_and_weights_are_refused(
+    counts: dict[str, int], weights: dict[str, float], match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        sample_ratio_mismatch(counts, weights)
+
+
+# -- decisions --------------------------------------------------------------------------------
+
+
+def test_tracked_metrics_are_primary_guardrails_then_cost_and_latency() -> None:
+    assert tracked_metrics("completion_rate", ["error_rate", "latency_p50"]) == (
+        "completion_rate",
+        "error_rate",
+        "latency_p50",
+        "cost_per_operation",
+    )
+
+
+def test_no_worse_and_cheaper_ships_in_the_issues_words() -> None:
+    units = {
+        "control": operations("control", 3000, 1800, cost=0.010),
+        "cheaper": operations("cheaper", 3000, 1790, cost=0.006),
+    }
+    decision = decide("completion_rate", ["error_rate"], "control", units, mde=0.05, rate_per_s=1.0)
+    arm = decision.arm("cheaper")
+    assert arm.verdict is Verdict.SHIP and arm.verdict == "ship"
+    assert arm.primary.metric == "completion_rate"
+    cost = arm.lift("cost_per_operation")
+    assert cost is not None and cost.estimate == pytest.approx(-0.4)
+    assert arm.text.startswith(f"cheaper: completion {MINUS}0.3 pts [")
+    assert f"cost/operation {MINUS}40 % [{MINUS}" in arm.text
+    assert arm.text.endswith("no worse on completion, cheaper — ship it")
+    assert decision.text == arm.text
+    assert decision.interval_alpha == pytest.approx(0.05 / 4)  # completion, errors, cost, p50
+
+
+def test_surely_better_on_the_primary_metric_ships() -> None:
+    units = {"control": operations("control", 2000, 1000), "b": operations("b", 2000, 1200)}
+    arm = decide("completion_rate", [], "control", units, mde=0.03, rate_per_s=None).arm("b")
+    assert arm.verdict is Verdict.SHIP and arm.needs == 0
+    assert arm.text.startswith("b: completion +10.0 pts [+")
+    assert arm.text.endswith("better on completion — ship it")
+
+
+def test_surely_worse_on_the_primary_metric_keeps_control() -> None:
+    units = {"control": operations("control", 2000, 1200), "b": operations("b", 2000, 1000)}
+    arm = decide("completion_rate", [], "control", units, mde=0.03, rate_per_s=None).arm("b")
+    assert arm.verdict is Verdict.WORSE
+    assert arm.text.endswith("worse on completion — keep control")
+
+
+def test_an_interval_within_the_mde_is_no_difference() -> None:
+    units = {"control": operations("control", 20000, 10000), "b": operations("b", 20000, 10040)}
+    arm = decide("completion_rate", [], "control", units, mde=0.03, rate_per_s=None).arm("b")
+    assert arm.primary.within_mde
+    # The primary is no worse, but neither cost nor latency is surely better: no ship.
+    assert arm.verdict is Verdict.NO_DIFFERENCE
+    assert arm.text.endswith("no difference on completion beyond ±3.0 pts")
+
+
+def test_a_guardrail_surely_worse_stops_the_arm_whatever_the_primary_says() -> None:
+    units = {
+        "control": operations("control", 2000, 1000, errors=20),
+        "b": operations("b", 2000, 1400, errors=200),
+    }
+    arm = decide(
+        "completion_rate", ["error_rate"], "control", units, mde=0.03, rate_per_s=None
+    ).arm("b")
+    assert arm.verdict is Verdict.STOPPED and arm.breached == ("error_rate",)
+    assert arm.text.startswith("b: errors +9.0 pts [+")
+    assert arm.text.endswith("guardrail breached, surely worse on errors — stop it")
+
+
+def test_a_guardrail_tolerance_lets_a_small_harm_pass() -> None:
+    units = {
+        "control": operations("control", 4000, 2000, errors=40),
+        "b": operations("b", 4000, 2000, errors=200),
+    }
+    strict = decide("completion_rate", ["error_rate"], "control", units, mde=0.03, rate_per_s=None)
+    assert strict.arm("b").verdict is Verdict.STOPPED
+    # +4 points of errors is within a tolerance of 8 points, not of 2.
+    lenient = decide(
+        "completion_rate", ["error_rate"], "control", units, mde=0.03, rate_per_s=None,
+        tolerances={"error_rate": 0.08},
+    )  # fmt: skip
+    assert lenient.arm("b").verdict is not Verdict.STOPPED
+    tight = decide(
+        "completion_rate", ["error_rate"], "control", units, mde=0.03, rate_per_s=None,
+        tolerances={"error_rate": 0.02},
+    ).arm("b")  # fmt: skip
+    assert tight.verdict is Verdict.STOPPED
+    assert "surely worse on errors (by more than 2.0 pts) — stop it" in tight.text
+    for bad, match in (({"latency_p95": 0.1}, "not a guardrail"), ({"error_rate": -1}, ">= 0")):
+        with pytest.raises(ValueError, match=match):
+            decide(
+                "completion_rate", ["error_rate"], "control", units, mde=0.03, rate_per_s=None,
+                tolerances=bad,
+            )  # fmt: skip
+
+
+def test_not_enough_data_says_how_many_more_and_how_long() -> None:
+    units = {"control": operations("control", 300, 180), "b": operations("b", 300, 186)}
+    arm = decide("completion_rate", [], "control", units, mde=0.03, rate_per_s=20 / 60).arm("b")
+    assert arm.verdict is Verdict.INCONCLUSIVE
+    assert arm.needs is not None and arm.needs > 300
+    assert arm.eta_s is not None
+    # Both arms grow at half the rate each: the arm's needs take needs / (rate / 2) seconds.
+    assert arm.eta_s == pytest.approx(arm.needs / (20 / 60 / 2), rel=0.01)
+    assert "not enough data: needs ≈" in arm.text
+    assert "more operations per arm (≈" in arm.text and "at the current rate)" in arm.text
+    without_rate = decide("completion_rate", [], "control", units, mde=0.03, rate_per_s=None)
+    assert without_rate.arm("b").eta_s is None
+    assert without_rate.arm("b").text.endswith("more operations per arm")
+
+
+@pytest.mark.parametrize("n", [1, 3, MIN_UNITS - 1])
+def test_never_a_verdict_on_a_handful_of_units(n: int) -> None:
+    # Every operation completed in the arm, none in control, cost a tenth: still no ship.
+    units = {
+        "control": operations("control", n, 0, cost=0.1),
+        "b": operations("b", n, n, cost=0.01),
+    }
+    arm = decide(
+        "completion_rate", ["error_rate"], "control", units, mde=0.03, rate_per_s=1.0,
+        unit_name="user",
+    )  # fmt: skip
+    decision = arm.arm("b")
+    assert decision.verdict is Verdict.INCONCLUSIVE
+    assert decision.needs is not None and decision.needs >= MIN_UNITS - n
+    assert "more users per arm" in decision.text
+
+
+def test_every_arm_is_judged_against_control_with_the_budget_shared() -> None:
+    units = {
+        "control": operations("control", 2000, 1000),
+        "b": operations("b", 1000, 620),
+        "c": operations("c", 1000, 500),
+    }
+    decision = decide(
+        "completion_rate",
+        ["error_rate", "latency_p95"],
+        "control",
+        units,
+        mde=0.03,
+        rate_per_s=1.0,
+        weights={"control": 50, "b": 25, "c": 25},
+    )
+    assert [a.arm for a in decision.arms] == ["b", "c"]
+    assert decision.interval_alpha == pytest.approx(0.05 / (5 * 2))
+    assert decision.control_units == 2000
+    assert decision.srm is not None and not decision.srm.flagged
+    assert decision.arm("b").verdict is Verdict.SHIP
+    with pytest.raises(KeyError):
+        decision.arm("control")
+
+
+def test_a_sample_ratio_mismatch_is_said_with_the_decisions() -> None:
+    units = {"control": operations("control", 2000, 1000), "b": operations("b", 1500, 750)}
+    decision = decide(
+        "completion_rate", [], "control", units, mde=0.03, rate_per_s=None,
+        weights={"control": 1, "b": 1},
+    )  # fmt: skip
+    assert decision.srm is not None and decision.srm.flagged
+    assert decision.text.splitlines()[-1].startswith("sample-ratio mismatch")
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        (("revenue", [], "control"), {}, "unknown experiment metric"),
+        (("completion_rate", ["speed"], "control"), {}, "unknown experiment metric"),
+        (("completion_rate", [], "nobody"), {}, "control arm 'nobody'"),
+        (("completion_rate", [], "b"), {"mde": 2.0}, "mde"),
+        (("completion_rate", [], "control"), {"rate_per_s": -1.0}, "rate_per_s"),
+    ],
+)
+def test_bad_decisions_are_refused(
+    args: tuple[str, Sequence[str], str], kwargs: dict[str, float], match: str
+) -> None:
+    units = {"control": operations("control", 10, 5), "b": operations("b", 10, 5)}
+    options: dict[str, float | None] = {"mde": 0.03, "rate_per_s": None, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        decide(*args, units, **options)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="besides control"):
+        decide("completion_rate", [], "control", {"control": []}, mde=0.03, rate_per_s=None)
+
+
+def test_an_a_a_experiment_rarely_ships() -> None:
+    # Identical arms, looked at every 100 operations up to 3,000: at most alpha of runs ever
+    # ship (bench/experiment_simulation.py measures it over 1,000 runs).
+    rng = random.Random(7)
+    runs, shipped = 40, 0
+    for _ in range(runs):
+        arms: dict[str, list[Unit]] = {"control": [], "b": []}
+        for look in range(30):
+            for name, units in arms.items():
+                for _ in range(50):
+                    done = int(rng.random() < 0.6)
+                    cost = 0.01 * rng.uniform(0.5, 1.5)
+                    units.append(Unit(name, 1, 1, 0, cost, completed=done, outcomes=1))
+            if look < 2:
+                continue
+            verdict = (
+                decide("completion_rate", [], "control", arms, mde=0.03, rate_per_s=None)
+                .arm("b")
+                .verdict
+            )
+            if verdict is Verdict.SHIP:
+                shipped += 1
+                break
+    assert shipped / runs <= 0.05
