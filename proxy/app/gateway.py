@@ -69,6 +69,7 @@ from proxy.observability import (
 )
 from proxy.rollout import RolloutController, RolloutManager, RuleGuard
 from proxy.store import (
+    EvalStore,
     FeedbackStore,
     GuardStore,
     Journal,
@@ -507,6 +508,7 @@ class Gateway:
                 replica=f"{socket.gethostname()}:{os.getpid()}",
                 decider=lambda: self.controller.leading,
                 windows=self.controller.windows,
+                eval_runs=EvalStore(self.store),
             )
         )
         api.include_router(build_feedback_router(self.feedback))

@@ -8,6 +8,7 @@ from .controller import RolloutController
 from .evidence import traffic_profile
 from .guard import GuardLook, RuleGuard
 from .manager import RolloutManager, RouteUnknownError, TransitionConflictError
+from .offline_gate import offline_evidence
 from .plan import RolloutPlan, StepPlan, TrafficProfile, plan_rollout
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "StepPlan",
     "TrafficProfile",
     "TransitionConflictError",
+    "offline_evidence",
     "plan_rollout",
     "traffic_profile",
 ]

@@ -2,7 +2,8 @@
 event loop), the crash journal (`Journal`: answered exchanges on local disk until the store
 commits them, replayed at start), redaction, and one query object per domain — `Store`
 (exchanges, pairs, checks), `FeedbackStore`, `RuleEventStore`, `RolloutStore`, `JudgeWindows`
-(the rollout judge's reads), `ProbeStore` (rule-flip probes' results), `SigningKeyStore` (keys
+(the rollout judge's reads), `ProbeStore` (rule-flip probes' results), `EvalStore` (evaluation sets'
+sampling and runs), `SigningKeyStore` (keys
 the replicas share) and `Leadership` (the decider's advisory lock). The only package that
 imports sqlalchemy or sqlmodel: the rest of mirrorgate asks these objects, built from one `Store`
 by the wiring, and never holds an engine or a connection. Imports `proxy.observability` (the
@@ -31,6 +32,7 @@ from .errors import (
     StoreError,
     StoreUnavailableError,
 )
+from .evalsets import EvalRun, EvalStore, SampledExchange, StratumScore
 from .exchanges import Store, masked_url
 from .feedback import FeedbackStore
 from .guard import AnswerTally, GuardDecision, GuardStore, RuleEpochs
@@ -60,6 +62,8 @@ __all__ = [
     "CheckCount",
     "DuplicateRecordError",
     "Epoch",
+    "EvalRun",
+    "EvalStore",
     "FeedbackStore",
     "FindingCount",
     "GuardDecision",
@@ -77,11 +81,13 @@ __all__ = [
     "RuleEpochs",
     "RuleEvent",
     "RuleEventStore",
+    "SampledExchange",
     "SchemaVersionError",
     "SigningKeyStore",
     "Store",
     "StoreError",
     "StoreUnavailableError",
+    "StratumScore",
     "VersionTraffic",
     "WriteRetry",
     "apply_bodies_policy",
