@@ -92,10 +92,17 @@ def seed(store: Store) -> dict[str, str]:
                 kinds[request_id] = "failed_check"
                 records.append(
                     CheckRecord(
-                        request_id=request_id, route="support-bot", target="prod",
-                        arm=Arm.PRIMARY, rule="shipping-policy", rule_version="v1",
-                        check="max-weight", result="fail", reason="no", created_at=NOW,
-                    )  # fmt: skip
+                        request_id=request_id,
+                        route="support-bot",
+                        target="prod",
+                        arm=Arm.PRIMARY,
+                        rule="shipping-policy",
+                        rule_version="v1",
+                        check="max-weight",
+                        result="fail",
+                        reason="no",
+                        created_at=NOW,
+                    )
                 )
     # An old request outside the window, and a shadow's answer: never drawn.
     records.append(make_record(request_id="old", started_at=NOW - timedelta(days=30),
@@ -109,10 +116,15 @@ def seed(store: Store) -> dict[str, str]:
         kinds.setdefault(request_id, "correction")
         feedback.add(
             FeedbackRecord(
-                request_id=request_id, kind="correction", route="support-bot", target="prod",
-                arm=Arm.PRIMARY, created_at=NOW, corrected=True,
+                request_id=request_id,
+                kind="correction",
+                route="support-bot",
+                target="prod",
+                arm=Arm.PRIMARY,
+                created_at=NOW,
+                corrected=True,
                 correction=json.dumps({"order": i, "ok": False}),
-            )  # fmt: skip
+            )
         )
     return kinds
 
@@ -241,8 +253,14 @@ def test_difficulty_marks_rare_versions_as_edge_and_long_prompts_as_hard(
 ) -> None:
     store = open_store()
     records = [
-        make_record(request_id=f"a-{i}", rule="r", rule_version="v1", started_at=RECENT,
-                    request_body=body(f"short {i}"), response_text="ok")  # fmt: skip
+        make_record(
+            request_id=f"a-{i}",
+            rule="r",
+            rule_version="v1",
+            started_at=RECENT,
+            request_body=body(f"short {i}"),
+            response_text="ok",
+        )
         for i in range(98)
     ]
     records.append(make_record(request_id="rare", rule="r", rule_version="v0", started_at=RECENT,
@@ -253,11 +271,20 @@ def test_difficulty_marks_rare_versions_as_edge_and_long_prompts_as_hard(
     store.write_batch(
         [
             PairRecord(
-                pair_id="p1", kind="shadow", request_id="a-1", route="support-bot",
-                primary_target="prod", candidate_target="cand", created_at=NOW,
-                primary_status="ok", candidate_status="ok", exact_equal=False,
-                normalized_equal=False, json_equal=None, agreement="disagree",
-            )  # fmt: skip
+                pair_id="p1",
+                kind="shadow",
+                request_id="a-1",
+                route="support-bot",
+                primary_target="prod",
+                candidate_target="cand",
+                created_at=NOW,
+                primary_status="ok",
+                candidate_status="ok",
+                exact_equal=False,
+                normalized_equal=False,
+                json_equal=None,
+                agreement="disagree",
+            )
         ]
     )
     built = build(store, size=100, spec=EvalSetSpec(held_out=0.0))
@@ -277,8 +304,14 @@ def test_task_classifiers_read_a_body_field_the_recorded_header_and_the_rule_ver
     payload["metadata"] = {"task": "billing/EU"}
     store.write_batch(
         [
-            make_record(request_id="b", started_at=RECENT, rule_version="v2", tags=("task:faq",),
-                        request_body=json.dumps(payload), response_text="ok"),  # fmt: skip
+            make_record(
+                request_id="b",
+                started_at=RECENT,
+                rule_version="v2",
+                tags=("task:faq",),
+                request_body=json.dumps(payload),
+                response_text="ok",
+            ),
         ]
     )
     for form, expected in (("body:metadata.task", "billing_EU"), ("header:x-task", "faq"),
@@ -294,7 +327,7 @@ def test_allocation_gives_the_tail_its_minimum_and_never_more_than_available() -
 
 
 def test_a_store_without_bodies_is_refused(open_store: Callable[..., Store]) -> None:
-    with pytest.raises(Exception, match="store.bodies is none"):
+    with pytest.raises(Exception, match=r"store\.bodies is none"):
         build(open_store(), bodies="none")
 
 
