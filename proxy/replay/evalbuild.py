@@ -234,34 +234,42 @@ def difficulty_of(
 
 
 def allocate(available: Mapping[str, int], size: int, minimum: int) -> dict[str, int]:
-    """Cases per task: each its `minimum` (or all it has), the rest in proportion to what is
-    available, by largest remainder; never more than a task has."""
-    quota = {task: min(count, minimum) for task, count in available.items()}
-    left = size - sum(quota.values())
-    if left < 0:  # more tasks than room: the most frequent first
-        quota = dict.fromkeys(available, 0)
-        for task in sorted(available, key=lambda t: (-available[t], t))[:size]:
+    """Cases per task, in proportion to what is available, except that a task whose share falls
+    under `minimum` gets `minimum` (or all it has): the tail is lifted, the rest shrinks in
+    proportion. Largest remainders round; never more than a task has."""
+    tasks = {t: n for t, n in available.items() if n > 0}
+    quota = dict.fromkeys(available, 0)
+    size = min(size, sum(tasks.values()))
+    if size <= 0:
+        return quota
+    if sum(min(n, minimum) for n in tasks.values()) > size:  # more tasks than room
+        for task in sorted(tasks, key=lambda t: (-tasks[t], t))[:size]:
             quota[task] = 1
         return quota
-    while left > 0:
-        room = {t: available[t] - quota[t] for t in available if available[t] > quota[t]}
-        if not room:
+    fixed: dict[str, int] = {}
+    while True:
+        free = {t: n for t, n in tasks.items() if t not in fixed}
+        room = size - sum(fixed.values())
+        total = sum(free.values())
+        shares = {t: room * n / total for t, n in free.items()} if total else {}
+        settled = {
+            t: (n if shares[t] > n else min(n, minimum))
+            for t, n in free.items()
+            if shares[t] > n or shares[t] < min(n, minimum)
+        }
+        if not settled:
             break
-        total = sum(room.values())
-        shares = {t: left * n / total for t, n in room.items()}
-        given = {t: min(room[t], math.floor(s)) for t, s in shares.items()}
-        spent = sum(given.values())
-        for task in sorted(room, key=lambda t: (-(shares[t] - math.floor(shares[t])), t)):
-            if spent >= left:
-                break
-            if given[task] < room[task]:
-                given[task] += 1
-                spent += 1
-        for task, n in given.items():
-            quota[task] += n
-        left -= spent
-        if spent == 0:
+        fixed.update(settled)
+    quota.update(fixed)
+    given = {t: math.floor(s) for t, s in shares.items()}
+    quota.update(given)
+    left = size - sum(quota.values())
+    for task in sorted(shares, key=lambda t: (-(shares[t] - given[t]), t)):
+        if left <= 0:
             break
+        if quota[task] < tasks[task]:
+            quota[task] += 1
+            left -= 1
     return quota
 
 
@@ -382,7 +390,10 @@ def build_set(
     room = max(0, size - len(kept))
     available = {t: len(c) for t, c in pool.items()}
     minimum = {t: max(0, spec.min_per_task - kept_tasks[t]) for t in available}
-    quota = _respect_minimum(minimum, available, room)
+    if previous is None:
+        quota = allocate(available, room, spec.min_per_task)
+    else:
+        quota = _respect_minimum(minimum, available, room)
     fresh: list[Case] = []
     for task in sorted(quota):
         fresh.extend(pool[task][: quota[task]])
@@ -411,16 +422,15 @@ def build_set(
 def _respect_minimum(
     minimum: Mapping[str, int], available: Mapping[str, int], room: int
 ) -> dict[str, int]:
-    """`allocate` with each task's own minimum (a rotation's kept cases count towards it)."""
+    """`allocate` with each task's own minimum (a rotation's kept cases count towards it):
+    tasks first get what they still lack of it, then the room left in proportion."""
     if not available:
         return {}
-    floor = {t: min(minimum[t], available[t]) for t in available}
-    base = {t: floor[t] for t in available}
-    rest = room - sum(base.values())
-    if rest <= 0:
-        return allocate(available, room, 0) if rest < 0 else base
-    extra = allocate({t: available[t] - base[t] for t in available}, rest, 0)
-    return {t: base[t] + extra.get(t, 0) for t in available}
+    floor = {t: min(minimum.get(t, 0), available[t]) for t in available}
+    if sum(floor.values()) >= room:
+        return allocate(available, room, min(minimum.values(), default=0))
+    extra = allocate({t: available[t] - floor[t] for t in available}, room - sum(floor.values()), 0)
+    return {t: floor[t] + extra.get(t, 0) for t in available}
 
 
 def _clean_text(value: Any, clean: Callable[[str], str]) -> Any:
