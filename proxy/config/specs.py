@@ -407,9 +407,6 @@ class EvalSetSpec(Spec):
     (the long tail); the rest is shared in proportion to traffic."""
     held_out: float = Field(0.1, ge=0, le=0.5)
     """Share of the built cases kept in held_out.jsonl, which no candidate run prints."""
-    judge_both_orders: bool = True
-    """Rubric cases: the judge sees the two answers in both orders and averages (position
-    bias cancels); false halves the judge's cost."""
 
     @field_validator("task")
     @classmethod
