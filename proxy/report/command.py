@@ -41,7 +41,16 @@ from proxy.core import (
     Status,
 )
 from proxy.core import parse_since as _parse_since
-from proxy.store import FeedbackStore, ProbeStore, RolloutStore, RuleEventStore, Store, StoreError
+from proxy.store import (
+    EvalRun,
+    EvalStore,
+    FeedbackStore,
+    ProbeStore,
+    RolloutStore,
+    RuleEventStore,
+    Store,
+    StoreError,
+)
 
 from .agreement import build_agreement, build_judge_scores
 from .awareness import ProbeCounts, build_context_awareness
@@ -93,6 +102,7 @@ def build_report(
     findings: Sequence[FindingRecord] = (),
     probes: Mapping[str, Mapping[str, Mapping[str, ProbeCounts]]] | None = None,
     rollouts: Mapping[str, RolloutReport] | None = None,
+    evaluations: Sequence[EvalRun] = (),
 ) -> Report:
     """Group the window's records by route and arm · target, and summarise each group.
 
@@ -174,6 +184,7 @@ def build_report(
         truncated_from=truncated_from,
         checks=len(checks),
         feedback=len(feedback),
+        evaluations=tuple(evaluations),
     )
 
 
@@ -258,6 +269,7 @@ def _read(args: argparse.Namespace, cfg: MirrorgateConfig, now: datetime) -> Rep
             route=args.route, analyzer=JUDGE_ANALYZER, since=since, limit=MAX_ROWS
         )
         probes = _probe_counts(ProbeStore(store), cfg, args.route, since)
+        evaluations = EvalStore(store).runs(route=args.route, limit=200)
     return build_report(
         exchanges,
         pairs,
@@ -273,6 +285,7 @@ def _read(args: argparse.Namespace, cfg: MirrorgateConfig, now: datetime) -> Rep
         findings=judged,
         probes=probes,
         rollouts=build_rollouts(events, verdicts),
+        evaluations=evaluations,
     )
 
 
