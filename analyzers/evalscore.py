@@ -13,6 +13,7 @@ The report's statistics (confidence intervals, tests) live elsewhere; this modul
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -22,8 +23,8 @@ from typing import Any, Literal
 from analyzers.checkbase import CheckResult
 from analyzers.comparison import compare_text
 
-ScoreMethod = Literal["text", "json", "checks"]
-SCORE_METHODS: tuple[ScoreMethod, ...] = ("text", "json", "checks")
+ScoreMethod = Literal["text", "json", "checks", "judge"]
+SCORE_METHODS: tuple[ScoreMethod, ...] = ("text", "json", "checks", "judge")
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -80,7 +81,18 @@ class AnswerScore:
     """`text`: equal after normalisation; `json`: JSON-equal to the expected value; `checks`:
     every check passed (an `error` is not a pass). None only for answers built by hand."""
     checks: tuple[CheckResult, ...] = ()
-    """The rule checks' results (`checks` items)."""
+    """The rule checks' results (`checks` items, and any item naming a governed route)."""
+    score: float | None = None
+    """0..1: the share of the expected JSON's fields the answer got right (`json`), else 1.0
+    for a correct answer and 0.0 for a wrong one; None when not scored (a `judge` item that
+    no judge saw)."""
+
+    @property
+    def value(self) -> float | None:
+        """`score`, or 1/0 from `correct`."""
+        if self.score is not None:
+            return self.score
+        return None if self.correct is None else float(self.correct)
 
 
 def score_answer(answer: str, expect: str) -> AnswerScore:
@@ -135,6 +147,51 @@ def score_json(answer: str, expected: Any) -> AnswerScore:
         equal if value is not _NOT_JSON else None,
         method="json",
         correct=equal,
+        score=1.0 if equal else field_share(value, expected),
+    )
+
+
+def field_share(answer: Any, expected: Any) -> float:
+    """The share of `expected`'s top-level fields that `answer` has with an equal value (0 when
+    either is not an object)."""
+    if not isinstance(expected, dict) or not isinstance(answer, dict) or not expected:
+        return 0.0
+    try:
+        same = sum(k in answer and json_equal(answer[k], v) for k, v in expected.items())
+    except RecursionError:
+        return 0.0
+    return same / len(expected)
+
+
+def with_checks(score: AnswerScore, results: Sequence[CheckResult]) -> AnswerScore:
+    """`score` with the rule checks run on the same answer: still correct only when every
+    check passed too (a failed check costs the whole case, as it does in live traffic)."""
+    if not results:
+        return score
+    passed = all(result.result == "pass" for result in results)
+    correct = bool(score.correct) and passed
+    value = score.value if passed else 0.0
+    return dataclasses.replace(score, correct=correct, checks=tuple(results), score=value)
+
+
+def unjudged(answer: str) -> AnswerScore:
+    """A `judge` item's answer with no judge verdict: neither right nor wrong."""
+    comparison = compare_text("", answer)
+    return AnswerScore(
+        comparison.exact, comparison.normalized, comparison.json_equal, method="judge"
+    )
+
+
+def judged(answer: str, score: float, pass_score: float) -> AnswerScore:
+    """A `judge` item's answer scored `score` (0..1) by the judge; correct from `pass_score`."""
+    comparison = compare_text("", answer)
+    return AnswerScore(
+        comparison.exact,
+        comparison.normalized,
+        comparison.json_equal,
+        method="judge",
+        correct=score >= pass_score,
+        score=score,
     )
 
 

@@ -92,7 +92,6 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "proxy/mock_upstream/responses_format.py": "tests/proxy/mock_upstream/test_openai_format.py",
     "proxy/mock_upstream/wire.py": "tests/proxy/mock_upstream/test_openai_format.py",
     # `mirrorgate replay` end to end: sources, jobs, resuming, writing pairs, the summary
-    "proxy/replay/evalset.py": "tests/proxy/replay/test_command.py",
     "proxy/replay/job.py": "tests/proxy/replay/test_command.py",
     "proxy/replay/resume.py": "tests/proxy/replay/test_command.py",
     "proxy/replay/runner.py": "tests/proxy/replay/test_command.py",

@@ -15,7 +15,9 @@ passes the `Host`, `Origin` and JSON checks of `proxy.api.doors`.
                                                | restore
                                                JSON body {} or {"reason": "..."}; a rollback
                                                also takes "to": "primary" | "fallback" (default:
-                                               the route's canary.rollback_to)
+                                               the route's canary.rollback_to); a start
+                                               refused by the offline gate (409, with the
+                                               numbers) takes "force": true with a reason
 
 Answers: 200 with `changed` (false when the route already was where the action leads), 404 for
 an unknown route or action, 409 with the current phase for an illegal transition (a rollback to
@@ -58,10 +60,11 @@ from proxy.rollout import (
     RouteUnknownError,
     TrafficProfile,
     TransitionConflictError,
+    offline_evidence,
     plan_rollout,
     traffic_profile,
 )
-from proxy.store import JudgeWindows, StoreUnavailableError
+from proxy.store import EvalStore, JudgeWindows, StoreUnavailableError
 
 from .admin import AdminAuth, read_limited
 from .errors import PhaseConflict, store_unavailable
@@ -69,6 +72,7 @@ from .errors import PhaseConflict, store_unavailable
 log = logging.getLogger("mirrorgate.rollout_api")
 
 MAX_REASON_BODY = 16 * 1024
+_NO_RUNS = "this gateway has no store to read evaluation runs from"
 MAX_ALERTMANAGER_BODY = 1024 * 1024
 """Alertmanager batches at most a group's alerts; a megabyte is far beyond any real payload."""
 
@@ -148,6 +152,7 @@ def build_rollout_router(
     replica: str = "",
     decider: Callable[[], bool] = lambda: False,
     windows: JudgeWindows | None = None,
+    eval_runs: EvalStore | None = None,
 ) -> APIRouter:
     """`replica` names this gateway process in `GET /admin/rollouts`; `decider` says whether it
     is the one replica running the judge right now (it holds the decider lock)."""
@@ -180,12 +185,41 @@ def build_rollout_router(
             events, verdicts, memory = [], [], None
         if memory is not None and memory.rollout_id == state.rollout_id:
             warnings += [w for w in memory.warnings if w not in warnings]
+        offline = await _offline(route, events, state.rollout_id)
         return {
             **state_json(state, routes),
             "transitions": events,
             "verdicts": verdicts,
             "warnings": warnings,
+            "offline_evidence": offline,
         }
+
+    async def _offline(
+        route: str, events: list[dict[str, Any]], rollout_id: str | None
+    ) -> dict[str, Any]:
+        """The offline gate's evidence now, and the override the current rollout started with."""
+        spec = manager.config.routes[route]
+        if spec.canary is None or spec.canary.require_eval is None:
+            evidence: dict[str, Any] = {"required": False}
+        elif eval_runs is None:
+            evidence = {"required": True, "allowed": False, "reason": _NO_RUNS}
+        else:
+            try:
+                _, evidence = await asyncio.to_thread(
+                    offline_evidence, eval_runs, spec, datetime.now(UTC)
+                )
+            except StoreUnavailableError as exc:
+                evidence = {"required": True, "allowed": None, "reason": f"store: {exc}"}
+        started = next(
+            (
+                e
+                for e in reversed(events)
+                if e.get("action") == "start" and e.get("rollout_id") == rollout_id
+            ),
+            None,
+        )
+        override = (started or {}).get("evidence", {}).get("offline_override")
+        return {**evidence, "override": override if rollout_id is not None else None}
 
     @router.get("/admin/rollouts/{route}/verdicts")
     async def verdicts(route: str, limit: int = 100) -> dict[str, Any]:
@@ -238,13 +272,17 @@ def build_rollout_router(
             raise NotFound(f"no rollout action '{action[:50]}' (one of: {names})") from None
         if route not in manager.states():
             raise NotFound(f"no route '{route[:200]}'")
-        reason, to = await _body(request, chosen)
+        reason, to, force = await _body(request, chosen)
+        evidence = None
+        if chosen is Action.START:
+            evidence = await _gate(route, reason, force)
         try:
             change = await manager.act(
                 route,
                 chosen,
                 reason=reason or f"{chosen.value} by operator",
                 actor="operator",
+                evidence=evidence,
                 to=to,
             )
         except IllegalTransition as exc:
@@ -254,6 +292,35 @@ def build_rollout_router(
             raise PhaseConflict(str(exc), phase.value if phase else None) from exc
         # A StoreUnavailableError goes out as it is: 503, nothing changed.
         return {"changed": change.changed, "rollout": state_json(change.after, routes)}
+
+    async def _gate(route: str, reason: str, force: bool) -> dict[str, Any] | None:
+        """The offline gate before a start: the evidence kept with the transition, or a 409
+        with the numbers (unless forced, with a reason: then the override is kept too)."""
+        spec = manager.config.routes[route]
+        if spec.canary is None or spec.canary.require_eval is None:
+            return None
+        if eval_runs is None:
+            verdict_allowed, evidence = False, {"required": True, "reason": _NO_RUNS}
+        else:
+            try:
+                verdict, evidence = await asyncio.to_thread(
+                    offline_evidence, eval_runs, spec, datetime.now(UTC)
+                )
+            except StoreUnavailableError as exc:
+                raise store_unavailable(exc, "the offline gate cannot read its runs") from exc
+            verdict_allowed = verdict is not None and verdict.allowed
+        kept = {"offline_gate": evidence}
+        if verdict_allowed:
+            return kept
+        if not force:
+            phase = manager.state(route).phase
+            raise PhaseConflict(
+                f"offline gate: {evidence.get('reason')} (start with force and a reason to "
+                "override; the override is recorded)",
+                phase.value if phase else None,
+            )
+        log.warning("rollout %s: offline gate overridden: %s", route, reason)
+        return kept | {"offline_override": {"reason": reason, "refused": evidence.get("reason")}}
 
     @router.post("/hooks/alertmanager")
     async def alertmanager(request: Request) -> dict[str, Any]:
@@ -320,8 +387,9 @@ def build_rollout_router(
     return router
 
 
-async def _body(request: Request, action: Action) -> tuple[str, RollbackTarget | None]:
-    """The optional JSON body of an action: its reason, and a rollback's target."""
+async def _body(request: Request, action: Action) -> tuple[str, RollbackTarget | None, bool]:
+    """The optional JSON body of an action: its reason, a rollback's target, and whether a
+    start overrides the offline gate (`force`, which needs a reason)."""
     raw = await read_limited(request, MAX_REASON_BODY, "the request body")
     if not raw.strip():
         raise RequestError("the body is empty: send {} for an action with nothing to say")
@@ -330,9 +398,16 @@ async def _body(request: Request, action: Action) -> tuple[str, RollbackTarget |
     except orjson.JSONDecodeError as exc:
         raise RequestError(f"the body must be JSON ({exc})") from None
     rollback = action is Action.ROLLBACK
-    allowed = {"reason", "to"} if rollback else {"reason"}
+    start = action is Action.START
+    allowed = {"reason", "to"} if rollback else {"reason", "force"} if start else {"reason"}
     if not isinstance(body, dict) or set(body) - allowed:
-        shape = '{"reason": "...", "to": "primary|fallback"}' if rollback else '{"reason": "..."}'
+        shape = (
+            '{"reason": "...", "to": "primary|fallback"}'
+            if rollback
+            else '{"reason": "...", "force": true}'
+            if start
+            else '{"reason": "..."}'
+        )
         raise RequestError(f"the body must be {shape} or {{}}")
     reason = body.get("reason", "")
     if not isinstance(reason, str) or len(reason) > 1000:
@@ -340,4 +415,9 @@ async def _body(request: Request, action: Action) -> tuple[str, RollbackTarget |
     to = body.get("to")
     if to is not None and to not in ("primary", "fallback"):
         raise RequestError("'to' must be 'primary' or 'fallback'")
-    return reason, to
+    force = body.get("force", False)
+    if not isinstance(force, bool):
+        raise RequestError("'force' must be true or false")
+    if force and not reason.strip():
+        raise RequestError("'force' needs a 'reason': the override is recorded with it")
+    return reason, to, force

@@ -79,6 +79,7 @@ from proxy.rollout import (
     RuleGuard,
 )
 from proxy.store import (
+    EvalStore,
     ExperimentStore,
     FeedbackStore,
     GuardStore,
@@ -561,6 +562,7 @@ class Gateway:
                 replica=f"{socket.gethostname()}:{os.getpid()}",
                 decider=lambda: self.controller.leading,
                 windows=self.controller.windows,
+                eval_runs=EvalStore(self.store),
             )
         )
         api.include_router(build_experiment_router(admin_auth, self.experiments))

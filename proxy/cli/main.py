@@ -152,6 +152,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return run_replay(args)
 
 
+def cmd_evalset(args: argparse.Namespace) -> int:
+    from proxy.replay import run_evalset
+
+    return run_evalset(args)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from proxy.report import run_report
 
@@ -176,6 +182,10 @@ def cmd_rollout(args: argparse.Namespace, transport: httpx.BaseTransport | None 
         parser.error("--since goes with plan")
     if args.to is not None and args.action != "rollback":
         parser.error("--to goes with rollback only")
+    if args.force and args.action != "start":
+        parser.error("--force goes with start only")
+    if args.force and not (args.reason or "").strip():
+        parser.error("--force needs --reason: the override of the offline gate is recorded")
     if not args.timeout > 0:
         parser.error("--timeout must be a positive number of seconds")
     if args.url is None:
@@ -280,6 +290,29 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--max-usd", type=float, help="stop a candidate once it has cost this much")
     replay.set_defaults(func=cmd_replay)
 
+    evalset = sub.add_parser(
+        "evalset",
+        help="build evaluation sets from recorded traffic and corrections; show their runs",
+        formatter_class=HelpFormatter,
+    )
+    evalset.add_argument("action", choices=("build", "history"))
+    evalset.add_argument(
+        "--config", help="config file (default: $MIRRORGATE_CONFIG, ./mirrorgate.yaml)"
+    )
+    evalset.add_argument("--route", help="build: the route whose traffic is sampled")
+    evalset.add_argument("--since", help="build: the window (ISO time, or 30m / 6h / 7d ago)")
+    evalset.add_argument("--size", type=int, help="build: cases in the set")
+    evalset.add_argument("--output", help="build: the set's directory")
+    evalset.add_argument(
+        "--rotate", type=float, help="build: replace this share of the set in --output (0..1]"
+    )
+    evalset.add_argument("--seed", type=int, default=0, help="build: the sampling seed")
+    evalset.add_argument("--name", help="build: the set's name (default: the directory's)")
+    evalset.add_argument("--set", help="history: only this set")
+    evalset.add_argument("--model", help="history: only this model")
+    evalset.add_argument("--limit", type=int, default=200, help="history: the newest N runs")
+    evalset.set_defaults(func=cmd_evalset)
+
     report = sub.add_parser(
         "report",
         help="compare arms: latency, ttft, cost, errors, agreement, checks, corrections",
@@ -320,6 +353,11 @@ def build_parser() -> argparse.ArgumentParser:
             "rollback only: 'primary' (canary to 0 %%, the baseline serves) or 'fallback' (the "
             "whole route to its fallback); default: the route's canary.rollback_to"
         ),
+    )
+    rollout.add_argument(
+        "--force",
+        action="store_true",
+        help="start only: start although the offline gate refuses (needs --reason; recorded)",
     )
     rollout.add_argument("--json", action="store_true", help="print the admin API's JSON")
     rollout.add_argument(

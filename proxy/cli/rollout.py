@@ -5,6 +5,7 @@
     mirrorgate rollout plan ROUTE [--since 1h]          can the steps pass at recent traffic
     mirrorgate rollout start|pause|resume|promote|abort|rollback ROUTE  one operator action
     mirrorgate rollout rollback ROUTE --to primary|fallback             a rollback's target
+    mirrorgate rollout start ROUTE --force --reason "..."    past a refusing offline gate
 
 `--url` (default `$MIRRORGATE_URL`, else `http://127.0.0.1:8080`) is the gateway's base URL; the
 bearer token comes from `MIRRORGATE_ADMIN_TOKEN` (unset: no `Authorization` header, which a
@@ -82,9 +83,11 @@ def _exchange(client: httpx.Client, args: argparse.Namespace, *, has_token: bool
         response = _send(client, "GET", f"{_route_path(args.route)}/plan?since={since}", None)
     else:
         # Always a JSON object, `{}` at least: the gateway takes state changes only as JSON.
-        payload: dict[str, str] = {"reason": args.reason} if args.reason else {}
+        payload: dict[str, Any] = {"reason": args.reason} if args.reason else {}
         if getattr(args, "to", None) is not None:
             payload["to"] = args.to
+        if getattr(args, "force", False):
+            payload["force"] = True
         response = _send(client, "POST", f"{_route_path(args.route)}/{args.action}", payload)
     if response.status_code != 200:
         raise RolloutCommandError(_refusal(response, args, has_token=has_token))

@@ -34,6 +34,7 @@ def render_status(body: Mapping[str, Any]) -> str:
     lines = [f"route {body.get('route', '?')}: {_phase_line(body)}", *_state_lines(body)]
     lines += _transition_lines(_rows(body.get("transitions")))
     lines += _verdict_lines(_rows(body.get("verdicts")), body.get("rollout_id"))
+    lines += _offline_lines(_mapping(body.get("offline_evidence")))
     warnings = [str(w) for w in body.get("warnings") or () if w]
     if warnings:
         lines += ["warnings:", *(f"  ! {w}" for w in warnings)]
@@ -298,3 +299,31 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 def _rows(value: Any) -> list[Mapping[str, Any]]:
     return [row for row in value if isinstance(row, Mapping)] if isinstance(value, list) else []
+
+
+def _offline_lines(evidence: Mapping[str, Any]) -> list[str]:
+    """The offline gate: its verdict now, each stratum compared, the start's override."""
+    if not evidence.get("required"):
+        return []
+    allowed = evidence.get("allowed")
+    word = "passes" if allowed else "refuses" if allowed is False else "unknown"
+    lines = [f"offline gate (set {evidence.get('set', '?')}): {word}: {evidence.get('reason')}"]
+    rows = [("STRATUM", "CANDIDATE", "PRIMARY", "DROP", "")]
+    for row in _rows(evidence.get("strata")):
+        mine, theirs = _mapping(row.get("candidate")), _mapping(row.get("primary"))
+        drop = row.get("drop")
+        rows.append(
+            (
+                str(row.get("stratum", "?")),
+                f"{mine.get('passed', 0)}/{mine.get('cases', 0)}",
+                f"{theirs.get('passed', 0)}/{theirs.get('cases', 0)}",
+                f"{drop * 100:+.1f} pts" if isinstance(drop, int | float) else "-",
+                "BLOCKS" if row.get("blocking") else "" if row.get("counted") else "too few",
+            )
+        )
+    if len(rows) > 1:
+        lines += [f"  {r}" for r in _columns(rows)]
+    override = _mapping(evidence.get("override"))
+    if override:
+        lines.append(f"  overridden at start: {override.get('reason')}")
+    return lines

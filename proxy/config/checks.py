@@ -195,6 +195,13 @@ def check_routes(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigPr
                 )
             )
         problems.extend(_unavailable_metrics(cfg, rname))
+        if route.evalset.task == "rule" and cfg.rule_of(rname) is None:
+            problems.append(
+                ConfigProblem(
+                    f"{base}.evalset.task",
+                    "'rule' classifies by rule version, but no rule set governs this route",
+                )
+            )
         if (
             route.canary is not None
             and route.canary.rollback_to == "fallback"

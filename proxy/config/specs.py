@@ -331,6 +331,112 @@ RollbackTarget = Literal["primary", "fallback"]
 """Where a rollback sends the route's traffic: its baseline primary, or its `fallback` model."""
 
 
+_DURATION = re.compile(r"^[1-9][0-9]{0,5}[smhd]$")
+_DURATION_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_s(value: str) -> float:
+    """Seconds in a duration of the form `30m`, `6h`, `7d` (checked by the specs)."""
+    return float(int(value[:-1]) * _DURATION_S[value[-1]])
+
+
+class RequireEvalSpec(Spec):
+    """The offline gate (`routes.<name>.canary.require_eval`): a rollout starts only when the
+    candidate has a recent evaluation run on the route's set that does not regress against the
+    primary's run on the same set version."""
+
+    set: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")
+    """The evaluation set, by its name (the `name` of its manifest.json, by default its
+    directory's name) or by the path of its directory (whose last part is then the name)."""
+    max_drop: float = Field(0.02, ge=0, le=1)
+    """Largest drop of pass rate, candidate below primary, tolerated on any stratum (task or
+    difficulty) with at least `min_cases` cases; 0.02 is two points."""
+    max_age: str = "7d"
+    """How old the newest run of the candidate may be (`30m`, `12h`, `7d`)."""
+    min_cases: int = Field(20, ge=1, le=1_000_000)
+    """A stratum with fewer cases is shown but never blocks (too few to tell a drop from
+    noise)."""
+
+    @field_validator("max_age")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if not _DURATION.match(value):
+            raise ValueError("must be a duration such as '30m', '12h' or '7d'")
+        return value
+
+    @property
+    def set_name(self) -> str:
+        """The name runs are stored under: `set` itself, or the last part of a path."""
+        return self.set.rstrip("/").rsplit("/", 1)[-1] or self.set
+
+
+class DifficultySpec(Spec):
+    """What makes a case of an evaluation set `hard` (any signal) or `edge` (a rare rule
+    version); every other case is `easy`."""
+
+    long_chars: int = Field(2000, ge=1, le=10_000_000)
+    """A prompt (every message's text) longer than this many characters is hard."""
+    many_turns: int = Field(6, ge=1, le=10_000)
+    """A conversation of more messages than this is hard."""
+    corrected: bool = True
+    """A request whose primary answer a user corrected is hard."""
+    disagreed: bool = True
+    """A request on which a shadow disagreed with the primary is hard."""
+    rare_version_share: float = Field(0.05, ge=0, le=1)
+    """A request of a rule version carrying less than this share of the window's traffic is an
+    edge case (0: none is)."""
+
+
+_TASK_FORM = re.compile(r"^(none|rule|header:[A-Za-z0-9-]{1,100}|body:[A-Za-z0-9_.-]{1,200})$")
+
+
+class EvalSetSpec(Spec):
+    """How `mirrorgate evalset build` samples the route's traffic (`routes.<name>.evalset`)."""
+
+    task: str = "none"
+    """The task classifier: `rule` (the rule version), `body:<field>` (a body field, dots for
+    nesting), `header:<name>` (the request header, recorded by the gateway as the exchange's
+    `task:` tag) or `none` (one task); `tasks` instead classifies by regex."""
+    tasks: dict[Annotated[str, Field(pattern=_NAME)], str] = Field(
+        default_factory=dict, max_length=100
+    )
+    """Task name to regex over the last user message, tried in order (the first match wins;
+    no match is task `other`). Set with `task: regex`."""
+    difficulty: DifficultySpec = Field(default_factory=DifficultySpec)
+    min_per_task: int = Field(5, ge=0, le=100_000)
+    """Every task gets at least this many cases when the window has them, however rare it is
+    (the long tail); the rest is shared in proportion to traffic."""
+    held_out: float = Field(0.1, ge=0, le=0.5)
+    """Share of the built cases kept in held_out.jsonl, which no candidate run prints."""
+
+    @field_validator("task")
+    @classmethod
+    def _task_form(cls, value: str) -> str:
+        if value != "regex" and not _TASK_FORM.match(value):
+            raise ValueError("must be 'none', 'rule', 'regex', 'header:<name>' or 'body:<field>'")
+        return value
+
+    @field_validator("tasks")
+    @classmethod
+    def _patterns(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, pattern in value.items():
+            if len(pattern) > 1000:
+                raise ValueError(f"'{name}': a pattern of at most 1000 characters")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"'{name}': not a regular expression ({exc})") from None
+        return value
+
+    @model_validator(mode="after")
+    def _regex_needs_tasks(self) -> EvalSetSpec:
+        if self.task == "regex" and not self.tasks:
+            raise ValueError("task: regex needs 'tasks' (task name: pattern)")
+        if self.task != "regex" and self.tasks:
+            raise ValueError("'tasks' goes with task: regex")
+        return self
+
+
 class CanarySpec(Spec):
     model: str
     steps: list[Annotated[int, Field(ge=1, le=100)]] = Field(default_factory=lambda: [10, 50])
@@ -347,6 +453,9 @@ class CanarySpec(Spec):
     """Where the canary's traffic goes when it is rolled back without an explicit target:
     `primary` (canary to 0 %, the baseline serves) or `fallback` (the whole route moves to the
     route's `fallback`, which must then be set)."""
+    require_eval: RequireEvalSpec | None = None
+    """The offline gate: `rollout start` refuses without a recent, non-regressing evaluation
+    run of the candidate (off unless set)."""
 
     @field_validator("sticky")
     @classmethod
@@ -473,6 +582,8 @@ class RouteSpec(Spec):
     set)."""
     experiment: ExperimentSpec | None = None
     """An online A/B experiment between arms (off until started through the admin API)."""
+    evalset: EvalSetSpec = Field(default_factory=EvalSetSpec)
+    """How evaluation sets are built from this route's traffic."""
 
 
 CheckType = Literal[

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -76,6 +77,23 @@ log = logging.getLogger("mirrorgate.exchange")
 LAST_WORDS_S = 1.0
 """How long a cut exchange may take to tell its client (a client that stopped reading gets no
 more)."""
+
+
+_TASK_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def task_tags(classifier: str, headers: Sequence[tuple[bytes, bytes]]) -> tuple[str, ...]:
+    """`("task:<value>",)` when the route's evalset classifies tasks by a request header
+    (`header:<name>`) and the request sent it: the store keeps no headers, so the header's value
+    is kept as a tag, cut to 64 characters of `[A-Za-z0-9._-]` (it comes from the client)."""
+    if not classifier.startswith("header:"):
+        return ()
+    name = classifier.removeprefix("header:").lower().encode("latin-1")
+    raw = next((v for k, v in headers if k.lower() == name), None)
+    if raw is None:
+        return ()
+    value = _TASK_UNSAFE.sub("_", raw[:256].decode("latin-1"))[:64].strip("_")
+    return (f"task:{value}",) if value else ()
 
 
 class ProxyHandler:
@@ -242,6 +260,7 @@ class ProxyHandler:
             credentials_for=models[plan.route.spec.primary].origin, models=models,
             operation_id=operation,
             experiment_arm=plan.experiment_arm, experiment_unit=plan.experiment_unit,
+            tags=task_tags(plan.route.spec.evalset.task, scope["headers"]),
         )  # fmt: skip
         if self.feedback_tokens is not None:
             ctx.feedback_token = self.feedback_tokens.issue(request_id, time.time())

@@ -21,9 +21,10 @@ import argparse
 import asyncio
 import os
 import sys
+import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -36,9 +37,10 @@ from proxy.config import (
     model_key_problems,
 )
 from proxy.core import parse_since
-from proxy.store import Store, StoreError
+from proxy.store import EvalRun, EvalStore, Store, StoreError
 from proxy.upstream import ModelCaller, UpstreamClient, shared_ssl_context
 
+from .evalruns import SetIdentity, SetProblem, config_fingerprint, identify, strata_scores
 from .evalscoring import EvalScorer, RouteChecks
 from .evalset import EvalSet, read_eval_set
 from .interruption import SignalStop
@@ -70,6 +72,7 @@ class Plan:
     jobs: list[ReplayJob]
     heading: list[str]
     evalset: EvalSet | None = None
+    identity: SetIdentity | None = None
 
 
 def run_replay(
@@ -124,6 +127,8 @@ def _run(args: argparse.Namespace, on_result: Callable[[JobOutcome], None] | Non
             if plan.evalset is not None:
                 scorer = EvalScorer(plan.evalset, RouteChecks(config))
                 summary = render_eval(plan.evalset, candidates, result, budget, sources, scorer)
+                if plan.identity is not None and result.stopped_by is None:
+                    summary += _archive(config, store, plan, candidates, result, scorer)
             else:
                 summary = render_replay(plan.heading, candidates, result, budget, sources)
             sys.stdout.write(summary)
@@ -135,6 +140,42 @@ def _run(args: argparse.Namespace, on_result: Callable[[JobOutcome], None] | Non
     if result.stopped_by in EXIT_CODES:
         return EXIT_CODES[result.stopped_by]
     return 1 if result.store_error is not None else 0
+
+
+def _archive(
+    config: MirrorgateConfig,
+    store: Store,
+    plan: Plan,
+    candidates: Sequence[str],
+    result: RunResult,
+    scorer: EvalScorer,
+) -> str:
+    """Store the run, one row per model (`mirrorgate evalset history` shows them)."""
+    identity, evalset = plan.identity, plan.evalset
+    assert identity is not None and evalset is not None
+    route = config.routes.get(identity.route or "")
+    started = datetime.now(UTC)
+    group = f"{started.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    runs = [
+        EvalRun(
+            run_group=group,
+            set_name=identity.name,
+            set_version=identity.version,
+            set_hash=identity.content_hash,
+            route=identity.route,
+            model=name,
+            role="primary" if route is not None and name == route.primary else "candidate",
+            config_fingerprint=config_fingerprint(config, name, identity.route),
+            started_at=started,
+            strata=strata_scores(evalset, name, result.outcomes, scorer),
+        )
+        for name in candidates
+    ]
+    EvalStore(store).add_runs(runs)
+    return (
+        f"stored as evaluation run {group} of set {identity.name} v{identity.version} "
+        "(mirrorgate evalset history)\n"
+    )
 
 
 def _check_usage(args: argparse.Namespace) -> datetime | None:
@@ -178,17 +219,26 @@ def _plan(
     specs = {name: config.models[name] for name in candidates}
     if args.eval_set:
         try:
-            evalset = read_eval_set(Path(args.eval_set), limit=args.limit)
+            identity = identify(Path(args.eval_set))
+            evalset = read_eval_set(identity.cases_path, limit=args.limit)
+        except SetProblem as exc:
+            raise ReplayProblem(str(exc)) from None
         except OSError as exc:
             raise ReplayProblem(f"cannot read {args.eval_set}: {exc.strerror or exc}") from None
         _report_problems(evalset.problems)
         if not evalset.items:
             raise ReplayProblem(f"{args.eval_set}: no usable items")
         _check_rule_routes(args.eval_set, evalset, config)
+        evalset = replace(evalset, name=identity.name)
+        route = config.routes.get(identity.route or "")
+        if route is not None and route.primary not in candidates:
+            # Side by side with the primary on the same cases: the gate compares the two.
+            candidates.insert(0, route.primary)
+            specs = {name: config.models[name] for name in candidates}
         jobs = evalset.jobs(specs)
         _check_wire_formats(jobs, specs, _EVAL_HINT)
         heading = [f"evaluation set {evalset.name}: {len(evalset.items)} items"]
-        return Plan(jobs, heading, evalset)
+        return Plan(jobs, heading, evalset, identity)
     if args.from_file:
         try:
             source = from_file(Path(args.from_file), route=args.route, limit=args.limit)

@@ -7,7 +7,10 @@ system prompt as the gateway resolves it (`analyzers.rule_version.resolve_versio
 request headers offline, so a `header:` rule falls back to `match_prompt` and the fingerprint),
 and the rule's checks plus that version's, compiled as the analysis worker compiles them
 (`analyzers.checks`). A prompt without a system message has no version: only the rule's own
-checks run. Pure: no I/O, the config is read once.
+checks run. An item of any other method that names a governed route gets the same checks, and
+fails when one fails (a correct answer that breaks the rule is not correct). A `judge` item is
+scored by the judge's verdicts handed in (`add_judgement`), unscored without one. Pure: no I/O,
+the config is read once.
 """
 
 from __future__ import annotations
@@ -18,13 +21,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from analyzers import Answer, Check
+from analyzers.checkbase import CheckResult
 from analyzers.checks import compile_check, run_checks
-from analyzers.evalscore import AnswerScore, score_answer, score_checks, score_json
+from analyzers.evalscore import (
+    AnswerScore,
+    judged,
+    score_answer,
+    score_checks,
+    score_json,
+    unjudged,
+    with_checks,
+)
 from analyzers.rule_version import extract_system_prompt, resolve_version
 from proxy.config import MirrorgateConfig, RuleSpec
 
 from .evalset import EvalItem, EvalSet
 from .runner import JobOutcome
+
+PASS_SCORE = 0.6
+"""A `judge` item passes at a judge score of 6 out of 10 or more."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +97,7 @@ class EvalScorer:
     def __init__(self, evalset: EvalSet, checks: RouteChecks) -> None:
         self._items: dict[str, EvalItem] = {item.item_id: item for item in evalset.items}
         self._checks = checks
+        self._judged: dict[tuple[str, str], float] = {}
 
     def score(self, outcome: JobOutcome) -> AnswerScore | None:
         """The answer's score; None when the call failed (no answer to score)."""
@@ -90,12 +106,23 @@ class EvalScorer:
             return None
         answer = outcome.record.response_text or ""
         item = self._items.get(outcome.job.request_id)
-        if item is None or item.method == "text":
+        if item is None:
             return score_answer(answer, reference.text)
-        if item.method == "json":
-            return score_json(answer, item.expect_value)
         route = item.route or ""
-        if not self._checks.governs(route):
-            return score_checks(answer, reference.text, ())
-        _, _, checks = self._checks.resolve(route, outcome.job.endpoint.name, outcome.job.body)
-        return score_checks(answer, reference.text, run_checks(checks, Answer(answer)))
+        results: tuple[CheckResult, ...] = ()
+        if self._checks.governs(route):
+            _, _, checks = self._checks.resolve(route, outcome.job.endpoint.name, outcome.job.body)
+            results = tuple(run_checks(checks, Answer(answer)))
+        if item.method == "checks":
+            return score_checks(answer, reference.text, results)
+        if item.method == "judge":
+            verdict = self._judged.get((outcome.job.candidate, item.item_id))
+            scored = unjudged(answer) if verdict is None else judged(answer, verdict, PASS_SCORE)
+            return with_checks(scored, results) if verdict is not None else scored
+        if item.method == "json":
+            return with_checks(score_json(answer, item.expect_value), results)
+        return with_checks(score_answer(answer, reference.text), results)
+
+    def add_judgement(self, model: str, item_id: str, score: float) -> None:
+        """The judge's score (0..1) of `model`'s answer to a `judge` item."""
+        self._judged[(model, item_id)] = score

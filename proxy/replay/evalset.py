@@ -18,10 +18,14 @@ One JSON object per line:
   only key is `json` (`{"json": {...}}`) is scored by JSON equality with that value;
 - `score` (optional): how the answer is judged correct — `text` (the default: equal after
   normalisation; exact equality is reported too), `json` (the answer parses as JSON equal to
-  `expect`'s value, key order and whitespace ignored; a string `expect` is read as JSON text) or
+  `expect`'s value, key order and whitespace ignored; a string `expect` is read as JSON text;
+  its score is the share of top-level fields right),
   `checks` (every rule check of `route` passes, for the rule version the item's system prompt
-  resolves to);
-- `route` (required with `score: checks`): the configured route whose rule checks apply;
+  resolves to) or `judge` (the LLM judge scores the answer against the primary's with the
+  item's `rubric`; sets built from traffic mark cases without a reference this way);
+- `route` (required with `score: checks`, optional otherwise): the configured route whose rule
+  checks apply; with another method they run too, and a failed check fails the item;
+- `rubric` (required with `score: judge`): what the judge looks for;
 - `task`, `difficulty` (optional, default `-`): the groups accuracy is reported by.
 
 A line that cannot be used is reported with its number and skipped.
@@ -202,8 +206,13 @@ def _scoring(raw: dict[str, Any]) -> tuple[ScoreMethod, str, Any, str | None]:
     if method == "checks":
         if not isinstance(route, str) or not route:
             raise ValueError("'score: checks' needs 'route' (the route whose rule checks apply)")
-    elif route is not None:
-        raise ValueError("'route' only goes with 'score: checks'")
+    elif route is not None and (not isinstance(route, str) or not route):
+        raise ValueError("'route' must be a non-empty string")
+    if method == "judge":
+        rubric = raw.get("rubric")
+        if not isinstance(rubric, str) or not rubric.strip() or len(rubric) > 20_000:
+            raise ValueError("'score: judge' needs 'rubric' (a text of at most 20000 characters)")
+        return "judge", rubric, None, route
     if "expect" not in raw:
         if method == "checks":
             return "checks", "", None, route

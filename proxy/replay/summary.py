@@ -157,7 +157,9 @@ def render_eval(
     accuracy_header = ["group"]
     timing_header = ["group"]
     for name in candidates:
-        accuracy_header += [f"{name} correct", f"{name} exact", f"{name} normalised"]
+        accuracy_header += [
+            f"{name} correct", f"{name} score", f"{name} exact", f"{name} normalised",
+        ]  # fmt: skip
         timing_header += [f"{name} p50 ms", f"{name} p95 ms", f"{name} USD"]
     accuracy_rows, timing_rows = [], []
     for label, member in groups:
@@ -166,9 +168,13 @@ def render_eval(
             chosen = [
                 o for o in result.outcomes if o.job.candidate == name and o.job.request_id in member
             ]
-            scored = accuracy(scorer.score(o) for o in chosen)
+            scores = [scorer.score(o) for o in chosen]
+            scored = accuracy(scores)
+            values = [0.0 if s is None else s.value for s in scores]
+            counted = [v for v in values if v is not None]
             accuracy_row += [
                 _count(scored.correct, scored.items),
+                f"{sum(counted) / len(counted):.2f}" if counted else "-",
                 _count(scored.exact, scored.items),
                 _count(scored.normalized, scored.items),
             ]
@@ -180,7 +186,8 @@ def render_eval(
         f"evaluation set {evalset.name}: {len(evalset.items)} items, "
         f"{len(candidates)} candidate(s)",
         "",
-        "accuracy (right/items; a failed call counts as wrong; correct: by each item's score)",
+        "accuracy (right/items; a failed call counts as wrong; correct: by each item's score; "
+        "score: mean 0..1, JSON per field, a judge item unjudged left out)",
         *_table(accuracy_header, accuracy_rows),
         "",
         "latency and cost",

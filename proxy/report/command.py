@@ -42,6 +42,8 @@ from proxy.core import (
 )
 from proxy.core import parse_since as _parse_since
 from proxy.store import (
+    EvalRun,
+    EvalStore,
     ExperimentStore,
     FeedbackStore,
     ProbeStore,
@@ -103,6 +105,7 @@ def build_report(
     probes: Mapping[str, Mapping[str, Mapping[str, ProbeCounts]]] | None = None,
     rollouts: Mapping[str, RolloutReport] | None = None,
     experiments: Mapping[str, ExperimentReport] | None = None,
+    evaluations: Sequence[EvalRun] = (),
 ) -> Report:
     """Group the window's records by route and arm · target, and summarise each group.
 
@@ -187,6 +190,7 @@ def build_report(
         truncated_from=truncated_from,
         checks=len(checks),
         feedback=len(feedback),
+        evaluations=tuple(evaluations),
     )
 
 
@@ -272,6 +276,7 @@ def _read(args: argparse.Namespace, cfg: MirrorgateConfig, now: datetime) -> Rep
         )
         probes = _probe_counts(ProbeStore(store), cfg, args.route, since)
         experiments = _experiments(ExperimentStore(store), args.route, since)
+        evaluations = EvalStore(store).runs(route=args.route, limit=200)
     return build_report(
         exchanges,
         pairs,
@@ -288,6 +293,7 @@ def _read(args: argparse.Namespace, cfg: MirrorgateConfig, now: datetime) -> Rep
         probes=probes,
         rollouts=build_rollouts(events, verdicts),
         experiments=experiments,
+        evaluations=evaluations,
     )
 
 

@@ -8,11 +8,13 @@ dollar, rates as a percentage with their 95% interval, differences of rates in p
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from analyzers.adaptation import ScoredRate
 from analyzers.summary import Difference, Rate
+from proxy.store import EvalRun
 
 if TYPE_CHECKING:
     from .model import ArmReport, Report, RuleChange
@@ -131,3 +133,31 @@ def describe_labels(labels: tuple[tuple[str, int], ...], most: int = 3) -> str:
         return DASH
     shown = ", ".join(f"{label} {count}" for label, count in labels[:most])
     return shown + (f", +{len(labels) - most} more" if len(labels) > most else "")
+
+
+def evaluation_table(runs: Sequence[EvalRun]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the offline evaluation runs: one row per model and run, oldest first,
+    the pass rate of `all` and of each difficulty and task stratum as columns."""
+    strata = sorted(
+        {s for run in runs for s in run.strata if s != "all"},
+        key=lambda s: (0 if s.startswith("difficulty=") else 1, s),
+    )
+    header = ["started", "set", "model", "role", "config", "all", "mean score", *strata]
+    rows = []
+    for run in runs:
+        mean = run.overall.mean_score
+        rows.append(
+            [
+                format_time(run.started_at), f"{run.set_name} v{run.set_version}", run.model,
+                run.role, run.config_fingerprint[:8], _stratum_rate(run, "all"),
+                "-" if mean is None else f"{mean:.2f}", *(_stratum_rate(run, s) for s in strata),
+            ]
+        )  # fmt: skip
+    return header, rows
+
+
+def _stratum_rate(run: EvalRun, name: str) -> str:
+    score = run.strata.get(name)
+    if score is None or not score.cases:
+        return "-"
+    return f"{score.passed / score.cases:.0%} ({score.passed}/{score.cases})"

@@ -22,6 +22,7 @@ from .experiments import html_section as experiment_html
 from .format import (
     describe_failures,
     describe_window,
+    evaluation_table,
     format_duration,
     format_percent,
     format_time,
@@ -72,6 +73,8 @@ def render_html(report: Report) -> str:
         )
         body.append(f'<nav class="toc" aria-label="Routes"><ul>{links}</ul></nav>')
     body.extend(_route_section(i, route) for i, route in enumerate(report.routes))
+    if report.evaluations:
+        body.append(_evaluations(report))
     body.append(_footer())
     return (
         "<!doctype html>\n"
@@ -399,3 +402,17 @@ def _legend(route: RouteReport, colours: dict[str, str], *, kind: str) -> str:
             f"p95 {_e(format_duration(p95))} · n {n:,}</span></li>"
         )
     return f'<ul class="legend">{"".join(items)}</ul>'
+
+
+def _evaluations(report: Report) -> str:
+    """Offline evaluation runs across set and candidate versions."""
+    header, rows = evaluation_table(report.evaluations)
+    head = "".join(f"<th>{_e(cell)}</th>" for cell in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_e(cell)}</td>" for cell in row) + "</tr>" for row in rows
+    )
+    return (
+        '<section class="evaluations"><h2>Offline evaluations</h2>'
+        "<p>Each model's pass rate on each stored run of an evaluation set, oldest first.</p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></section>"
+    )

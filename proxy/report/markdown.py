@@ -15,6 +15,7 @@ from .format import (
     describe_failures,
     describe_labels,
     describe_window,
+    evaluation_table,
     format_difference,
     format_duration,
     format_judge_delta,
@@ -60,9 +61,11 @@ def render_markdown(report: Report) -> str:
     lines.append("")
     if not report.routes:
         lines.append("No exchanges in this window.")
+        lines.extend(_evaluations(report))
         return "\n".join(lines) + "\n"
     for route in report.routes:
         lines.extend(_route(route))
+    lines.extend(_evaluations(report))
     lines.append(
         "Latency is from receiving the request to the last byte, failed exchanges included; "
         "ttft is for streams only. Intervals are 95% (Wilson for rates, Newcombe for "
@@ -406,4 +409,20 @@ def _rollout(route: RouteReport) -> list[str]:
         if rollback.examples:
             lines.append("Example requests: " + ", ".join(_md(i) for i in rollback.examples) + ".")
         lines.append("")
+    return lines
+
+
+def _evaluations(report: Report) -> list[str]:
+    """Offline evaluation runs across set and candidate versions (`mirrorgate evalset history`)."""
+    if not report.evaluations:
+        return []
+    header, rows = evaluation_table(report.evaluations)
+    lines = ["", "## Offline evaluations", ""]
+    lines.append(
+        "Each model's pass rate on each stored run of an evaluation set, oldest first: set "
+        "versions and config fingerprints side by side (docs/evalsets.md)."
+    )
+    lines += ["", _row(header), _row(["---"] * len(header))]
+    lines += [_row([_md(cell) for cell in row]) for row in rows]
+    lines.append("")
     return lines

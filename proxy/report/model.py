@@ -22,6 +22,7 @@ from analyzers.summary import (
     Rate,
 )
 from proxy.core import Arm
+from proxy.store import EvalRun
 
 from .experiments import ExperimentReport
 from .rollouts import RolloutReport
@@ -326,3 +327,5 @@ class Report:
     """Rule check verdicts in the window."""
     feedback: int = 0
     """Feedback records in the window."""
+    evaluations: tuple[EvalRun, ...] = ()
+    """Stored offline evaluation runs (of the route, when one is chosen), oldest first."""

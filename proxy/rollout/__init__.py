@@ -10,6 +10,7 @@ from .experiment_decider import ExperimentDecider, decision_json
 from .experiments import ExperimentChange, ExperimentConflictError, ExperimentManager
 from .guard import GuardLook, RuleGuard
 from .manager import RolloutManager, RouteUnknownError, TransitionConflictError
+from .offline_gate import offline_evidence
 from .plan import RolloutPlan, StepPlan, TrafficProfile, plan_rollout
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "TrafficProfile",
     "TransitionConflictError",
     "decision_json",
+    "offline_evidence",
     "plan_rollout",
     "traffic_profile",
 ]

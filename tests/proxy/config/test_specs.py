@@ -157,3 +157,60 @@ def test_a_routes_operation_field_is_a_dotted_path_of_plain_names() -> None:
     for bad in ("metadata..id", "meta data", "a.b.c.d.e.f.g.h.i", "'body:m.id'", "''", "x" * 300):
         found = problems(GOOD.replace(routed, f"{routed}    operation_field: {bad}\n"))
         assert any(p.startswith("routes.support-bot.operation_field: ") for p in found), found
+
+
+def test_evalset_and_require_eval_keys_load_and_bad_values_are_named_by_key_path() -> None:
+    good = GOOD.replace(
+        '    canary: {model: cand, steps: [1, 5, 25], sticky: "header:x-user-id"}\n',
+        '    canary: {model: cand, steps: [1, 5, 25], sticky: "header:x-user-id",\n'
+        "             require_eval: {set: sets/support, max_drop: 0.05, max_age: 12h}}\n"
+        "    evalset: {task: regex, tasks: {refund: 'refund|money back'}, min_per_task: 3}\n",
+    )
+    route = parse_config(good, ENV).routes["support-bot"]
+    assert route.canary is not None and route.canary.require_eval is not None
+    assert route.canary.require_eval.set_name == "support"
+    assert route.canary.require_eval.min_cases == 20
+    assert route.evalset.tasks == {"refund": "refund|money back"}
+    assert parse_config(GOOD, ENV).routes["support-bot"].evalset.task == "none"
+    bad = {
+        "evalset: {task: 'header:'}": "routes.support-bot.evalset.task",
+        "evalset: {task: 'body:a b'}": "routes.support-bot.evalset.task",
+        "evalset: {task: regex}": "routes.support-bot.evalset",
+        "evalset: {tasks: {a: x}}": "routes.support-bot.evalset",
+        "evalset: {task: regex, tasks: {a: '('}}": "routes.support-bot.evalset.tasks",
+        "evalset: {task: regex, tasks: {a: " + "x" * 1001 + "}}": "routes.support-bot.evalset",
+        "evalset: {held_out: 0.9}": "routes.support-bot.evalset.held_out",
+        "evalset: {min_per_task: -1}": "routes.support-bot.evalset.min_per_task",
+        "evalset: {difficulty: {long_chars: 0}}": "routes.support-bot.evalset.difficulty",
+        "evalset: {surprise: 1}": "routes.support-bot.evalset.surprise",
+    }
+    for line, path in bad.items():
+        text = GOOD.replace("    fallback: safe\n", f"    fallback: safe\n    {line}\n")
+        found = problems(text)
+        assert any(p.startswith(path) for p in found), (line, found)
+    gates = {
+        "{set: s, max_age: 7 days}": "max_age",
+        "{set: s, max_age: 0d}": "max_age",
+        "{set: s, max_drop: -0.1}": "max_drop",
+        "{set: s, max_drop: 2}": "max_drop",
+        "{set: ''}": "set",
+        '{set: "a\\x01b"}': "set",
+        "{set: s, min_cases: 0}": "min_cases",
+        "{max_drop: 0.1}": "set",
+    }
+    for gate, key in gates.items():
+        text = GOOD.replace(
+            'sticky: "header:x-user-id"}', f'sticky: "header:x-user-id", require_eval: {gate}}}'
+        )
+        found = problems(text)
+        assert any(p.startswith(f"routes.support-bot.canary.require_eval.{key}") for p in found), (
+            gate,
+            found,
+        )
+
+
+def test_a_rule_classifier_needs_a_rule_set_on_the_route() -> None:
+    text = GOOD[: GOOD.index("rules:")].replace(
+        "    fallback: safe\n", "    fallback: safe\n    evalset: {task: rule}\n"
+    )
+    assert any(p.startswith("routes.support-bot.evalset.task") for p in problems(text))

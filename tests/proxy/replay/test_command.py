@@ -706,10 +706,12 @@ def test_eval_items_score_by_json_equality_and_the_routes_rule_checks(
     [
         ({"id": "a", "input": "q", "expect": "x", "score": "fuzzy"}, "'score' must be one of"),
         ({"id": "a", "input": "q", "score": "checks"}, "'score: checks' needs 'route'"),
-        ({"id": "a", "input": "q", "expect": "x", "route": "r"}, "'route' only goes with"),
+        ({"id": "a", "input": "q", "expect": "x", "route": 7}, "'route' must be a non-empty"),
         ({"id": "a", "input": "q", "expect": "{not", "score": "json"}, "is not JSON text"),
         ({"id": "a", "input": "q", "score": ["checks"], "route": "r"}, "'score' must be one of"),
         ({"id": "a", "input": "q", "score": "checks", "route": 7}, "needs 'route'"),
+        ({"id": "a", "input": "q", "score": "judge"}, "'score: judge' needs 'rubric'"),
+        ({"id": "a", "input": "q", "score": "judge", "rubric": "x" * 30_000}, "needs 'rubric'"),
     ],
 )
 def test_bad_scoring_fields_are_named_by_line(

@@ -576,3 +576,37 @@ def test_live_routes_come_first_and_offline_answers_are_labelled_by_their_run(
     html = capsys.readouterr().out
     assert html.index('data-route="bot"') < html.index('data-route="eval:aaa"')
     assert 'data-arm="replay · cand"' in html
+
+
+def test_offline_evaluations_show_each_model_across_set_versions(
+    setup: tuple[Path, Store], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from proxy.store import EvalRun, EvalStore, StratumScore
+
+    config, store = setup
+    store.write_batch([exchange()])
+    now = datetime.now(UTC)
+
+    def run(version: int, model: str, passed: int, hard: int, minutes: int) -> EvalRun:
+        return EvalRun(
+            run_group=f"g{version}", set_name="support", set_version=version, set_hash="h",
+            route="bot", model=model, role="primary" if model == "prod" else "candidate",
+            config_fingerprint=f"{model}-fingerprint", started_at=now - timedelta(minutes=minutes),
+            strata={"all": StratumScore(100, passed, passed / 100),
+                    "difficulty=hard": StratumScore(20, hard)},
+        )  # fmt: skip
+
+    EvalStore(store).add_runs([run(1, "prod", 90, 16, 60), run(1, "cand", 92, 12, 60)])
+    EvalStore(store).add_runs([run(2, "prod", 91, 17, 5), run(2, "cand", 95, 18, 5)])
+    code, out, _ = report(config, capsys)
+    assert code == 0
+    section = out[out.index("## Offline evaluations") :]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "support" in line]
+    assert [(r.split("|")[2].strip(), r.split("|")[3].strip()) for r in rows] == [
+        ("support v1", "prod"), ("support v1", "cand"), ("support v2", "prod"),
+        ("support v2", "cand"),
+    ]  # fmt: skip
+    assert "92% (92/100)" in rows[1] and "60% (12/20)" in rows[1]  # better overall, worse hard
+    html = tmp_path / "r.html"
+    assert report(config, capsys, "--format", "html", "--output", str(html))[0] == 0
+    assert "Offline evaluations" in html.read_text() and "95% (95/100)" in html.read_text()
