@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-fast test-image check bench dashboards clean
+.PHONY: install demo test test-fast test-image check bench dashboards screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,11 @@ bench: $(STAMP)
 # Rewrite grafana/dashboards/*.json from grafana/generate.py (a test fails if they differ).
 dashboards: $(STAMP)
 	$(BIN)/python grafana/generate.py
+
+# PNGs of every console page at 1280 and 390 px into docs/console/ (scripts/screenshots.py: a real
+# gateway, a real rollback, Debian's Chromium).
+screenshots: $(STAMP)
+	$(BIN)/python scripts/screenshots.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

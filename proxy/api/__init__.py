@@ -5,19 +5,20 @@ answers (`install_error_handling`: routers raise, it answers). Imports everythin
 only the app's wiring imports it.
 """
 
-from .admin import AdminAuth, build_admin_router
+from .admin import AdminAuth, build_admin_router, probe_scores, read_limited
 from .doors import StateChangeGuard
 from .errors import install_error_handling
-from .experiments import build_experiment_router
+from .experiments import ExperimentStatuses, build_experiment_router, experiment_status
 from .feedback import FeedbackService, RecentExchanges, build_feedback_router
 from .feedback_auth import FeedbackAuth
 from .outcomes import OutcomeService, RecentOperations, build_outcome_router
 from .public import build_public_router
-from .rollouts import build_rollout_router
+from .rollouts import build_rollout_router, state_json
 from .token_buckets import TokenBuckets
 
 __all__ = [
     "AdminAuth",
+    "ExperimentStatuses",
     "FeedbackAuth",
     "FeedbackService",
     "OutcomeService",
@@ -31,5 +32,9 @@ __all__ = [
     "build_outcome_router",
     "build_public_router",
     "build_rollout_router",
+    "experiment_status",
     "install_error_handling",
+    "probe_scores",
+    "read_limited",
+    "state_json",
 ]

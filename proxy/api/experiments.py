@@ -86,31 +86,52 @@ def _state_json(state: ExperimentState) -> dict[str, Any]:
     }
 
 
+async def experiment_status(manager: ExperimentManager, route: str) -> dict[str, Any]:
+    """`GET /admin/experiments/{route}`: the configured experiment, its live state, its last
+    decision and its events (the state alone, with a warning, while the store cannot be read)."""
+    if route not in manager.config.routes:
+        raise NotFound(f"no route '{route[:200]}'")
+    answer = experiment_json(manager, route)
+    state = manager.state(route)
+    answer["decision"] = None
+    answer["events"] = []
+    if state is not None:
+        try:
+            (decision, _at), events = await asyncio.gather(
+                asyncio.to_thread(manager.store.decision, state.experiment_id),
+                asyncio.to_thread(manager.store.events, state.experiment_id, 50),
+            )
+        except StoreUnavailableError as exc:  # the state above is still worth showing
+            log.warning("experiment history unavailable: %s", exc)
+            answer["warnings"].append("the store cannot be read: no decision or events")
+        else:
+            answer["decision"] = decision
+            answer["events"] = events
+    answer["store_reachable"] = manager.store_ok
+    return answer
+
+
+class ExperimentStatuses:
+    """What the console reads of experiments: the routes that have one configured, and each one's
+    status as `GET /admin/experiments/{route}` answers it."""
+
+    def __init__(self, manager: ExperimentManager) -> None:
+        self.manager = manager
+
+    def routes(self) -> list[str]:
+        routes = self.manager.config.routes
+        return [name for name, spec in routes.items() if spec.experiment is not None]
+
+    async def status(self, route: str) -> dict[str, Any]:
+        return await experiment_status(self.manager, route)
+
+
 def build_experiment_router(auth: AdminAuth, manager: ExperimentManager) -> APIRouter:
     router = APIRouter(dependencies=[Depends(auth)])
 
     @router.get("/admin/experiments/{route}")
     async def status(route: str) -> dict[str, Any]:
-        if route not in manager.config.routes:
-            raise NotFound(f"no route '{route[:200]}'")
-        answer = experiment_json(manager, route)
-        state = manager.state(route)
-        answer["decision"] = None
-        answer["events"] = []
-        if state is not None:
-            try:
-                (decision, _at), events = await asyncio.gather(
-                    asyncio.to_thread(manager.store.decision, state.experiment_id),
-                    asyncio.to_thread(manager.store.events, state.experiment_id, 50),
-                )
-            except StoreUnavailableError as exc:  # the state above is still worth showing
-                log.warning("experiment history unavailable: %s", exc)
-                answer["warnings"].append("the store cannot be read: no decision or events")
-            else:
-                answer["decision"] = decision
-                answer["events"] = events
-        answer["store_reachable"] = manager.store_ok
-        return answer
+        return await experiment_status(manager, route)
 
     @router.post("/admin/experiments/{route}/{action}")
     async def act(route: str, action: str, request: Request) -> dict[str, Any]:

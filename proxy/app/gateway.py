@@ -29,6 +29,7 @@ from alerts.sink_types import build_sink
 from analyzers.plugins import ENTRY_POINT_GROUP, available_analyzers, load_analyzers
 from proxy.api import (
     AdminAuth,
+    ExperimentStatuses,
     FeedbackAuth,
     FeedbackService,
     OutcomeService,
@@ -49,7 +50,9 @@ from proxy.config import (
     config_warnings,
     feedback_app_tokens,
     feedback_open,
+    reviewer_tokens,
 )
+from proxy.console import ConsoleAuth, ConsoleParts, console_router, install_console_errors
 from proxy.core import ENDPOINTS, FeedbackTokens, RecordSink, StoredRecord, TaskSet
 from proxy.gateway import (
     AccessLog,
@@ -284,6 +287,29 @@ class Gateway:
             probes=self.probe_results,
             experiments=ExperimentDecider(self.experiments),
         )
+        self.console_auth = ConsoleAuth(
+            self.env.get(server.admin_token_env) or "",
+            reviewer_tokens(self.env.get(server.reviewer_tokens_env)),
+            StateChangeGuard(config),
+            secure_cookies=(server.external_url or "").startswith("https:"),
+        )
+        """Who signs in on /ui; its shared keys are loaded at start (`lifespan`)."""
+        self.console_parts = ConsoleParts(
+            config=lambda: self.config,
+            auth=self.console_auth,
+            store=self.store,
+            rollouts=self.rollouts,
+            routes=self.routes,
+            rule_events=self.rule_events,
+            probes=self.probe_results,
+            guard=GuardStore(self.store),
+            metrics=self.metrics,
+            probed_rules=lambda: [
+                name for name, rule in self.config.rules.items() if rule.probes is not None
+            ],
+            experiments=ExperimentStatuses(self.experiments),
+        )
+        """What the console's pages read and act through."""
         for warning in config_warnings(config, self.env):
             log.warning("config: %s", warning)
         self.background = TaskSet("gateway")
@@ -310,6 +336,7 @@ class Gateway:
     async def lifespan(self, _app: Any = None) -> AsyncIterator[None]:
         await asyncio.to_thread(self.store.migrate)
         await asyncio.to_thread(self._load_feedback_key)
+        await asyncio.to_thread(self._load_console_keys)
         if self.journal is not None:  # before serving: what a killed process left, then ours
             await asyncio.to_thread(self.journal.replay, self.store)
             await asyncio.to_thread(self.journal.open)
@@ -492,6 +519,11 @@ class Gateway:
         key = given.encode() if given else SigningKeyStore(self.store).shared("feedback-tokens")
         self.feedback_tokens.load(key)
 
+    def _load_console_keys(self) -> None:
+        """The console's session and reviewer-id keys, shared by every replica of the store."""
+        keys = SigningKeyStore(self.store)
+        self.console_auth.load(keys.shared("console-sessions"), keys.shared("console-reviewer-ids"))
+
     async def close(self) -> None:
         """Drain the recorder and close every client (SIGTERM lands here through uvicorn)."""
         await self.background.cancel_all()
@@ -568,5 +600,7 @@ class Gateway:
         api.include_router(build_experiment_router(admin_auth, self.experiments))
         api.include_router(build_feedback_router(self.feedback))
         api.include_router(build_outcome_router(self.outcomes, admin_auth))
+        install_console_errors(api)
+        api.include_router(console_router(self.console_parts))
 
         return api

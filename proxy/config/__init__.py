@@ -11,6 +11,7 @@ from .checks import (
     feedback_open,
     feedback_warnings,
     model_key_problems,
+    reviewer_tokens,
     rollout_warnings,
 )
 from .errors import ConfigError, ConfigProblem
@@ -77,6 +78,7 @@ __all__ = [
     "model_key_problems",
     "parse_config",
     "parse_document",
+    "reviewer_tokens",
     "rollout_warnings",
     "unavailable_evidence",
 ]
