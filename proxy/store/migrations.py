@@ -400,6 +400,57 @@ def _v13_guard_decisions(conn: Connection) -> None:
     ).create(conn)
 
 
+def _reserved(conn: Connection) -> None:
+    """Versions 14 and 15 belong to work merged separately (operations, experiments); on this
+    branch they are empty so that 16 follows 15. The merge replaces them with the real steps."""
+
+
+def _v16_reviews(conn: Connection) -> None:
+    metadata = sa.MetaData()
+    sa.Table(
+        "review_items",
+        metadata,
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("item_id", sa.String(), nullable=False),
+        sa.Column("source", sa.String(), nullable=False),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("rule", sa.String(), nullable=True),
+        sa.Column("rule_version", sa.String(), nullable=True),
+        sa.Column("request_id", sa.String(), nullable=False),
+        sa.Column("pair_id", sa.String(), nullable=False),
+        sa.Column("primary_target", sa.String(), nullable=False),
+        sa.Column("primary_arm", sa.String(), nullable=False),
+        sa.Column("candidate_target", sa.String(), nullable=False),
+        sa.Column("candidate_arm", sa.String(), nullable=False),
+        sa.Column("agreement", sa.String(), nullable=True),
+        sa.Column("candidate_shown_as", sa.String(1), nullable=False),
+        sa.Column("wanted_reviews", sa.Integer(), nullable=False),
+        sa.Column("weight", sa.Float(), nullable=False),
+        sa.Column("why", sa.String(), nullable=False),
+        sa.Column("exchanged_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Index("ix_review_items_item_id", "item_id", unique=True),
+        sa.Index("ix_review_items_pair_id", "pair_id", unique=True),
+        sa.Index("ix_review_items_route_version", "route", "rule_version", "created_at"),
+    )
+    sa.Table(
+        "reviews",
+        metadata,
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("item_id", sa.String(), nullable=False),
+        sa.Column("reviewer_id", sa.String(), nullable=False),
+        sa.Column("score_a", sa.Integer(), nullable=True),
+        sa.Column("score_b", sa.Integer(), nullable=True),
+        sa.Column("preference", sa.String(), nullable=True),
+        sa.Column("reason", sa.Text(), nullable=True),
+        sa.Column("skipped", sa.Boolean(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Index("ix_reviews_item_reviewer", "item_id", "reviewer_id", unique=True),
+        sa.Index("ix_reviews_reviewer", "reviewer_id"),
+    )
+    metadata.create_all(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "exchanges table and its indexes", _v1_exchanges),
     Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
@@ -429,6 +480,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         13,
         "guard_decisions: the production model's guard, one decision per route and rule version",
         _v13_guard_decisions,
+    ),
+    Migration(14, "reserved (operations)", _reserved),
+    Migration(15, "reserved (experiments)", _reserved),
+    Migration(
+        16,
+        "review_items (pairs queued for blind review) and reviews (one per item and reviewer)",
+        _v16_reviews,
     ),
 )
 """The schema's whole history, oldest first. Append only."""
