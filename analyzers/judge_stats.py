@@ -404,14 +404,14 @@ def judge(
     TTFT and cost when either arm has any; agreement when the candidate has pairs *and* the
     primary has a noise floor (without one, disagreement cannot be told from noise: the caller
     warns); the LLM-judge score when the candidate has judged pairs; `human_preference` when
-    people reviewed the candidate against the primary (`preferences`); `rule_adaptation` when
-    either arm has scored rule-flip probes (`adaptation`), and then, with `min_adaptation`, the
-    candidate's adaptation against that floor (`rule_adaptation:min_adaptation`). All of them,
-    and the `sequences` (steps, rule epochs) the caller judges apart, share the false-rollback
-    budget equally. Verdicts come in a fixed order, checks by name; windows with nothing in them
-    give no verdicts at all. `with_needs=False` leaves `needs` of inconclusive verdicts unknown
-    (None), for callers that only want the decisions (the simulation): it is the costliest part
-    of a look.
+    blind review is judged (`preferences` is not None: none yet is inconclusive);
+    `rule_adaptation` when either arm has scored rule-flip probes (`adaptation`), and then, with
+    `min_adaptation`, the candidate's adaptation against that floor
+    (`rule_adaptation:min_adaptation`). All of them, and the `sequences` (steps, rule epochs)
+    the caller judges apart, share the false-rollback budget equally. Verdicts come in a fixed
+    order, checks by name; windows with nothing in them give no verdicts at all.
+    `with_needs=False` leaves `needs` of inconclusive verdicts unknown (None), for callers that
+    only want the decisions (the simulation): it is the costliest part of a look.
     Raises ValueError for `sequences` below 1."""
     if sequences < 1:
         raise ValueError(f"sequences must be >= 1, got {sequences}")
@@ -475,8 +475,9 @@ def judge(
         plan.append(lambda: _cost(primary.costs_usd, candidate.costs_usd, th))
     if candidate.judge_deltas:
         plan.append(lambda: _score(candidate.judge_deltas, th))
-    if candidate.preferences:
-        plan.append(lambda: _preference(candidate.preferences, th))
+    preferences = candidate.preferences
+    if preferences is not None:
+        plan.append(lambda: _preference(preferences, th))
     p_adapt, c_adapt = primary.adaptation or (0, 0), candidate.adaptation or (0, 0)
     if p_adapt[1] or c_adapt[1]:
         plan.append(

@@ -60,11 +60,11 @@ class ArmWindow:
     """(not followed, probes): this arm's model's rule-flip probes of the route's rule that did
     not follow the flipped value (stuck or other), out of its scored probes; None when the rule
     has no probes."""
-    preferences: tuple[float, ...] = ()
+    preferences: tuple[float, ...] | None = None
     """Per blind human review of a pair of this arm's model against the primary's (the same
     request, both answers shown unlabelled in random order): 1.0 when the reviewer preferred this
     arm's answer, 0.0 the primary's, 0.5 a tie, oldest first. Read from the candidate's window;
-    () when nobody reviewed such a pair."""
+    None when blind review is not judged, () when it is and nobody has reviewed yet."""
 
     def __post_init__(self) -> None:
         _check_tally("requests/errors", (self.errors, self.requests))
@@ -76,7 +76,7 @@ class ArmWindow:
         _check_tally("findings", self.findings)
         if self.adaptation is not None:
             _check_tally("adaptation", self.adaptation)
-        if any(p not in (0.0, 0.5, 1.0) for p in self.preferences):
+        if self.preferences is not None and any(p not in (0.0, 0.5, 1.0) for p in self.preferences):
             raise ValueError("preferences: each must be 0, 0.5 or 1")
 
 

@@ -76,6 +76,7 @@ from proxy.store import (
     Leadership,
     ProbeStore,
     Recorder,
+    ReviewStore,
     RolloutStore,
     RuleEventStore,
     SigningKeyStore,
@@ -187,6 +188,9 @@ class Gateway:
         self.rule_events = RuleEventStore(self.store)
         self.probe_results = ProbeStore(self.store)
         """Rule-flip probes' results, read by the rollout judge, the guard and `/admin/rules`."""
+        self.reviews = ReviewStore(self.store)
+        """Blind review's queue and reviews: the console writes them, the rollout judge reads
+        `human_preference` from them."""
         self.rule_tracker = RuleTracker(
             self.rule_events,
             keep_prompts=config.store.bodies != "none",
@@ -244,6 +248,7 @@ class Gateway:
             # Built whatever the config (it looks at guarded routes only), so a reload can add one.
             guard=RuleGuard(config, self.rollouts, GuardStore(self.store), self.probe_results),
             probes=self.probe_results,
+            reviews=self.reviews,
         )
         for warning in config_warnings(config, self.env):
             log.warning("config: %s", warning)

@@ -407,8 +407,12 @@ def test_all_ties_still_have_a_spread() -> None:
     assert ties.outcome is Outcome.PASS
 
 
-def test_no_reviews_no_human_preference_verdict() -> None:
+def test_no_reviews_yet_hold_and_unjudged_review_gives_no_verdict() -> None:
     assert "human_preference" not in _by_metric(judge(ArmWindow(0, 0), ArmWindow(0, 0), TH))
+    none_yet = judge(ArmWindow(0, 0), ArmWindow(0, 0, preferences=()), TH)
+    assert [(v.metric, v.outcome, v.needs) for v in none_yet] == [
+        ("human_preference", Outcome.INCONCLUSIVE, 20)
+    ]
 
 
 def test_preferences_are_0_half_or_1() -> None:

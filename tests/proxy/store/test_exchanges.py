@@ -264,7 +264,9 @@ def test_schema_parameter_creates_and_uses_its_schema(pg_schema: tuple[str, str]
                 sa.text("SELECT count(*) FROM information_schema.tables WHERE table_schema = :s"),
                 {"s": schema},
             ).scalar()
-        assert found == 15  # fourteen tables (guard_decisions the newest) and schema_version
+        assert (
+            found == 17
+        )  # sixteen tables (review_items and reviews the newest) and schema_version
         assert store.count() == 1
     finally:
         with store.engine.begin() as conn:
