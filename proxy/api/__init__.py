@@ -4,7 +4,7 @@ and the one translation of errors into their answers (`install_error_handling`: 
 it answers). Imports everything below it; only the app's wiring imports it.
 """
 
-from .admin import AdminAuth, build_admin_router
+from .admin import AdminAuth, build_admin_router, probe_scores, read_limited
 from .doors import StateChangeGuard
 from .errors import install_error_handling
 from .feedback import FeedbackService, RecentExchanges, build_feedback_router
@@ -25,4 +25,6 @@ __all__ = [
     "build_public_router",
     "build_rollout_router",
     "install_error_handling",
+    "probe_scores",
+    "read_limited",
 ]

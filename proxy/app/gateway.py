@@ -45,7 +45,9 @@ from proxy.config import (
     config_warnings,
     feedback_app_tokens,
     feedback_open,
+    reviewer_tokens,
 )
+from proxy.console import ConsoleAuth, ConsoleParts, console_router, install_console_errors
 from proxy.core import ENDPOINTS, FeedbackTokens, RecordSink, TaskSet
 from proxy.gateway import (
     AccessLog,
@@ -250,6 +252,13 @@ class Gateway:
             probes=self.probe_results,
             reviews=self.reviews,
         )
+        self.console_auth = ConsoleAuth(
+            self.env.get(server.admin_token_env) or "",
+            reviewer_tokens(self.env.get(server.reviewer_tokens_env)),
+            StateChangeGuard(config),
+            secure_cookies=(server.external_url or "").startswith("https:"),
+        )
+        """Who signs in on /ui; its shared keys are loaded at start (`lifespan`)."""
         for warning in config_warnings(config, self.env):
             log.warning("config: %s", warning)
         self.background = TaskSet("gateway")
@@ -276,6 +285,7 @@ class Gateway:
     async def lifespan(self, _app: Any = None) -> AsyncIterator[None]:
         await asyncio.to_thread(self.store.migrate)
         await asyncio.to_thread(self._load_feedback_key)
+        await asyncio.to_thread(self._load_console_keys)
         if self.journal is not None:  # before serving: what a killed process left, then ours
             await asyncio.to_thread(self.journal.replay, self.store)
             await asyncio.to_thread(self.journal.open)
@@ -442,6 +452,11 @@ class Gateway:
         key = given.encode() if given else SigningKeyStore(self.store).shared("feedback-tokens")
         self.feedback_tokens.load(key)
 
+    def _load_console_keys(self) -> None:
+        """The console's session and reviewer-id keys, shared by every replica of the store."""
+        keys = SigningKeyStore(self.store)
+        self.console_auth.load(keys.shared("console-sessions"), keys.shared("console-reviewer-ids"))
+
     async def close(self) -> None:
         """Drain the recorder and close every client (SIGTERM lands here through uvicorn)."""
         await self.background.cancel_all()
@@ -515,5 +530,24 @@ class Gateway:
             )
         )
         api.include_router(build_feedback_router(self.feedback))
+        install_console_errors(api)
+        api.include_router(
+            console_router(
+                ConsoleParts(
+                    config=lambda: self.config,
+                    auth=self.console_auth,
+                    store=self.store,
+                    rollouts=self.rollouts,
+                    routes=self.routes,
+                    rule_events=self.rule_events,
+                    probes=self.probe_results,
+                    guard=GuardStore(self.store),
+                    metrics=self.metrics,
+                    probed_rules=lambda: [
+                        name for name, rule in self.config.rules.items() if rule.probes is not None
+                    ],
+                )
+            )
+        )
 
         return api

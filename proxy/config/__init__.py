@@ -11,6 +11,7 @@ from .checks import (
     feedback_open,
     feedback_warnings,
     model_key_problems,
+    reviewer_tokens,
     rollout_warnings,
 )
 from .errors import ConfigError, ConfigProblem
@@ -64,6 +65,7 @@ __all__ = [
     "load_config",
     "model_key_problems",
     "parse_config",
+    "reviewer_tokens",
     "rollout_warnings",
     "unavailable_evidence",
 ]

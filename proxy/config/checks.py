@@ -381,7 +381,10 @@ def check_server(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigPr
                 "(the admin API is only open without a token on loopback)",
             )
         ]
-    return _check_feedback_secrets(server.feedback_tokens_env, server.feedback_signing_key_env, env)
+    return [
+        *_check_feedback_secrets(server.feedback_tokens_env, server.feedback_signing_key_env, env),
+        *_check_reviewer_tokens(server.reviewer_tokens_env, server.admin_token_env, env),
+    ]
 
 
 _MIN_FEEDBACK_TOKEN_CHARS = 16
@@ -410,6 +413,37 @@ def _check_feedback_secrets(
             )
         )
     return problems
+
+
+def _check_reviewer_tokens(
+    tokens_env: str, admin_env: str, env: Mapping[str, str]
+) -> list[ConfigProblem]:
+    tokens = reviewer_tokens(env.get(tokens_env))
+    problems = []
+    if any(len(token) < _MIN_FEEDBACK_TOKEN_CHARS for token in tokens):
+        problems.append(
+            ConfigProblem(
+                "server.reviewer_tokens_env",
+                f"every token in {tokens_env} needs at least {_MIN_FEEDBACK_TOKEN_CHARS} "
+                "characters (a short token can be guessed)",
+            )
+        )
+    admin = env.get(admin_env)
+    if admin and admin.strip() in tokens:
+        problems.append(
+            ConfigProblem(
+                "server.reviewer_tokens_env",
+                f"{tokens_env} holds the admin token ({admin_env}): a reviewer token must "
+                "sign in as a reviewer only",
+            )
+        )
+    return problems
+
+
+def reviewer_tokens(value: str | None) -> list[str]:
+    """The console's reviewer tokens of a `server.reviewer_tokens_env` value: comma separated,
+    blanks around each ignored, empty entries dropped."""
+    return [token.strip() for token in (value or "").split(",") if token.strip()]
 
 
 def feedback_app_tokens(value: str | None) -> list[str]:

@@ -94,6 +94,10 @@ class ServerSpec(Spec):
     """Environment variable holding the application tokens of `POST /v1/feedback`, comma
     separated (`Authorization: Bearer <token>`); each token is one caller. Unset or empty: no
     application tokens (signed per-request tokens still work)."""
+    reviewer_tokens_env: str = "MIRRORGATE_REVIEWER_TOKENS"
+    """Environment variable holding the console's reviewer tokens, comma separated, each at least
+    16 characters: whoever signs in on `/ui` with one may review answers and nothing else. Unset
+    or empty: only the admin signs in."""
     feedback_signing_key_env: str = "MIRRORGATE_FEEDBACK_SIGNING_KEY"
     """Environment variable holding the key that signs `x-mirrorgate-feedback-token` (at least
     32 characters, the same on every replica). Unset: a random key made once and kept in the

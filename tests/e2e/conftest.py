@@ -304,3 +304,7 @@ def rollout_client() -> Iterator[RolloutClient]:
     client = RolloutClient()
     yield client
     client.close()
+
+
+# The console's browser fixtures (tests/e2e/console_browser.py), for every e2e test module.
+from tests.e2e.console_browser import console_browser, start_console  # noqa: E402, F401

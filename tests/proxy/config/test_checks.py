@@ -14,6 +14,7 @@ from proxy.config import (
     feedback_open,
     feedback_warnings,
     parse_config,
+    reviewer_tokens,
     unavailable_evidence,
 )
 from proxy.config.checks import DOCUMENT_CHECKS, SPEC_CHECKS, check_model_keys, check_server
@@ -64,6 +65,24 @@ routes: {r: {primary: prod}}
     assert feedback_app_tokens(env["MIRRORGATE_FEEDBACK_TOKENS"]) == [
         "a-long-enough-token-1", "another-long-token-2"]  # fmt: skip
     assert parse_config(text, env).server.feedback_tokens_env == "MIRRORGATE_FEEDBACK_TOKENS"
+
+
+def test_reviewer_tokens_must_be_long_and_never_the_admin_token() -> None:
+    text = """
+server: {reviewer_tokens_env: TEAM_REVIEWERS}
+models: {prod: {provider: openai, base_url: "http://h/v1", model: m}}
+routes: {r: {primary: prod}}
+"""
+    short = problems(text, {"TEAM_REVIEWERS": "a-long-enough-reviewer-1,short"})
+    assert any(p.startswith("server.reviewer_tokens_env:") and "16" in p for p in short)
+    admin = "the-admin-token-itself"
+    same = problems(text, {"TEAM_REVIEWERS": f"a-long-enough-reviewer-1, {admin}",
+                           "MIRRORGATE_ADMIN_TOKEN": admin})  # fmt: skip
+    assert any(p.startswith("server.reviewer_tokens_env:") and "admin" in p for p in same)
+    env = {"TEAM_REVIEWERS": " a-long-enough-reviewer-1 ,, another-long-reviewer-2 "}
+    assert reviewer_tokens(env["TEAM_REVIEWERS"]) == [
+        "a-long-enough-reviewer-1", "another-long-reviewer-2"]  # fmt: skip
+    assert parse_config(text, env).server.reviewer_tokens_env == "TEAM_REVIEWERS"
 
 
 def test_feedback_is_open_only_on_loopback_with_nothing_configured_and_that_is_a_warning() -> None:

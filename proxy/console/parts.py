@@ -1,0 +1,35 @@
+"""What the console's pages read and act through, handed over by the app's wiring in one value."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from proxy.config import MirrorgateConfig
+from proxy.gateway import RouteTable
+from proxy.observability import GatewayMetrics
+from proxy.rollout import RolloutManager
+from proxy.store import GuardStore, ProbeStore, RuleEventStore, Store
+
+from .auth import ConsoleAuth
+
+
+@dataclass(frozen=True, slots=True)
+class ConsoleParts:
+    """The parts of a running gateway the console uses; none of them is the console's to close."""
+
+    config: Callable[[], MirrorgateConfig]
+    """The running configuration (a reload swaps it: read it per request)."""
+    auth: ConsoleAuth
+    store: Store
+    """Exchanges, pairs and checks (`Store.query`, `query_pairs`, `query_checks`): blocking,
+    called on a worker thread."""
+    rollouts: RolloutManager
+    """Rollout states and actions; its `store` is the `RolloutStore` (transitions, verdicts)."""
+    routes: RouteTable
+    rule_events: RuleEventStore
+    probes: ProbeStore
+    guard: GuardStore
+    metrics: GatewayMetrics
+    probed_rules: Callable[[], Sequence[str]] = tuple
+    """The rules with `probes` in the running configuration."""
