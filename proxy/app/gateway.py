@@ -543,6 +543,7 @@ class Gateway:
                     probes=self.probe_results,
                     guard=GuardStore(self.store),
                     metrics=self.metrics,
+                    reviews=self.reviews,
                     probed_rules=lambda: [
                         name for name, rule in self.config.rules.items() if rule.probes is not None
                     ],

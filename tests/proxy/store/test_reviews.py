@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from proxy.core import Arm, ExchangeRecord, PairRecord, Status
 from proxy.store import (
@@ -38,10 +38,11 @@ def shadow_pair(
     bodies: bool = True,
     status: Status = Status.OK,
     answers: tuple[str, str] | None = None,
+    start: datetime = T0,
 ) -> list[ExchangeRecord | PairRecord]:
     """The records of one mirrored request: the live answer, the shadow's and their pair."""
     request_id, pair_id = f"req-{n}", f"pair-{n}"
-    at = T0 + timedelta(seconds=n)
+    at = start + timedelta(seconds=n)
     live_text, shadow_text = answers or (f"live answer {n}", f"shadow answer {n}")
     body = json.dumps({"model": route, "messages": [{"role": "user", "content": f"question {n}"}]})
     live = make_record(
