@@ -62,7 +62,7 @@ def _pairs(now: datetime) -> list[ExchangeRecord | PairRecord]:
                 upstream_model="rule-follower",
                 arm=Arm.PRIMARY,
                 response_text=f"Yes: parcel {n} may weigh up to 100 kg.",
-            )  # fmt: skip
+            )
         )
         records.append(
             ExchangeRecord(
@@ -72,7 +72,7 @@ def _pairs(now: datetime) -> list[ExchangeRecord | PairRecord]:
                 arm=Arm.SHADOW,
                 pair_id=f"pair-{n}",
                 response_text=SCRIPT if n == 0 else f"Parcel {n}: 100 kg at most, yes.",
-            )  # fmt: skip
+            )
         )
         records.append(
             PairRecord(
@@ -89,7 +89,7 @@ def _pairs(now: datetime) -> list[ExchangeRecord | PairRecord]:
                 normalized_equal=False,
                 json_equal=None,
                 agreement="disagree" if n % 3 == 0 else "agree",
-            )  # fmt: skip
+            )
         )
     return records
 
