@@ -10,7 +10,7 @@ from .errors import install_error_handling
 from .feedback import FeedbackService, RecentExchanges, build_feedback_router
 from .feedback_auth import FeedbackAuth
 from .public import build_public_router
-from .rollouts import build_rollout_router
+from .rollouts import build_rollout_router, state_json
 from .token_buckets import TokenBuckets
 
 __all__ = [
@@ -27,4 +27,5 @@ __all__ = [
     "install_error_handling",
     "probe_scores",
     "read_limited",
+    "state_json",
 ]

@@ -259,6 +259,22 @@ class Gateway:
             secure_cookies=(server.external_url or "").startswith("https:"),
         )
         """Who signs in on /ui; its shared keys are loaded at start (`lifespan`)."""
+        self.console_parts = ConsoleParts(
+            config=lambda: self.config,
+            auth=self.console_auth,
+            store=self.store,
+            rollouts=self.rollouts,
+            routes=self.routes,
+            rule_events=self.rule_events,
+            probes=self.probe_results,
+            guard=GuardStore(self.store),
+            metrics=self.metrics,
+            reviews=self.reviews,
+            probed_rules=lambda: [
+                name for name, rule in self.config.rules.items() if rule.probes is not None
+            ],
+        )
+        """What the console's pages read and act through."""
         for warning in config_warnings(config, self.env):
             log.warning("config: %s", warning)
         self.background = TaskSet("gateway")
@@ -531,24 +547,6 @@ class Gateway:
         )
         api.include_router(build_feedback_router(self.feedback))
         install_console_errors(api)
-        api.include_router(
-            console_router(
-                ConsoleParts(
-                    config=lambda: self.config,
-                    auth=self.console_auth,
-                    store=self.store,
-                    rollouts=self.rollouts,
-                    routes=self.routes,
-                    rule_events=self.rule_events,
-                    probes=self.probe_results,
-                    guard=GuardStore(self.store),
-                    metrics=self.metrics,
-                    reviews=self.reviews,
-                    probed_rules=lambda: [
-                        name for name, rule in self.config.rules.items() if rule.probes is not None
-                    ],
-                )
-            )
-        )
+        api.include_router(console_router(self.console_parts))
 
         return api

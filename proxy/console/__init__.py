@@ -7,6 +7,7 @@ only the app's wiring imports it.
 """
 
 from .auth import ConsoleAuth, Principal
+from .experiments import ExperimentSource
 from .layout import esc, page
 from .parts import ConsoleParts
 from .refusal import ConsoleRefusal, install_console_errors
@@ -16,6 +17,7 @@ __all__ = [
     "ConsoleAuth",
     "ConsoleParts",
     "ConsoleRefusal",
+    "ExperimentSource",
     "Principal",
     "console_router",
     "esc",

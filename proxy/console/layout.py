@@ -56,6 +56,7 @@ NAV: tuple[NavEntry, ...] = (
     NavEntry("review", "Review", "/ui/review", admin_only=False),
     NavEntry("rollouts", "Rollouts", "/ui/rollouts", admin_only=True),
     NavEntry("rules", "Rules", "/ui/rules", admin_only=True),
+    NavEntry("experiments", "Experiments", "/ui/experiments", admin_only=True),
 )
 """Reviewers see only Review; admins see every entry."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from proxy.config import MirrorgateConfig
 from proxy.gateway import RouteTable
@@ -12,6 +13,9 @@ from proxy.rollout import RolloutManager
 from proxy.store import GuardStore, ProbeStore, ReviewStore, RuleEventStore, Store
 
 from .auth import ConsoleAuth
+
+if TYPE_CHECKING:
+    from .experiments import ExperimentSource
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,3 +39,5 @@ class ConsoleParts:
     """Blind review's queue and reviews (`proxy.console.review`)."""
     probed_rules: Callable[[], Sequence[str]] = tuple
     """The rules with `probes` in the running configuration."""
+    experiments: ExperimentSource | None = None
+    """Where the experiments page reads experiments (None: this gateway runs none)."""

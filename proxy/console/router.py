@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import RedirectResponse
 
 from .auth import Principal
+from .experiments import experiments_router
 from .layout import security_headers
 from .parts import ConsoleParts
 from .review import review_router
@@ -37,4 +38,5 @@ def console_router(parts: ConsoleParts) -> APIRouter:
     router.include_router(review_router(parts))
     router.include_router(rollouts_router(parts))
     router.include_router(rules_router(parts))
+    router.include_router(experiments_router(parts))
     return router

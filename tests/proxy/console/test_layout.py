@@ -29,7 +29,12 @@ def test_reviewers_see_only_review_and_admins_see_every_page() -> None:
     reviewer = page(title="T", principal=REVIEWER, csrf="c", active="review", body="")
     admin = page(title="T", principal=ADMIN, csrf="c", active="rules", body="")
     assert _nav_links(reviewer.body.decode()) == ["/ui/review"]
-    assert _nav_links(admin.body.decode()) == ["/ui/review", "/ui/rollouts", "/ui/rules"]
+    assert _nav_links(admin.body.decode()) == [
+        "/ui/review",
+        "/ui/rollouts",
+        "/ui/rules",
+        "/ui/experiments",
+    ]
     assert '<a href="/ui/rules" aria-current="page">' in admin.body.decode()
 
 

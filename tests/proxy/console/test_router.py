@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import InProcessGateway
 from tests.proxy.console.console_client import ADMIN_TOKEN, ENV, REVIEWER_TOKENS, signed_in
 
-ADMIN_PAGES = ["/ui/rollouts", "/ui/rules"]
+ADMIN_PAGES = ["/ui/rollouts", "/ui/rules", "/ui/experiments"]
 
 
 @pytest.fixture
