@@ -29,6 +29,12 @@ The scales, per metric:
   the ratio bound, or of (primary + `latency_min_increase_s`) / primary if that is larger.
 - Cost per request: the log of the ratio of means, its standard error by the delta method.
 - LLM-judge score: the mean over judged pairs of primary score minus candidate score (paired).
+- Blind human preference (`human_preference`): per reviewed pair of the candidate against the
+  primary, 1 when the reviewer preferred the candidate's answer, 0 the primary's, ½ a tie; the
+  estimate is ½ minus the candidate's mean (so a regression is positive), with one preference
+  each way added (as Agresti & Caffo do for rates: a run of ties still has a spread) and the
+  standard error of that mean. The margin is `human_preference_drop`; fewer than
+  `min_samples_reviews` reviews are inconclusive (they hold, never fail).
 - The adaptation floor (`rule_adaptation:min_adaptation`, when the rule sets
   `probes.min_adaptation`): one arm only, the floor minus the candidate's adaptation rate, i.e.
   its not-followed share (one event and one non-event added) minus 1 - floor, with the binomial
@@ -218,6 +224,37 @@ def _score(deltas: Sequence[float], th: Thresholds) -> _Evidence | _Few:
     )
 
 
+def _preference(preferences: Sequence[float], th: Thresholds) -> _Evidence | _Few:
+    """The candidate's blind preferences against the primary (1, ½ or 0 each)."""
+    metric, n = "human_preference", len(preferences)
+    if n < th.min_samples_reviews:
+        return _Few(metric, th.human_preference_drop, n, n, th.min_samples_reviews)
+    total = math.fsum(preferences)
+    squares = math.fsum(p * p for p in preferences)
+
+    def grown(k: float) -> tuple[float, float]:
+        # k times the reviews of the same quality, plus one preference each way (1 and 0)
+        count, s1, s2 = k * n + 2, k * total + 1, k * squares + 1
+        centre = s1 / count
+        variance = max(s2 / count - centre * centre, 0.0) * count / (count - 1)
+        return 0.5 - centre, math.sqrt(variance / count)
+
+    estimate, se = grown(1.0)
+    share = total / n
+    return _Evidence(
+        metric,
+        "rate",
+        estimate,
+        se,
+        th.human_preference_drop,
+        n,
+        n,
+        f"reviewers preferred the candidate in {share:.0%} of {n} blind reviews (ties half)",
+        shown=0.5 - share,
+        grown=grown,
+    )
+
+
 def _floor(candidate: Tally, floor: float, th: Thresholds) -> _Evidence | _Few:
     """The candidate's (not followed, probes) against the rule's `min_adaptation`."""
     metric = "rule_adaptation:min_adaptation"
@@ -366,14 +403,15 @@ def judge(
     has requests; each rule check either arm reports; corrections, severe findings, latency,
     TTFT and cost when either arm has any; agreement when the candidate has pairs *and* the
     primary has a noise floor (without one, disagreement cannot be told from noise: the caller
-    warns); the LLM-judge score when the candidate has judged pairs; `rule_adaptation` when
-    either arm has scored rule-flip probes (`adaptation`), and then, with `min_adaptation`, the
-    candidate's adaptation against that floor (`rule_adaptation:min_adaptation`). All of them,
-    and the `sequences` (steps, rule epochs) the caller judges apart, share the false-rollback
-    budget equally. Verdicts come in a fixed order, checks by name; windows with nothing in them
-    give no verdicts at all. `with_needs=False` leaves `needs` of inconclusive verdicts unknown
-    (None), for callers that only want the decisions (the simulation): it is the costliest part
-    of a look.
+    warns); the LLM-judge score when the candidate has judged pairs; `human_preference` when
+    blind review is judged (`preferences` is not None: none yet is inconclusive);
+    `rule_adaptation` when either arm has scored rule-flip probes (`adaptation`), and then, with
+    `min_adaptation`, the candidate's adaptation against that floor
+    (`rule_adaptation:min_adaptation`). All of them, and the `sequences` (steps, rule epochs)
+    the caller judges apart, share the false-rollback budget equally. Verdicts come in a fixed
+    order, checks by name; windows with nothing in them give no verdicts at all.
+    `with_needs=False` leaves `needs` of inconclusive verdicts unknown (None), for callers that
+    only want the decisions (the simulation): it is the costliest part of a look.
     Raises ValueError for `sequences` below 1."""
     if sequences < 1:
         raise ValueError(f"sequences must be >= 1, got {sequences}")
@@ -437,6 +475,9 @@ def judge(
         plan.append(lambda: _cost(primary.costs_usd, candidate.costs_usd, th))
     if candidate.judge_deltas:
         plan.append(lambda: _score(candidate.judge_deltas, th))
+    preferences = candidate.preferences
+    if preferences is not None:
+        plan.append(lambda: _preference(preferences, th))
     p_adapt, c_adapt = primary.adaptation or (0, 0), candidate.adaptation or (0, 0)
     if p_adapt[1] or c_adapt[1]:
         plan.append(

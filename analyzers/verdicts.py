@@ -60,6 +60,11 @@ class ArmWindow:
     """(not followed, probes): this arm's model's rule-flip probes of the route's rule that did
     not follow the flipped value (stuck or other), out of its scored probes; None when the rule
     has no probes."""
+    preferences: tuple[float, ...] | None = None
+    """Per blind human review of a pair of this arm's model against the primary's (the same
+    request, both answers shown unlabelled in random order): 1.0 when the reviewer preferred this
+    arm's answer, 0.0 the primary's, 0.5 a tie, oldest first. Read from the candidate's window;
+    None when blind review is not judged, () when it is and nobody has reviewed yet."""
 
     def __post_init__(self) -> None:
         _check_tally("requests/errors", (self.errors, self.requests))
@@ -71,6 +76,8 @@ class ArmWindow:
         _check_tally("findings", self.findings)
         if self.adaptation is not None:
             _check_tally("adaptation", self.adaptation)
+        if self.preferences is not None and any(p not in (0.0, 0.5, 1.0) for p in self.preferences):
+            raise ValueError("preferences: each must be 0, 0.5 or 1")
 
 
 def refuse_removed(data: object, **removed: str) -> object:
@@ -109,6 +116,9 @@ class Thresholds(BaseModel):
     rule_adaptation_drop: float = Field(0.05, ge=0.0, le=1.0)
     """The candidate's adaptation rate on rule-flip probes may fall below the primary's by this
     much."""
+    human_preference_drop: float = Field(0.1, ge=0.0, le=0.5)
+    """The candidate's share of blind human preferences against the primary (ties count half)
+    may fall this far below one half (0.1: preferred in 40% of reviewed pairs)."""
     rate_margin_relative: float = Field(0.25, ge=0.0, le=10.0)
     """Every rate's margin is at least this share of the primary's rate (0.25: a 20% error rate
     may become 25%), so that noisy high rates do not need a tiny absolute margin."""
@@ -128,6 +138,9 @@ class Thresholds(BaseModel):
     min_samples_probes: int = Field(30, ge=1)
     """Fewer scored rule-flip probes than this in either arm make `rule_adaptation`
     inconclusive (probes come at a fraction of the traffic, so their minimum is its own)."""
+    min_samples_reviews: int = Field(20, ge=2)
+    """Fewer blind reviews than this of the candidate against the primary make
+    `human_preference` inconclusive (people review far fewer pairs than traffic brings)."""
     min_samples_latency: int = Field(30, ge=2)
     """Fewer samples than this in either arm make latency, TTFT, cost and judge scores
     inconclusive."""
@@ -157,14 +170,15 @@ class MetricVerdict:
     metric: str
     """`error_rate`, `check_pass_rate:<check>`, `correction_rate`, `disagreement`,
     `latency_p50`, `latency_p95`, `ttft_p50`, `ttft_p95`, `cost_per_request`, `judge_score`,
-    `findings`, `rule_adaptation` (against the primary) or `rule_adaptation:min_adaptation`
-    (against the rule's floor)."""
+    `findings`, `rule_adaptation` (against the primary), `rule_adaptation:min_adaptation`
+    (against the rule's floor) or `human_preference` (blind reviews against the primary)."""
     outcome: Outcome
     estimate: float | None
     """Rates: the regression, candidate minus primary in the bad direction (a drop of a pass
     rate is positive); `rule_adaptation:min_adaptation`: the floor minus the candidate's
-    adaptation rate. Latency, TTFT, cost: candidate / primary. Judge score: primary minus
-    candidate. None when not computable."""
+    adaptation rate; `human_preference`: one half minus the candidate's preference share.
+    Latency, TTFT, cost: candidate / primary. Judge score: primary minus candidate. None when
+    not computable."""
     low: float | None
     """Lower anytime-valid bound of `estimate` at `pass_confidence`; None if unbounded."""
     high: float | None

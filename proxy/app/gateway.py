@@ -92,6 +92,7 @@ from proxy.store import (
     OutcomeStore,
     ProbeStore,
     Recorder,
+    ReviewStore,
     RolloutStore,
     RuleEventStore,
     SigningKeyStore,
@@ -213,6 +214,9 @@ class Gateway:
         self.rule_events = RuleEventStore(self.store)
         self.probe_results = ProbeStore(self.store)
         """Rule-flip probes' results, read by the rollout judge, the guard and `/admin/rules`."""
+        self.reviews = ReviewStore(self.store)
+        """Blind review's queue and reviews: the console writes them, the rollout judge reads
+        `human_preference` from them."""
         self.rule_tracker = RuleTracker(
             self.rule_events,
             keep_prompts=config.store.bodies != "none",
@@ -286,6 +290,7 @@ class Gateway:
             guard=RuleGuard(config, self.rollouts, GuardStore(self.store), self.probe_results),
             probes=self.probe_results,
             experiments=ExperimentDecider(self.experiments),
+            reviews=self.reviews,
         )
         self.console_auth = ConsoleAuth(
             self.env.get(server.admin_token_env) or "",
@@ -304,6 +309,7 @@ class Gateway:
             probes=self.probe_results,
             guard=GuardStore(self.store),
             metrics=self.metrics,
+            reviews=self.reviews,
             probed_rules=lambda: [
                 name for name, rule in self.config.rules.items() if rule.probes is not None
             ],

@@ -280,12 +280,18 @@ class ShadowSpec(Spec):
 JUDGED_METRICS = (
     "error_rate", "latency_p50", "latency_p95", "ttft_p50", "ttft_p95", "cost_per_request",
     "check_pass_rate", "correction_rate", "disagreement", "judge_score", "findings",
-    "rule_adaptation",
+    "rule_adaptation", "human_preference",
 )  # fmt: skip
-"""Every metric a canary can be judged on. `judge_score`, `findings` and `rule_adaptation` need
-evidence that only some configurations produce (an LLM judge scoring the canary as a shadow;
-analyzers; rule-flip probes on the route's rule): by default they are judged only where it exists
-(`unavailable_evidence`); listed explicitly without it, they are a config error."""
+"""Every metric a canary can be judged on. `judge_score`, `findings`, `rule_adaptation` and
+`human_preference` need evidence that only some configurations produce (an LLM judge scoring the
+canary as a shadow; analyzers; rule-flip probes on the route's rule; stored answers of the canary
+as a shadow, for blind review): by default they are judged only where it exists
+(`unavailable_evidence`); listed explicitly without it, they are a config error.
+`human_preference` is judged only when listed (`OPT_IN_METRICS`)."""
+OPT_IN_METRICS = ("human_preference",)
+"""Metrics left out of the default `analysis.metrics`: blind reviews come when people have time,
+so a route gates its canary on them only when its owner says so (once listed, too few reviews
+hold every step until reviewers have scored `thresholds.min_samples_reviews` pairs)."""
 
 
 class AnalysisSpec(Spec):
@@ -296,9 +302,12 @@ class AnalysisSpec(Spec):
     """How often the judge looks at the rollout."""
     failure_limit: int = Field(2, ge=1)
     """Consecutive looks with a failing metric that roll the canary back."""
-    metrics: list[str] = Field(default_factory=lambda: list(JUDGED_METRICS))
+    metrics: list[str] = Field(
+        default_factory=lambda: [m for m in JUDGED_METRICS if m not in OPT_IN_METRICS]
+    )
     """Which metrics are judged (and gate each step); `check_pass_rate` covers every check.
-    `judge_score` and `findings` are judged only when their evidence is configured."""
+    `judge_score` and `findings` are judged only when their evidence is configured;
+    `human_preference` (blind review in the console) only when listed."""
     findings_severity: Severity = "warning"
     """The `findings` metric counts answers with an analyzer finding of this severity or worse
     (`info` < `warning` < `critical`)."""
@@ -855,7 +864,8 @@ def agreement_spec(config: AgreementConfig) -> AgreementSpec:
 
 
 def unavailable_evidence(config: MirrorgateConfig, route: str) -> dict[str, str]:
-    """The evidence-backed metrics (`judge_score`, `findings`) that `route`'s canary cannot be
+    """The evidence-backed metrics (`judge_score`, `findings`, `rule_adaptation`,
+    `human_preference`) that `route`'s canary cannot be
     judged on in `config`, each with the reason: the judge leaves them out (they would hold the
     rollout forever), and listing one explicitly in `analysis.metrics` is a config error."""
     spec = config.routes[route]
@@ -872,4 +882,13 @@ def unavailable_evidence(config: MirrorgateConfig, route: str) -> dict[str, str]
     rule = config.rule_of(route)
     if rule is None or config.rules[rule].probes is None:
         missing["rule_adaptation"] = "the route's rule has no probes (`rules.<name>.probes`)"
+    if config.store.bodies == "none":
+        missing["human_preference"] = (
+            "store.bodies is none: no answer is stored, so none can be reviewed"
+        )
+    elif spec.canary is not None and all(s.model != spec.canary.model for s in spec.shadows):
+        missing["human_preference"] = (
+            f"blind review pairs the primary's answer with a shadow's, and the canary "
+            f"'{spec.canary.model}' is not among the route's shadows"
+        )
     return missing

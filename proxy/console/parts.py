@@ -10,7 +10,7 @@ from proxy.config import MirrorgateConfig
 from proxy.gateway import RouteTable
 from proxy.observability import GatewayMetrics
 from proxy.rollout import RolloutManager
-from proxy.store import GuardStore, ProbeStore, RuleEventStore, Store
+from proxy.store import GuardStore, ProbeStore, ReviewStore, RuleEventStore, Store
 
 from .auth import ConsoleAuth
 
@@ -35,6 +35,8 @@ class ConsoleParts:
     probes: ProbeStore
     guard: GuardStore
     metrics: GatewayMetrics
+    reviews: ReviewStore
+    """Blind review's queue and reviews (`proxy.console.review`)."""
     probed_rules: Callable[[], Sequence[str]] = tuple
     """The rules with `probes` in the running configuration."""
     experiments: ExperimentSource | None = None

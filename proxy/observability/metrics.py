@@ -125,6 +125,13 @@ class GatewayMetrics:
             "mirrorgate_feedback", "User feedback joined to exchanges.",
             (*arm, "kind"), registry=registry,
         )  # fmt: skip
+        self.reviews = Counter(
+            "mirrorgate_reviews", "Blind reviews stored, by the reviewed candidate's side.",
+            arm, registry=registry,
+        )  # fmt: skip
+        """One per review stored (skips are not counted), labelled with the target and arm of the
+        pair's non-primary side: the shadow (arm `shadow`) whose answer was compared with the
+        answer the client received."""
         self.feedback_rejected = Counter(
             "mirrorgate_feedback_rejected", "Feedback posts refused before they were stored.",
             ("reason",), registry=registry,

@@ -16,7 +16,9 @@ Each look at a route (docs/rollouts.md, "The judge"):
 2. each rule check on its rule epoch (the version, since its first request or the rollout's
    start), so a rule change is judged on fresh evidence; and, when the route's rule has probes,
    `rule_adaptation`: the share of each model's rule-flip probes that followed the flipped value,
-   since the rollout started (and against `probes.min_adaptation`);
+   since the rollout started (and against `probes.min_adaptation`); and, when listed,
+   `human_preference`: blind reviews of the canary's shadow answers against the primary's, since
+   the rollout started;
 3. the bounds are anytime-valid (`analyzers.sequential`): the false-rollback budget is split over
    the metrics and the rollout's steps, never spent per look, so looking every interval is free;
 4. every verdict stored and counted, with `needs` (more canary answers to pass) and `eta_s`; a
@@ -64,6 +66,7 @@ from proxy.store import (
     Leadership,
     ProbeStore,
     ProbeTally,
+    ReviewStore,
     StoreUnavailableError,
 )
 
@@ -74,6 +77,7 @@ from .evidence import (
     current_epoch,
     failing_examples,
     finding_tallies,
+    human_preferences,
     judge_deltas,
     not_followed,
     probe_tallies,
@@ -128,6 +132,8 @@ class ProbeLook:
 
 PROBE_SCOPE = "probes:"
 """Scope prefix of the `rule_adaptation` verdicts (`probes:<rule>`)."""
+REVIEW_SCOPE = "reviews"
+"""Scope of the `human_preference` verdict."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,10 +170,13 @@ class RolloutController:
         release_memory: Callable[[], object] = release_freed_memory,
         guard: RuleGuard | None = None,
         experiments: ExperimentDecider | None = None,
+        reviews: ReviewStore | None = None,
     ) -> None:
         self.config = config
         self.experiments = experiments
         """The A/B experiments' decider, run by the same leader (None: none is run)."""
+        self.reviews = reviews
+        """Where `human_preference` reads blind reviews (None: the metric is left out, warned)."""
         self.release_memory = release_memory
         self.guard = guard
         """The production model's guard, looked after by the same leader (None: no route has
@@ -530,6 +539,21 @@ class RolloutController:
                     rule, arms, state.started_at, thresholds, sequences
                 )
                 scoped.extend((f"{PROBE_SCOPE}{rule}", v) for v in verdicts)
+                spans.extend([(now - state.started_at).total_seconds()] * len(verdicts))
+        if "human_preference" in wanted and "human_preference" not in unavailable_evidence(
+            self.config, state.route
+        ):
+            if self.reviews is None:
+                warnings.append("human_preference left out: this gateway reads no reviews")
+            else:
+                preferences = human_preferences(self.reviews, arms, state.started_at)
+                verdicts = judge(
+                    ArmWindow(0, 0),
+                    ArmWindow(0, 0, preferences=preferences),
+                    thresholds,
+                    sequences=sequences,
+                )
+                scoped.extend((REVIEW_SCOPE, v) for v in verdicts)
                 spans.extend([(now - state.started_at).total_seconds()] * len(verdicts))
         etas = [_eta(v, span) for (_, v), span in zip(scoped, spans, strict=True)]
         self.manager.store.add_verdicts(state, looks, scoped, now, etas)

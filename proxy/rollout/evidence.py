@@ -14,7 +14,9 @@ tolerance (`proxy.core.pair_agreed`), the same verdict the report and
 `mirrorgate_agreement_total` count. Rule checks are read per rule epoch: only verdicts on one
 version, since that version's first request (or since the rollout started, if later). Rule-flip
 probes (`rule_adaptation`) are read per target model from `proxy.store.ProbeStore`, since the
-rollout started.
+rollout started. Blind reviews (`human_preference`) are read from `proxy.store.ReviewStore`: the
+reviews of pairs of the baseline's live answer and the candidate's shadow answer, on the route,
+exchanged since the rollout started (whenever they were reviewed).
 """
 
 from __future__ import annotations
@@ -28,7 +30,15 @@ from analyzers.verdicts import ArmWindow, Tally
 from analyzers.views import Severity, at_or_above
 from proxy.core import CUT_SHORT, Arm, ProbeRecord, Status
 from proxy.gateway import OVERFLOW_VERSION
-from proxy.store import ArmExchange, Arms, Epoch, JudgeWindows, ProbeStore, ProbeTally
+from proxy.store import (
+    ArmExchange,
+    Arms,
+    Epoch,
+    JudgeWindows,
+    ProbeStore,
+    ProbeTally,
+    ReviewStore,
+)
 
 from .plan import TrafficProfile
 
@@ -268,3 +278,15 @@ def stuck_examples(
     if stuck:
         return stuck
     return probes.recent(rule, target=candidate, result="other", since=since, limit=limit)
+
+
+def human_preferences(reviews: ReviewStore, arms: Arms, since: datetime) -> tuple[float, ...]:
+    """`ArmWindow.preferences` of the candidate: per blind review of a pair of the baseline's
+    answer and the candidate's answer to the same request on `arms.route`, exchanged since
+    `since`, 1 when the reviewer preferred the candidate's, 0 the baseline's, 0.5 a tie, oldest
+    review first; () when none. (Experiments judge their arms with the same call: `arms` names
+    the control as baseline and the arm as candidate.)"""
+    reviewed = reviews.reviewed(
+        route=arms.route, since=since, targets=(arms.baseline, arms.candidate)
+    )
+    return tuple(p for r in reviewed if (p := r.candidate_preference) is not None)

@@ -1,14 +1,14 @@
 """Every table and every query: the engine, migrations, the recorder (batched, bounded, off the
 event loop), the crash journal (`Journal`: answered exchanges on local disk until the store commits
 them, replayed at start), redaction, and one query object per domain — `Store` (exchanges, pairs,
-checks), `FeedbackStore`, `RuleEventStore`, `RolloutStore`, `ExperimentStore` (A/B experiments and
-their per-unit evidence), `JudgeWindows` (the rollout judge's reads), `OutcomeStore` (business
-operations' outcomes and the reads of their exchanges), `ProbeStore` (rule-flip probes' results),
-`EvalStore` (evaluation sets' sampling and runs), `SigningKeyStore` (keys the replicas share) and
-`Leadership` (the decider's advisory lock). The only package that imports sqlalchemy or sqlmodel:
-the rest of mirrorgate asks these objects, built from one `Store` by the wiring, and never holds an
-engine or a connection. Imports `proxy.observability` (the recorder's metric families), `proxy.core`
-and `proxy.config`.
+checks), `FeedbackStore`, `RuleEventStore`, `RolloutStore`, `ReviewStore` (blind review's queue and
+reviews), `ExperimentStore` (A/B experiments and their per-unit evidence), `JudgeWindows` (the
+rollout judge's reads), `OutcomeStore` (business operations' outcomes and the reads of their
+exchanges), `ProbeStore` (rule-flip probes' results), `EvalStore` (evaluation sets' sampling and
+runs), `SigningKeyStore` (keys the replicas share) and `Leadership` (the decider's advisory lock).
+The only package that imports sqlalchemy or sqlmodel: the rest of mirrorgate asks these objects,
+built from one `Store` by the wiring, and never holds an engine or a connection. Imports
+`proxy.observability` (the recorder's metric families), `proxy.core` and `proxy.config`.
 
 Every failure leaves the store as one of its own errors, translated from the database's in one
 place (`errors.translated`) and chained to the original:
@@ -54,11 +54,24 @@ from .probes import ProbeStore, ProbeTally
 from .recorder import Recorder
 from .redaction import apply_bodies_policy, redact
 from .retry import WriteRetry
+from .reviews import (
+    ANY_VERSION,
+    REASON_MAX_CHARS,
+    QueueCount,
+    ReviewCandidate,
+    ReviewedItem,
+    ReviewItem,
+    ReviewRecord,
+    ReviewStore,
+    ReviewTexts,
+)
 from .rollouts import RolloutStore
 from .rule_events import RuleEvent, RuleEventStore, VersionTraffic
 from .signing_keys import SigningKeyStore
 
 __all__ = [
+    "ANY_VERSION",
+    "REASON_MAX_CHARS",
     "AnswerTally",
     "ArmExchange",
     "Arms",
@@ -79,9 +92,16 @@ __all__ = [
     "PairCount",
     "ProbeStore",
     "ProbeTally",
+    "QueueCount",
     "RecordRejectedError",
     "Recorder",
     "ReplayReport",
+    "ReviewCandidate",
+    "ReviewItem",
+    "ReviewRecord",
+    "ReviewStore",
+    "ReviewTexts",
+    "ReviewedItem",
     "RolloutStore",
     "RuleEpochs",
     "RuleEvent",

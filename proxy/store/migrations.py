@@ -39,7 +39,6 @@ caller, translates them (`proxy.store.errors`).
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -472,6 +471,52 @@ def _v15_experiments(conn: Connection) -> None:
     ).create(conn)
 
 
+def _v16_reviews(conn: Connection) -> None:
+    metadata = sa.MetaData()
+    sa.Table(
+        "review_items",
+        metadata,
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("item_id", sa.String(), nullable=False),
+        sa.Column("source", sa.String(), nullable=False),
+        sa.Column("route", sa.String(), nullable=False),
+        sa.Column("rule", sa.String(), nullable=True),
+        sa.Column("rule_version", sa.String(), nullable=True),
+        sa.Column("request_id", sa.String(), nullable=False),
+        sa.Column("pair_id", sa.String(), nullable=False),
+        sa.Column("primary_target", sa.String(), nullable=False),
+        sa.Column("primary_arm", sa.String(), nullable=False),
+        sa.Column("candidate_target", sa.String(), nullable=False),
+        sa.Column("candidate_arm", sa.String(), nullable=False),
+        sa.Column("agreement", sa.String(), nullable=True),
+        sa.Column("candidate_shown_as", sa.String(1), nullable=False),
+        sa.Column("wanted_reviews", sa.Integer(), nullable=False),
+        sa.Column("weight", sa.Float(), nullable=False),
+        sa.Column("why", sa.String(), nullable=False),
+        sa.Column("exchanged_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Index("ix_review_items_item_id", "item_id", unique=True),
+        sa.Index("ix_review_items_pair_id", "pair_id", unique=True),
+        sa.Index("ix_review_items_route_version", "route", "rule_version", "created_at"),
+    )
+    sa.Table(
+        "reviews",
+        metadata,
+        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("item_id", sa.String(), nullable=False),
+        sa.Column("reviewer_id", sa.String(), nullable=False),
+        sa.Column("score_a", sa.Integer(), nullable=True),
+        sa.Column("score_b", sa.Integer(), nullable=True),
+        sa.Column("preference", sa.String(), nullable=True),
+        sa.Column("reason", sa.Text(), nullable=True),
+        sa.Column("skipped", sa.Boolean(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Index("ix_reviews_item_reviewer", "item_id", "reviewer_id", unique=True),
+        sa.Index("ix_reviews_reviewer", "reviewer_id"),
+    )
+    metadata.create_all(conn)
+
+
 def _v17_eval_runs(conn: Connection) -> None:
     sa.Table(
         "eval_runs",
@@ -536,6 +581,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         _v15_experiments,
     ),
     Migration(
+        16,
+        "review_items (pairs queued for blind review) and reviews (one per item and reviewer)",
+        _v16_reviews,
+    ),
+    Migration(
         17,
         "eval_runs: offline evaluation runs, scores per stratum, one row per model and run",
         _v17_eval_runs,
@@ -593,10 +643,8 @@ def migrate(
 
 def _check_sequence(migrations: Sequence[Migration]) -> None:
     versions = [m.version for m in migrations]
-    if any(v < 1 for v in versions) or any(b <= a for a, b in itertools.pairwise(versions)):
-        raise SchemaVersionError(
-            f"migration versions must be positive and strictly increasing; got {versions}"
-        )
+    if versions != list(range(1, len(versions) + 1)):
+        raise SchemaVersionError(f"migration versions must be 1, 2, 3, … in order; got {versions}")
 
 
 @contextmanager

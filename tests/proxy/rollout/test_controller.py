@@ -9,9 +9,10 @@ import logging
 import platform
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -19,12 +20,13 @@ from prometheus_client import CollectorRegistry
 from alerts.alert import Alert
 from alerts.dispatcher import AlertDispatcher
 from proxy.config import MirrorgateConfig, parse_config, rollout_warnings
-from proxy.core.records import Arm, CheckRecord, ProbeRecord, Status
+from proxy.core.records import Arm, CheckRecord, ExchangeRecord, ProbeRecord, Status
 from proxy.core.rollout_state import Action, Phase
 from proxy.gateway.routing import RouteTable
 from proxy.observability.metrics import GatewayMetrics
 from proxy.rollout.controller import RolloutController, release_freed_memory
 from proxy.rollout.manager import RolloutManager
+from proxy.store import ANY_VERSION, ReviewRecord, ReviewStore
 from proxy.store.errors import StoreError, StoreUnavailableError
 from proxy.store.exchanges import Store
 from proxy.store.judge_windows import ArmExchange, Arms, JudgeWindows
@@ -34,6 +36,7 @@ from proxy.store.rollouts import RolloutStore
 from proxy.store.rule_events import RuleEvent, RuleEventStore
 from tests.conftest import require_service, seed_sqlite
 from tests.proxy.store.test_exchanges import make_record
+from tests.proxy.store.test_reviews import queued, shadow_pair
 
 CONFIG = """
 models:
@@ -610,3 +613,96 @@ def test_min_adaptation_fails_a_canary_no_better_than_a_stuck_primary(store: Sto
     assert outcomes["rule_adaptation"] != "fail"
     (warning,) = [a for a in sent if a.kind == "verdict_fail"]
     assert "below its floor" in warning.summary and warning.rule == "shipping"
+
+
+# --- human_preference: blind reviews of the canary's shadow answers against the primary's ---
+
+REVIEWED = LOW_TRAFFIC.replace(
+    "metrics: [error_rate, latency_p50]", "metrics: [error_rate, human_preference]"
+).replace("    primary: prod\n", "    primary: prod\n    shadows: [{model: cand, sample: 1.0}]\n")
+
+
+def reviews_of(store: Store, start: datetime, first: int = 0, **preferences: int) -> None:
+    """Blind reviews of pairs (prod live, cand shadow): `candidate=`, `primary=`, `tie=` counts;
+    the candidate is shown as A on even items and as B on odd ones."""
+    reviews = ReviewStore(store)
+    n = first
+    for preferred, count in preferences.items():
+        for _ in range(count):
+            n += 1
+            at = start + timedelta(seconds=n)
+            records: list[Any] = shadow_pair(n, route="bot", primary="prod", candidate="cand")
+            store.write_batch(
+                [replace(r, started_at=at) if isinstance(r, ExchangeRecord)
+                 else replace(r, created_at=at) for r in records]
+            )  # fmt: skip
+            shown: Literal["A", "B"] = "A" if n % 2 == 0 else "B"
+            other: Literal["A", "B"] = "B" if shown == "A" else "A"
+            (candidate,) = reviews.candidates("bot", ANY_VERSION, since=at)
+            item = replace(queued(candidate, shown_as=shown), created_at=at)
+            reviews.enqueue([item])
+            choice = {"candidate": shown, "primary": other, "tie": "tie"}[preferred]
+            reviews.add(
+                ReviewRecord(item.item_id, "alice", at, 3, 3, choice)  # type: ignore[arg-type]
+            )
+
+
+async def reviewed_rollout(
+    store: Store, clock: Clock, alerts: CapturedAlerts
+) -> tuple[RolloutController, RolloutManager]:
+    config = parse_config(REVIEWED, {})
+    metrics = GatewayMetrics(CollectorRegistry())
+    manager = RolloutManager(
+        config, RolloutStore(store), RouteTable(config), metrics, alerts=alerts, clock=clock
+    )
+    await manager.act("bot", Action.START, reason="test", actor="operator")
+    controller = RolloutController(
+        config, manager, JudgeWindows(store), Leadership(store), metrics,
+        clock=clock, reviews=ReviewStore(store),
+    )  # fmt: skip
+    return controller, manager
+
+
+def test_a_canary_reviewers_prefer_less_is_rolled_back_on_human_preference(store: Store) -> None:
+    async def scenario() -> tuple[list[Any], list[Alert]]:
+        clock = Clock()
+        alerts = CapturedAlerts()
+        controller, _ = await reviewed_rollout(store, clock, alerts)
+        arrivals(store, clock.now, 1200, 1.0)  # traffic alone would promote it
+        reviews_of(store, clock.now, candidate=10, primary=70, tie=10)
+        clock.now += timedelta(seconds=1200)
+        first = await controller.tick(force=True)
+        clock.now += timedelta(seconds=10)
+        return first + await controller.tick(force=True), alerts.sent
+
+    changes, sent = asyncio.run(scenario())
+    (change,) = changes
+    assert change.after.phase is Phase.ROLLED_BACK
+    assert change.after.reason.startswith("human_preference failed")
+    assert "reviewers preferred the candidate in 17% of 90 blind reviews" in change.after.reason
+    (rollback,) = [a for a in sent if a.kind == "rollback"]
+    assert rollback.check == "human_preference" and rollback.severity == "critical"
+
+
+def test_too_few_reviews_hold_the_canary_and_enough_equal_ones_promote_it(store: Store) -> None:
+    async def scenario() -> tuple[list[Any], list[dict[str, Any]], list[Any]]:
+        clock = Clock()
+        controller, manager = await reviewed_rollout(store, clock, CapturedAlerts())
+        arrivals(store, clock.now, 1200, 1.0)
+        reviews_of(store, clock.now, primary=19)  # all against it, but too few to say
+        clock.now += timedelta(seconds=1200)
+        held = await controller.tick(force=True)
+        rows = manager.store.recent_verdicts("bot")
+        reviews_of(
+            store, clock.now - timedelta(seconds=1000), 100, candidate=60, primary=41, tie=60
+        )
+        clock.now += timedelta(seconds=10)
+        return held, rows, await controller.tick(force=True)
+
+    held, rows, later = asyncio.run(scenario())
+    assert held == []
+    (preference,) = [r for r in rows if r["metric"] == "human_preference"]
+    assert preference["verdict"] == "inconclusive" and preference["n_candidate"] == 19
+    assert preference["scope"] == "reviews"
+    (change,) = later
+    assert change.after.phase is Phase.PROMOTED

@@ -265,7 +265,7 @@ def test_schema_parameter_creates_and_uses_its_schema(pg_schema: tuple[str, str]
                 sa.text("SELECT count(*) FROM information_schema.tables WHERE table_schema = :s"),
                 {"s": schema},
             ).scalar()
-        assert found == 19  # eighteen tables (eval_runs the newest) and schema_version
+        assert found == 21  # twenty tables (eval_runs the newest) and schema_version
         assert store.count() == 1
     finally:
         with store.engine.begin() as conn:
