@@ -33,25 +33,11 @@ def wired_registry(tmp_path: Path) -> CollectorRegistry:
     return registry
 
 
-PENDING_FAMILIES = {
-    "mirrorgate_operations": "counter",
-    "mirrorgate_operation_cost_usd": "histogram",
-    "mirrorgate_experiment_running": "gauge",
-    "mirrorgate_experiment_weight_percent": "gauge",
-    "mirrorgate_experiment_srm": "gauge",
-    "mirrorgate_experiment_arm_stopped": "counter",
-}
-"""Families of business operations and experiments (issue 15), which the Experiments dashboard
-and the experiment alerts read, added to proxy/observability/metrics.py by the branches that
-record them. Until those are merged the catalogue takes them from here; once the registry has
-them, this adds nothing (and may go)."""
-
-
 def exposed_sample_names(tmp_path: Path) -> set[str]:
     """Every `mirrorgate_*` sample name of a gateway with every optional part wired."""
     names: set[str] = set()
     families = [(f.name, f.type) for f in wired_registry(tmp_path).collect()]
-    for name, kind in [*families, *PENDING_FAMILIES.items()]:
+    for name, kind in families:
         for suffix in _SUFFIXES.get(kind, ("",)):
             names.add(name + suffix)
     return {name for name in names if name.startswith("mirrorgate_")}
