@@ -27,19 +27,11 @@ from proxy.core.records import (
 )
 from proxy.store.exchanges import Store
 from tests.conftest import require_service
+from tests.e2e.console_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.proxy.report.test_rollouts import seed_rollout
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 ROUTE = "support-bot"
 ARMS = {
     # label: (arm, target, count, median latency s, cost per request, streamed)
