@@ -264,7 +264,7 @@ class Gateway:
             self.recent_operations,
             self.metrics,
             self.feedback.auth,  # outcomes are posted with feedback's credentials
-            TokenBuckets(server.feedback_rate_per_s, server.feedback_burst),
+            TokenBuckets(server.outcome_rate_per_s, server.outcome_burst),
         )
         self.alert_client: httpx.AsyncClient | None = None
         self._alert_metrics: AlertDeliveryMetrics | None = None

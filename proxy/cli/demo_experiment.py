@@ -128,7 +128,7 @@ def _application(url: str, counts: _Counts, stop: threading.Event, worker: int) 
                 completed = draw.random() < TRUE_COMPLETION.get(arm or "control", 0.5)
                 outcomes.post(
                     "/v1/outcomes", json={"operation_id": operation, "completed": completed}
-                )
+                ).raise_for_status()  # a refused outcome is counted as an error, not as sent
                 with counts.lock:
                     counts.operations += 1
             except (openai.OpenAIError, httpx.HTTPError):

@@ -109,6 +109,13 @@ class ServerSpec(Spec):
     application token, or the client address for signed tokens); beyond, 429."""
     feedback_burst: int = Field(100, ge=1, le=1_000_000)
     """Feedback posts a caller may make at once before `feedback_rate_per_s` applies."""
+    outcome_rate_per_s: float = Field(200.0, gt=0, le=100_000)
+    """Outcome posts (`POST /v1/outcomes`) each caller may make per second, sustained, in buckets
+    of their own beside feedback's. Higher than feedback's: an application posts an outcome for
+    every operation (up to one per kind), where users correct an answer now and then; raise it
+    when one application token posts for more operations a second than this."""
+    outcome_burst: int = Field(2000, ge=1, le=1_000_000)
+    """Outcome posts a caller may make at once before `outcome_rate_per_s` applies."""
     max_shadow_calls: int = Field(1000, ge=1)
     """Shadow (and noise-floor) calls in flight at once, all routes together; beyond, dropped."""
     route_refresh_s: float = Field(1.0, gt=0, le=60)

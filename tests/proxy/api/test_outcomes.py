@@ -242,13 +242,27 @@ def test_without_a_token_an_outcome_is_401_and_an_app_token_or_a_signed_one_post
 def test_a_caller_beyond_its_rate_is_429_before_its_body_is_read(
     start_gateway: StartGateway,
 ) -> None:
-    gw = start_gateway(extra={"server": {"feedback_rate_per_s": 0.001, "feedback_burst": 2}})
+    gw = start_gateway(extra={"server": {"outcome_rate_per_s": 0.001, "outcome_burst": 2}})
     ask(gw, "busy")
     body = {"operation_id": "busy", "completed": True}
     assert [post(gw, body).status_code for _ in range(2)] == [201, 201]
     limited = post(gw, body)
     assert limited.status_code == 429 and int(limited.headers["retry-after"]) > 0
     assert sample(gw, "mirrorgate_outcomes_rejected_total", reason="rate_limited") == 1
+
+
+def test_an_application_posting_every_operations_outcome_is_not_held_to_feedbacks_rate(
+    start_gateway: StartGateway,
+) -> None:
+    """Feedback's buckets (a correction now and then) would refuse an application that reports
+    every operation; outcomes have their own, and a full burst of them under feedback's tight
+    limits is stored."""
+    gw = start_gateway(extra={"server": {"feedback_rate_per_s": 0.001, "feedback_burst": 2}})
+    for i in range(300):
+        ask(gw, f"op-{i}")
+    answers = [post(gw, {"operation_id": f"op-{i}", "completed": True}) for i in range(300)]
+    assert [a.status_code for a in answers] == [201] * 300
+    assert sample(gw, "mirrorgate_outcomes_rejected_total", reason="rate_limited") == 0
 
 
 def test_while_the_store_is_down_an_outcome_is_503_and_stored_when_sent_again(
