@@ -6,7 +6,6 @@ answer holding `<script>` is shown as text and does not run."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -15,18 +14,16 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, Response
 
-from proxy.core import Arm, ExchangeRecord, PairRecord, Status
 from proxy.store import ReviewStore
 from proxy.store.exchanges import Store
 from tests.e2e.conftest import RolloutClient, rollout_gateway_config
 from tests.e2e.console_browser import DESKTOP, PHONE, ConsoleGateway, sign_in
+from tests.review_scene import PAIRS, review_pairs
 
 pytestmark = pytest.mark.e2e
 
-PAIRS = 10
 SECRETS = ("rule-follower", "stale", "echo", "primary", "canary", "shadow", "fallback")
 """The route's models (their names are also what is sent upstream) and every arm."""
-SCRIPT = '<script>window.__ran = 1</script><img src="x" onerror="window.__ran = 2">'
 
 
 def _bot_with_review(mock_url: str, db_url: str) -> dict[str, Any]:
@@ -38,60 +35,6 @@ def _bot_with_review(mock_url: str, db_url: str) -> dict[str, Any]:
         thresholds={"min_samples_reviews": PAIRS},
     )["routes"]["bot"]  # fmt: skip
     return {**bot, "shadows": [{"model": "stale", "sample": 0.0}]}
-
-
-def _pairs(now: datetime) -> list[ExchangeRecord | PairRecord]:
-    """Ten mirrored requests of route `bot`: the primary's answer and the canary model's shadow
-    answer to each; the first shadow answer is markup that must never run."""
-    records: list[ExchangeRecord | PairRecord] = []
-    for n in range(PAIRS):
-        body = json.dumps(
-            {"model": "bot", "messages": [
-                {"role": "system", "content": "Ship parcels; max_weight = 100"},
-                {"role": "user", "content": f"Can I send parcel number {n}?"}]}
-        )  # fmt: skip
-        common: dict[str, Any] = dict(
-            request_id=f"req-{n}", route="bot", endpoint="chat.completions", provider="openai",
-            streamed=False, started_at=now, duration_s=0.2, ttft_s=None, overhead_s=0.001,
-            status=Status.OK, http_status=200, request_body=body,
-        )  # fmt: skip
-        records.append(
-            ExchangeRecord(
-                **common,
-                target="rule-follower",
-                upstream_model="rule-follower",
-                arm=Arm.PRIMARY,
-                response_text=f"Yes: parcel {n} may weigh up to 100 kg.",
-            )
-        )
-        records.append(
-            ExchangeRecord(
-                **common,
-                target="stale",
-                upstream_model="stale",
-                arm=Arm.SHADOW,
-                pair_id=f"pair-{n}",
-                response_text=SCRIPT if n == 0 else f"Parcel {n}: 100 kg at most, yes.",
-            )
-        )
-        records.append(
-            PairRecord(
-                pair_id=f"pair-{n}",
-                kind="shadow",
-                request_id=f"req-{n}",
-                route="bot",
-                primary_target="rule-follower",
-                candidate_target="stale",
-                created_at=now,
-                primary_status="ok",
-                candidate_status="ok",
-                exact_equal=False,
-                normalized_equal=False,
-                json_equal=None,
-                agreement="disagree" if n % 3 == 0 else "agree",
-            )
-        )
-    return records
 
 
 def _eventually(what: str, check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
@@ -127,7 +70,7 @@ def test_a_reviewer_scores_ten_pairs_by_keyboard_and_the_scores_reach_the_decisi
     started = rollout_client.act(gateway.process, "start")
     assert started.status_code == 200, started.text
     with Store(db_url) as store:  # traffic after the rollout started: the judge's window
-        store.write_batch(_pairs(datetime.now(UTC)))
+        store.write_batch(review_pairs(datetime.now(UTC)))
 
     context = console_browser.new_context(viewport=DESKTOP)
     bodies: list[str] = []
