@@ -159,7 +159,7 @@ def main() -> None:
             started.append(mock)
             _wait(f"http://127.0.0.1:{mock_port}/_mock/stats", mock)
             config = console_config(f"http://127.0.0.1:{mock_port}", f"sqlite:///{work / 'c.db'}")
-            config["server"] = {"port": port, "feedback_burst": 2 * OPERATIONS}  # one app posts all
+            config["server"] = {"port": port}
             config["routes"]["bot"]["shadows"] = [{"model": "stale", "sample": 0.0}]
             config["routes"]["support"] = {"primary": "rule-follower", "experiment": EXPERIMENT}
             (work / "c.yaml").write_text(yaml.safe_dump(config))
