@@ -91,7 +91,7 @@ def start_console(tmp_path: Path, mock_process: str) -> Iterator[Callable[..., C
         process.terminate()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def console_browser() -> Iterator[Browser]:
     require_service(
         "Playwright", importlib.util.find_spec("playwright") is not None, "pip install playwright"
