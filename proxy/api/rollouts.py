@@ -55,12 +55,14 @@ from proxy.core import (
 )
 from proxy.gateway import RouteTable
 from proxy.rollout import (
+    OFFLINE_NO_RUNS,
     RolloutManager,
     RolloutPlan,
     RouteUnknownError,
     TrafficProfile,
     TransitionConflictError,
     offline_evidence,
+    offline_status,
     plan_rollout,
     traffic_profile,
 )
@@ -72,7 +74,6 @@ from .errors import PhaseConflict, store_unavailable
 log = logging.getLogger("mirrorgate.rollout_api")
 
 MAX_REASON_BODY = 16 * 1024
-_NO_RUNS = "this gateway has no store to read evaluation runs from"
 MAX_ALERTMANAGER_BODY = 1024 * 1024
 """Alertmanager batches at most a group's alerts; a megabyte is far beyond any real payload."""
 
@@ -199,27 +200,9 @@ def build_rollout_router(
     ) -> dict[str, Any]:
         """The offline gate's evidence now, and the override the current rollout started with."""
         spec = manager.config.routes[route]
-        if spec.canary is None or spec.canary.require_eval is None:
-            evidence: dict[str, Any] = {"required": False}
-        elif eval_runs is None:
-            evidence = {"required": True, "allowed": False, "reason": _NO_RUNS}
-        else:
-            try:
-                _, evidence = await asyncio.to_thread(
-                    offline_evidence, eval_runs, spec, datetime.now(UTC)
-                )
-            except StoreUnavailableError as exc:
-                evidence = {"required": True, "allowed": None, "reason": f"store: {exc}"}
-        started = next(
-            (
-                e
-                for e in reversed(events)
-                if e.get("action") == "start" and e.get("rollout_id") == rollout_id
-            ),
-            None,
+        return await asyncio.to_thread(
+            offline_status, eval_runs, spec, events, rollout_id, datetime.now(UTC)
         )
-        override = (started or {}).get("evidence", {}).get("offline_override")
-        return {**evidence, "override": override if rollout_id is not None else None}
 
     @router.get("/admin/rollouts/{route}/verdicts")
     async def verdicts(route: str, limit: int = 100) -> dict[str, Any]:
@@ -300,7 +283,7 @@ def build_rollout_router(
         if spec.canary is None or spec.canary.require_eval is None:
             return None
         if eval_runs is None:
-            verdict_allowed, evidence = False, {"required": True, "reason": _NO_RUNS}
+            verdict_allowed, evidence = False, {"required": True, "reason": OFFLINE_NO_RUNS}
         else:
             try:
                 verdict, evidence = await asyncio.to_thread(

@@ -314,6 +314,7 @@ class Gateway:
                 name for name, rule in self.config.rules.items() if rule.probes is not None
             ],
             experiments=ExperimentStatuses(self.experiments),
+            eval_runs=EvalStore(self.store),
         )
         """What the console's pages read and act through."""
         for warning in config_warnings(config, self.env):

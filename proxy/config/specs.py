@@ -844,6 +844,10 @@ class JudgeSpec(Spec):
     rubric: str | None = None
     """Replaces the built-in rubric (which asks for {"score_a", "score_b"} from 1 to 10 and
     penalises length); yours must ask for the same JSON."""
+    both_orders: bool = True
+    """Ask twice, the answers swapped, and average (cancels the judge's position bias); false:
+    one call, the primary's answer first, at half the cost. Shadow pairs and replay's `judge`
+    cases alike."""
 
 
 class MirrorgateConfig(Spec):

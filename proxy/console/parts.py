@@ -10,7 +10,7 @@ from proxy.config import MirrorgateConfig
 from proxy.gateway import RouteTable
 from proxy.observability import GatewayMetrics
 from proxy.rollout import RolloutManager
-from proxy.store import GuardStore, ProbeStore, ReviewStore, RuleEventStore, Store
+from proxy.store import EvalStore, GuardStore, ProbeStore, ReviewStore, RuleEventStore, Store
 
 from .auth import ConsoleAuth
 
@@ -41,3 +41,5 @@ class ConsoleParts:
     """The rules with `probes` in the running configuration."""
     experiments: ExperimentSource | None = None
     """Where the experiments page reads experiments (None: this gateway runs none)."""
+    eval_runs: EvalStore | None = None
+    """The stored evaluation runs the offline gate reads (None: no store to read them from)."""

@@ -1,5 +1,6 @@
 """The HTML of the rollouts pages: every route at a glance, and one route in full — where it is
-now, its verdicts, its timeline, the evidence of each rollback or guard switch, and its buttons.
+now, its verdicts and the offline gate's evidence beside them, its timeline, the evidence of
+each rollback or guard switch, and its buttons.
 Pure: values in, escaped HTML out."""
 
 from __future__ import annotations
@@ -226,6 +227,102 @@ def _verdicts(rows: Sequence[Mapping[str, Any]]) -> str:
     return "".join(parts)
 
 
+def _share(side: Any) -> str:
+    """`passed/cases (rate)` of one side of a stratum."""
+    side = side if isinstance(side, Mapping) else {}
+    cases, passed = side.get("cases"), side.get("passed")
+    if not isinstance(cases, int) or not isinstance(passed, int) or isinstance(cases, bool):
+        return "—"
+    rate = f" ({passed / cases:.1%})" if cases > 0 else ""
+    return f"{passed}/{cases}{rate}"
+
+
+def _run(run: Any) -> str:
+    if not isinstance(run, Mapping):
+        return "none"
+    return (
+        f"{esc(run.get('model'))}, set version {esc(run.get('set_version'))}, "
+        f"{when(run.get('started_at'))} <span class='note'>(run group "
+        f"{esc(run.get('run_group'))}, config "
+        f"{esc(str(run.get('config_fingerprint'))[:12])})</span>"
+    )
+
+
+def _offline(evidence: Mapping[str, Any]) -> str:
+    """The offline gate (`canary.require_eval`): its verdict now, the runs it read, each stratum
+    of the candidate beside the primary, and the override the current rollout started with."""
+    head = '<section aria-labelledby="offline"><h2 id="offline">Offline evidence</h2>'
+    if not evidence.get("required"):
+        return (
+            head + '<p class="empty">This route\'s canary requires no evaluation run '
+            "(canary.require_eval is not set).</p></section>"
+        )
+    allowed = evidence.get("allowed")
+    word, kind = (
+        ("Allows a start", "pass")
+        if allowed is True
+        else ("Refuses a start", "fail")
+        if allowed is False
+        else ("Unknown", "inconclusive")
+    )
+    parts = [
+        head,
+        f'<p><span class="{kind}">{word}</span>: {esc(evidence.get("reason") or "—")}</p>',
+    ]
+    override = evidence.get("override")
+    if isinstance(override, Mapping):
+        parts.append(
+            '<div class="warnings" role="note"><h3>Started past the gate</h3>'
+            f"<p>Override reason: {esc(override.get('reason') or '—')}</p>"
+            f"<p class='note'>The gate had refused: {esc(override.get('refused') or '—')}</p></div>"
+        )
+    drop = evidence.get("max_drop")
+    rows = [
+        ("Set", esc(evidence.get("set") or "—")),
+        (
+            "Max drop",
+            esc(f"{drop * 100:g} points" if isinstance(drop, int | float) else "—"),
+        ),
+        ("Max age", esc(evidence.get("max_age") or "—")),
+        ("Min cases", esc(evidence.get("min_cases") or "—")),
+        ("Candidate run", _run(evidence.get("candidate_run"))),
+        ("Primary run", _run(evidence.get("primary_run"))),
+    ]
+    parts.append(
+        '<dl class="facts">'
+        + "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in rows)
+        + "</dl>"
+    )
+    strata = [s for s in evidence.get("strata") or () if isinstance(s, Mapping)]
+    if not strata:
+        parts.append('<p class="empty">No strata to compare.</p></section>')
+        return "".join(parts)
+    body = []
+    for row in strata:
+        value = row.get("drop")
+        shown = f"{value * 100:+.1f} points" if isinstance(value, int | float) else "—"
+        blocking = bool(row.get("blocking"))
+        status = "blocks" if blocking else "counted" if row.get("counted") else "too few cases"
+        body.append(
+            "<tr>"
+            f'<th scope="row">{esc(row.get("stratum"))}</th>'
+            f"<td>{esc(_share(row.get('candidate')))}</td>"
+            f"<td>{esc(_share(row.get('primary')))}</td>"
+            f"<td>{esc(shown)}</td>"
+            + (f'<td class="fail">{esc(status)}</td>' if blocking else f"<td>{esc(status)}</td>")
+            + "</tr>"
+        )
+    parts.append(
+        '<div class="table-box"><table><caption>Offline pass rate per stratum, the candidate '
+        "beside the primary on the same cases (drop: the primary's rate minus the "
+        'candidate\'s)</caption><thead><tr><th scope="col">Stratum</th>'
+        '<th scope="col">Candidate passed</th><th scope="col">Primary passed</th>'
+        '<th scope="col">Drop</th><th scope="col">Gate</th></tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div></section>"
+    )
+    return "".join(parts)
+
+
 def _timeline(transitions: Sequence[TransitionReport]) -> str:
     if not transitions:
         return (
@@ -374,6 +471,7 @@ def route_page(
     state: Mapping[str, Any],
     *,
     verdicts: Sequence[Mapping[str, Any]],
+    offline: Mapping[str, Any],
     transitions: Sequence[TransitionReport],
     rollbacks: Sequence[RollbackView],
     warnings: Sequence[str],
@@ -395,6 +493,7 @@ def route_page(
         _now(state, guard),
         _buttons(str(state["route"]), available),
         _verdicts(verdicts),
+        _offline(offline),
     ]
     evidence = "".join(_rollback(v) for v in reversed(rollbacks))
     parts.append(

@@ -2,7 +2,9 @@
 
     GET  /ui/rollouts                          every route: phase, step, weight, who serves it
     GET  /ui/rollouts/{route}                  one route: now, verdicts (interval, needs, ETA),
-                                               each rollback's or guard switch's evidence (the
+                                               the offline gate's evidence beside them (each
+                                               stratum, the runs, an override), each
+                                               rollback's or guard switch's evidence (the
                                                failing answers beside another, the failed checks),
                                                the timeline, and the buttons
     GET  /ui/rollouts/{route}/confirm?action=  the confirmation step of a button
@@ -31,7 +33,7 @@ from proxy.api import state_json
 from proxy.config import RollbackTarget, rollout_warnings
 from proxy.core import Action, IllegalTransition, RolloutState, as_utc, transition
 from proxy.report import build_rollouts
-from proxy.rollout import RouteUnknownError, TransitionConflictError
+from proxy.rollout import RouteUnknownError, TransitionConflictError, offline_status
 from proxy.store import StoreUnavailableError
 
 from .auth import Principal
@@ -170,11 +172,20 @@ def rollouts_router(parts: ConsoleParts) -> APIRouter:
             log.warning("console: rollout history unavailable: %s", exc)
             events, verdicts, remembered, transitions, rollbacks = [], [], [], [], []
             problem = "The store cannot be reached: history, verdicts and evidence are missing."
+        spec = parts.config().routes.get(route)
+        offline = (
+            await asyncio.to_thread(
+                offline_status, parts.eval_runs, spec, events, state.rollout_id, datetime.now(UTC)
+            )
+            if spec is not None
+            else {"required": False}
+        )
         if remembered and state.rollout_id:
             warnings += [w for w in remembered if w not in warnings]
         body = route_page(
             state_json(state, parts.routes),
             verdicts=verdicts,
+            offline=offline,
             transitions=transitions,
             rollbacks=rollbacks,
             warnings=warnings,

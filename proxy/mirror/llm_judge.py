@@ -1,11 +1,13 @@
 """LLM-as-judge (optional, off by default): a configured model scores a candidate's answer against
-the primary's on sampled shadow pairs, off the client path.
+the primary's on sampled shadow pairs, off the client path. What it is asked and how its answer
+is read is `analyzers.judge_prompt`, shared with replay's judging of rubric cases.
 
-Two known biases of judge models are countered. **Position**: each pair is judged twice, once
-with the primary's answer first and once with the candidate's first, and the two scores of each
-answer are averaged. **Length**: the rubric tells the judge not to reward length, and to mark
-answers down for padding. Calls are sampled deterministically (a hash of the pair id), budgeted per
-hour, and never block anything: the scores become findings (`analyzer="judge"`) of the pair and
+Two known biases of judge models are countered. **Position**: each pair is judged twice (unless
+`judge.both_orders` is false), once with the primary's answer first and once with the
+candidate's first, and the two scores of each answer are averaged. **Length**: the rubric tells
+the judge not to reward length, and to mark answers down for padding. Calls are sampled
+deterministically (a hash of the pair id), budgeted per hour, and never block anything: the
+scores become findings (`analyzer="judge"`) of the pair and
 observations of `mirrorgate_judge_score{route, candidate, answer}`.
 
 Each call of the judge model is recorded as an exchange of arm `judge` (the judged request's id
@@ -18,14 +20,19 @@ serving arms, so a judge call is never mistaken for one.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from analyzers.judge_prompt import (
+    DEFAULT_RUBRIC,
+    average_orders,
+    judge_request,
+    parse_scores,
+    request_text,
+)
 from proxy.config import JudgeSpec
 from proxy.core import (
     ENDPOINTS,
@@ -44,40 +51,6 @@ from proxy.observability import GatewayMetrics
 from proxy.upstream import Attempt, CallContext, ModelCaller
 
 log = logging.getLogger("mirrorgate.judge")
-
-DEFAULT_RUBRIC = """You compare two answers to the same request and score each from 1 to 10.
-Judge correctness first (including following the instructions and policies in the request),
-then helpfulness and clarity. Do not reward length: a longer answer is not better, and padding,
-repetition or needless detail lowers the score. Ignore the order in which answers are shown.
-Reply with JSON only: {"score_a": <1-10>, "score_b": <1-10>, "reason": "<one sentence>"}"""
-
-_SCORES = re.compile(r"\{.*\}", re.DOTALL)
-
-
-def _request_text(payload: dict[str, Any]) -> str:
-    messages = payload.get("messages")
-    if isinstance(messages, list):
-        parts = []
-        for message in messages[-6:]:
-            if isinstance(message, dict) and isinstance(message.get("content"), str):
-                parts.append(f"{message.get('role', 'user')}: {message['content']}")
-        return "\n".join(parts)[:20_000]
-    return str(payload.get("input") or payload.get("prompt") or "")[:20_000]
-
-
-def parse_scores(text: str) -> tuple[float, float] | None:
-    """(score_a, score_b) from the judge's answer, or None when it did not give both in 1..10."""
-    match = _SCORES.search(text)
-    if match is None:
-        return None
-    try:
-        data = json.loads(match.group(0))
-        a, b = float(data["score_a"]), float(data["score_b"])
-    except (ValueError, KeyError, TypeError):
-        return None
-    if not (1 <= a <= 10 and 1 <= b <= 10):
-        return None
-    return a, b
 
 
 class Judge:
@@ -118,7 +91,7 @@ class Judge:
         limit = self.spec.max_usd_per_hour
         if limit is not None and self.spend.last_hour(self.clock()) >= limit:
             return False
-        request = _request_text(payload)
+        request = request_text(payload)
         self.tasks.spawn(
             self._judge(request, primary, primary_text, candidate, candidate_text), "pair"
         )
@@ -133,21 +106,27 @@ class Judge:
         candidate_text: str,
     ) -> None:
         first = await self._ask(request, primary_text, candidate_text, candidate)  # primary first
-        second = await self._ask(request, candidate_text, primary_text, candidate)  # candidate
-        if first is None or second is None:
+        second = (
+            await self._ask(request, candidate_text, primary_text, candidate)  # candidate first
+            if self.spec.both_orders
+            else None
+        )
+        if first is None or (self.spec.both_orders and second is None):
             return
-        primary_score = (first[0] + second[1]) / 2
-        candidate_score = (first[1] + second[0]) / 2
+        primary_score, candidate_score = average_orders(first, second)
         scores = self.metrics.judge_score
         scores.labels(candidate.route, candidate.target, "candidate").observe(candidate_score)
         scores.labels(candidate.route, candidate.target, "primary").observe(primary_score)
         now = datetime.now(UTC)
-        for name, value in (
+        values = [
             ("candidate_score", candidate_score),
             ("primary_score", primary_score),
             (JUDGE_SCORE_DELTA, candidate_score - primary_score),
-            ("position_bias", ((first[0] - second[1]) + (second[0] - first[1])) / 2),
-        ):
+        ]
+        if second is not None:  # one order alone cannot tell the position's bias
+            values.append(("position_bias", ((first[0] - second[1]) + (second[0] - first[1])) / 2))
+        orders = "both orders averaged" if second is not None else "primary first only"
+        for name, value in values:
             self.sink(
                 FindingRecord(
                     request_id=candidate.request_id,
@@ -158,7 +137,7 @@ class Judge:
                     name=name,
                     created_at=now,
                     value=value,
-                    detail=f"judged by {self.spec.model}, both orders averaged",
+                    detail=f"judged by {self.spec.model}, {orders}",
                     pair_id=candidate.pair_id,
                 )
             )
@@ -168,27 +147,10 @@ class Judge:
     ) -> tuple[float, float] | None:
         """One call of the judge model (recorded and counted as an exchange of arm `judge` of the
         judged request); its (score_a, score_b), or None when it gave no usable scores."""
-        content = (
-            f"Request:\n{request}\n\nAnswer A:\n{answer_a[:20_000]}\n\n"
-            f"Answer B:\n{answer_b[:20_000]}"
+        path, payload = judge_request(
+            self.rubric, request, answer_a, answer_b, anthropic=self.provider == "anthropic"
         )
-        if self.provider == "anthropic":
-            endpoint = ENDPOINTS["/v1/messages"]
-            payload: dict[str, Any] = {
-                "system": self.rubric,
-                "max_tokens": 200,
-                "messages": [{"role": "user", "content": content}],
-            }
-        else:
-            endpoint = ENDPOINTS["/v1/chat/completions"]
-            payload = {
-                "messages": [
-                    {"role": "system", "content": self.rubric},
-                    {"role": "user", "content": content},
-                ],
-                "max_tokens": 200,
-                "temperature": 0,
-            }
+        endpoint = ENDPOINTS[path]
         ctx = CallContext(
             judged.request_id, judged.route, endpoint, payload, False, False, [], tags=("judge",),
             operation_id=judged.operation_id,  # the operation's cost includes its judging

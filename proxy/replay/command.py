@@ -30,6 +30,7 @@ from pathlib import Path
 
 from proxy.config import (
     ConfigError,
+    JudgeSpec,
     MirrorgateConfig,
     ModelSpec,
     agreement_spec,
@@ -40,6 +41,7 @@ from proxy.core import parse_since
 from proxy.store import EvalRun, EvalStore, Store, StoreError
 from proxy.upstream import ModelCaller, UpstreamClient, shared_ssl_context
 
+from .evaljudge import JudgeTally, judge_cases
 from .evalruns import SetIdentity, SetProblem, config_fingerprint, identify, strata_scores
 from .evalscoring import EvalScorer, RouteChecks
 from .evalset import EvalSet, read_eval_set
@@ -63,6 +65,17 @@ class ReplayProblem(Exception):
 
 class UsageProblem(Exception):
     """Options that do not go together, or a value out of range (exit 2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Judging:
+    """The judge's part of an evaluation run: its spec, the primary every candidate is judged
+    against, the set and the scorer its verdicts go to."""
+
+    spec: JudgeSpec
+    primary: str
+    evalset: EvalSet
+    scorer: EvalScorer
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,12 +134,16 @@ def _run(args: argparse.Namespace, on_result: Callable[[JobOutcome], None] | Non
         limits, sources = _budgets(config, candidates, args.max_usd)
         budget = Budget(limits)
         # Signals stop the run cleanly, and cannot cut the summary short.
+        scorer = EvalScorer(plan.evalset, RouteChecks(config)) if plan.evalset else None
+        judging = _judging(config, plan, scorer)
         with SignalStop() as signals:
-            run = _execute(config, store, candidates, plan.jobs, budget, args, on_result, signals)
-            result = asyncio.run(run)
-            if plan.evalset is not None:
-                scorer = EvalScorer(plan.evalset, RouteChecks(config))
+            run = _execute(
+                config, store, candidates, plan.jobs, budget, args, on_result, signals, judging
+            )
+            result, tally = asyncio.run(run)
+            if plan.evalset is not None and scorer is not None:
                 summary = render_eval(plan.evalset, candidates, result, budget, sources, scorer)
+                summary += _judge_line(judging, tally)
                 if plan.identity is not None and result.stopped_by is None:
                     summary += _archive(config, store, plan, candidates, result, scorer)
             else:
@@ -140,6 +157,36 @@ def _run(args: argparse.Namespace, on_result: Callable[[JobOutcome], None] | Non
     if result.stopped_by in EXIT_CODES:
         return EXIT_CODES[result.stopped_by]
     return 1 if result.store_error is not None else 0
+
+
+def _judging(config: MirrorgateConfig, plan: Plan, scorer: EvalScorer | None) -> Judging | None:
+    """Whether the set's `judge` cases are judged: with a `judge` section and the primary of
+    the set's route beside the candidates (its answer is what each is judged against)."""
+    evalset, identity = plan.evalset, plan.identity
+    if evalset is None or scorer is None or config.judge is None:
+        return None
+    if not any(item.method == "judge" for item in evalset.items):
+        return None
+    route = config.routes.get(identity.route or "") if identity is not None else None
+    if route is None:
+        return None
+    missing = model_key_problems(config, [config.judge.model], os.environ)
+    if missing:
+        raise ReplayProblem("the judge: " + "; ".join(str(p) for p in missing))
+    return Judging(config.judge, route.primary, evalset, scorer)
+
+
+def _judge_line(judging: Judging | None, tally: JudgeTally | None) -> str:
+    if judging is None:
+        return ""
+    if tally is None:
+        return "judge: not run (the run stopped early); its cases are not scored\n"
+    orders = "both orders" if judging.spec.both_orders else "primary first only"
+    return (
+        f"judge {judging.spec.model}: {tally.judged} answers judged against "
+        f"{judging.primary} ({orders}), {tally.calls} calls, {tally.failed} unusable, "
+        f"${tally.cost_usd:.4f}\n"
+    )
 
 
 def _archive(
@@ -356,13 +403,16 @@ async def _execute(
     args: argparse.Namespace,
     on_result: Callable[[JobOutcome], None] | None,
     signals: SignalStop,
-) -> RunResult:
-    specs = [config.models[name] for name in candidates]
+    judging: Judging | None = None,
+) -> tuple[RunResult, JudgeTally | None]:
+    called = list(dict.fromkeys([*candidates, *([judging.spec.model] if judging else [])]))
+    specs = [config.models[name] for name in called]
     tls = shared_ssl_context() if any(s.base_url.startswith("https:") for s in specs) else None
-    clients = {name: UpstreamClient(name, config.models[name], None, tls) for name in candidates}
+    clients = {name: UpstreamClient(name, config.models[name], None, tls) for name in called}
+    caller = ModelCaller(clients, keep_bodies=True)  # the writer applies store.bodies
     progress = ProgressBar(len(jobs), sys.stderr, label="eval" if args.eval_set else "replay")
     runner = ReplayRunner(
-        ModelCaller(clients, keep_bodies=True),  # the writer applies store.bodies
+        caller,
         ResultWriter(store, config.store.bodies),
         budget,
         concurrency=args.concurrency,
@@ -383,7 +433,13 @@ async def _execute(
 
     signals.attach(asyncio.get_running_loop(), interrupted)
     try:
-        return await runner.run(jobs)
+        result = await runner.run(jobs)
+        if judging is None or result.stopped_by is not None:
+            return result, None
+        tally = await judge_cases(
+            caller, judging.spec, judging.evalset, result.outcomes, judging.primary, judging.scorer
+        )
+        return result, tally
     finally:
         signals.detach()
         progress.close()

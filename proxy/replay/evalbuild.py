@@ -1,4 +1,4 @@
-"""Building an evaluation set from the store (`mirrorgate evalset build`; docs/evalsets.md).
+"""Building an evaluation set from the store (`mirrorgate evalset build`; docs/evaluation.md).
 
     sample   EvalStore draws the window's answered primary requests in the database, each rule
              version at a rate that gives it enough rows (rare versions more often)

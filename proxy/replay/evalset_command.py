@@ -7,7 +7,7 @@
 candidate run reads) and DIR/manifest.json (version, counts per stratum, references, window,
 content hash, lineage); `--rotate F` starts from the set already in DIR. `history` prints every
 stored run oldest first: set version, model and role, config fingerprint, pass rate and mean
-score overall and per difficulty and task. docs/evalsets.md is the guide.
+score overall and per difficulty and task. docs/evaluation.md is the guide.
 
 Exit codes: 0 done, 1 a problem the user can fix (named on stderr), 2 a usage error.
 """

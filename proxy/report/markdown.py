@@ -420,7 +420,7 @@ def _evaluations(report: Report) -> list[str]:
     lines = ["", "## Offline evaluations", ""]
     lines.append(
         "Each model's pass rate on each stored run of an evaluation set, oldest first: set "
-        "versions and config fingerprints side by side (docs/evalsets.md)."
+        "versions and config fingerprints side by side (docs/evaluation.md)."
     )
     lines += ["", _row(header), _row(["---"] * len(header))]
     lines += [_row([_md(cell) for cell in row]) for row in rows]

@@ -10,10 +10,11 @@ from .experiment_decider import ExperimentDecider, decision_json
 from .experiments import ExperimentChange, ExperimentConflictError, ExperimentManager
 from .guard import GuardLook, RuleGuard
 from .manager import RolloutManager, RouteUnknownError, TransitionConflictError
-from .offline_gate import offline_evidence
+from .offline_gate import OFFLINE_NO_RUNS, offline_evidence, offline_status
 from .plan import RolloutPlan, StepPlan, TrafficProfile, plan_rollout
 
 __all__ = [
+    "OFFLINE_NO_RUNS",
     "ExperimentChange",
     "ExperimentConflictError",
     "ExperimentDecider",
@@ -29,6 +30,7 @@ __all__ = [
     "TransitionConflictError",
     "decision_json",
     "offline_evidence",
+    "offline_status",
     "plan_rollout",
     "traffic_profile",
 ]

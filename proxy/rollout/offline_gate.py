@@ -4,17 +4,22 @@
 primary's run of the same invocation (same cases, same set version) from the store, and hands
 them to `analyzers.evalgate.decide`. The answer is the JSON that `POST .../start` refuses with
 and `GET /admin/rollouts/{route}` shows as `offline_evidence` (the console renders it next to
-the live verdicts). Blocking: call from a worker thread.
+the live verdicts); `offline_status` adds the override the current rollout started with, for
+both. Blocking: call from a worker thread.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from analyzers.evalgate import GateVerdict, StratumResult, decide
 from proxy.config import RouteSpec, duration_s
-from proxy.store import EvalRun, EvalStore
+from proxy.store import EvalRun, EvalStore, StoreUnavailableError
+
+OFFLINE_NO_RUNS = "this gateway has no store to read evaluation runs from"
+"""The reason when the gate is required and nothing can read the runs."""
 
 
 def _results(run: EvalRun) -> dict[str, StratumResult]:
@@ -84,3 +89,36 @@ def offline_evidence(
             for c in verdict.strata
         ],
     }
+
+
+def offline_status(
+    runs: EvalStore | None,
+    spec: RouteSpec,
+    events: Sequence[Mapping[str, Any]],
+    rollout_id: str | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """The offline gate's evidence now (`offline_evidence`'s JSON; the store's error as the
+    reason when it cannot be read), and `override`: what the current rollout's start recorded
+    when it was forced past the gate (None without a rollout or an override). `events` are the
+    route's transitions, any order."""
+    if spec.canary is None or spec.canary.require_eval is None:
+        evidence: dict[str, Any] = {"required": False}
+    elif runs is None:
+        evidence = {"required": True, "allowed": False, "reason": OFFLINE_NO_RUNS}
+    else:
+        try:
+            _, evidence = offline_evidence(runs, spec, now)
+        except StoreUnavailableError as exc:
+            evidence = {"required": True, "allowed": None, "reason": f"store: {exc}"}
+    started = next(
+        (
+            e
+            for e in reversed(events)
+            if e.get("action") == "start" and e.get("rollout_id") == rollout_id
+        ),
+        None,
+    )
+    recorded = (started or {}).get("evidence")
+    override = recorded.get("offline_override") if isinstance(recorded, Mapping) else None
+    return {**evidence, "override": override if rollout_id is not None else None}

@@ -214,3 +214,18 @@ def test_a_rule_classifier_needs_a_rule_set_on_the_route() -> None:
         "    fallback: safe\n", "    fallback: safe\n    evalset: {task: rule}\n"
     )
     assert any(p.startswith("routes.support-bot.evalset.task") for p in problems(text))
+
+
+def test_the_judges_both_orders_is_on_by_default_and_only_a_boolean() -> None:
+    base = (
+        "models:\n  prod: {provider: openai, base_url: 'http://h/v1', model: m}\n"
+        "routes:\n  bot: {primary: prod}\n"
+        "judge: {model: prod%s}\n"
+    )
+    judge = parse_config(base % "", ENV).judge
+    assert judge is not None and judge.both_orders is True
+    one = parse_config(base % ", both_orders: false", ENV).judge
+    assert one is not None and one.both_orders is False
+    for bad in ("[true]", "'sometimes'", "{x: 1}", "'" + "y" * 10_000 + "'"):
+        (problem,) = problems(base % f", both_orders: {bad}")
+        assert problem.startswith("judge.both_orders:"), problem

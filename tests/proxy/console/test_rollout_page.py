@@ -28,6 +28,7 @@ def _page(**kwargs: Any) -> str:
     values: dict[str, Any] = {
         "verdicts": [VERDICT], "transitions": [], "rollbacks": [], "warnings": ["<w>"],
         "available": ["pause"], "guard": None, "done": None, "problem": None,
+        "offline": {"required": False},
     }  # fmt: skip
     return route_page(STATE, **{**values, **kwargs})
 
@@ -87,3 +88,43 @@ def test_times_are_machine_readable() -> None:
     assert when("2026-03-01T12:00:00+00:00") == (
         '<time datetime="2026-03-01T12:00:00+00:00">2026-03-01 12:00:00 UTC</time>'
     )
+
+
+OFFLINE: dict[str, Any] = {
+    "required": True, "allowed": False, "reason": "<script>refused</script>", "set": "s<1>",
+    "max_drop": 0.02, "max_age": "7d", "min_cases": 20,
+    "candidate_run": {"model": "c<a>nd", "set_version": 3, "run_group": "g<1>",
+                      "started_at": "2026-03-01T12:00:00+00:00", "config_fingerprint": "f" * 40},
+    "primary_run": None,
+    "strata": [
+        {"stratum": "difficulty=<hard>", "candidate": {"cases": 20, "passed": 10},
+         "primary": {"cases": 20, "passed": 18}, "drop": 0.4, "counted": True, "blocking": True},
+        {"stratum": "task=legal", "candidate": {"cases": 4, "passed": "x"},
+         "primary": "hostile", "drop": "no", "counted": False, "blocking": False},
+        "not a stratum",
+    ],
+    "override": {"reason": "<b>INC-42</b>", "refused": "hard: 10/20"},
+}  # fmt: skip
+
+
+def test_the_offline_evidence_is_an_escaped_table_beside_the_verdicts() -> None:
+    html = _page(offline=OFFLINE)
+    assert html.index('id="verdicts"') < html.index('id="offline"') < html.index('id="evidence"')
+    section = html[html.index('id="offline"') : html.index('id="evidence"')]
+    assert "<script>" not in section and "<b>" not in section and "<1>" not in section
+    assert "Refuses a start" in section and "&lt;script&gt;refused&lt;/script&gt;" in section
+    assert "Override reason: &lt;b&gt;INC-42&lt;/b&gt;" in section
+    assert "<caption>Offline pass rate per stratum" in section
+    assert re.search(r'<th scope="row">difficulty=&lt;hard&gt;</th><td>10/20 \(50.0%\)</td>'
+                     r'<td>18/20 \(90.0%\)</td><td>\+40.0 points</td><td class="fail">blocks'
+                     r"</td>", section)  # fmt: skip
+    assert re.search(r'task=legal</th><td>—</td><td>—</td><td>—</td><td>too few cases</td>',
+                     section)  # fmt: skip
+    assert "2 points" in section and "set version 3" in section and "ffffffffffff)" in section
+    assert "Primary run</dt><dd>none" in section
+
+
+def test_a_route_without_the_gate_says_so() -> None:
+    html = _page()
+    section = html[html.index('id="offline"') : html.index('id="evidence"')]
+    assert "requires no evaluation run" in section and "<table>" not in section

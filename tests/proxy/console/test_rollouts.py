@@ -240,3 +240,32 @@ def test_every_stored_text_on_the_page_is_escaped(start_gateway: Start, tmp_path
     assert "No answer to compare with was recorded" in html
     # The only scripts are the console's own files.
     assert re.findall(r"<script[^>]*>", html) == ['<script src="/ui/static/console.js" defer>']
+
+
+def test_the_offline_gates_refusal_and_an_override_are_on_the_page(
+    start_gateway: Start,
+) -> None:
+    from proxy.store import EvalStore
+    from tests.proxy.api.test_rollouts_offline_gate import PRIMARY, REGRESSING, gate_config, runs
+
+    gateway = start_gateway(extra=gate_config(), env=ENV_ADMIN)
+    EvalStore(gateway.gateway.store).add_runs(runs("g1", REGRESSING, PRIMARY))
+    refused = gateway.http.post("/admin/rollouts/bot/start", headers=AUTH, json={})
+    assert refused.status_code == 409
+    client = signed_in(gateway, ADMIN)
+    html = client.get("/ui/rollouts/bot").text
+    section = html[html.index('id="offline"') : html.index('id="evidence"')]
+    text = _text(section)
+    assert "Refuses a start" in text and "stale regresses on set support" in text
+    assert "Set support" in text and "difficulty=hard 10/20 (50.0%) 18/20 (90.0%)" in text
+    assert "+40.0 points blocks" in text and "task=legal 4/4 (100.0%) 4/4" in text
+    assert "too few cases" in text and "Started past the gate" not in text
+    reason = "hotfix <INC-42> & rerun tomorrow"
+    forced = gateway.http.post(
+        "/admin/rollouts/bot/start", headers=AUTH, json={"force": True, "reason": reason}
+    )
+    assert forced.status_code == 200, forced.text
+    html = client.get("/ui/rollouts/bot").text
+    section = html[html.index('id="offline"') : html.index('id="evidence"')]
+    assert "Override reason: hotfix &lt;INC-42&gt; &amp; rerun tomorrow" in section
+    assert "The gate had refused:" in section and "difficulty=hard" in _text(section)

@@ -9,8 +9,8 @@ from datetime import timedelta
 
 import pytest
 
+from analyzers.judge_prompt import parse_scores
 from proxy.core.records import Arm, Status
-from proxy.mirror.llm_judge import parse_scores
 from proxy.mock_upstream.server import MockUpstreamServer
 from proxy.store.judge_windows import Arms, JudgeWindows
 from tests.conftest import InProcessGateway, wait_until
@@ -53,6 +53,24 @@ def test_both_orders_are_judged_and_averaged(
     assert first.index("You said") < first.index('{"max_weight": 100}')  # primary first
     assert second.index('{"max_weight": 100}') < second.index("You said")  # then candidate first
     assert received(upstream, marker)["judge"] == 2
+
+
+def test_one_order_when_configured_asks_once_and_claims_no_position_bias(
+    start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer
+) -> None:
+    gw = start_gateway(extra=judged(upstream, both_orders=False))
+    marker = uuid.uuid4().hex
+    request_id = ask(gw, marker).headers["x-mirrorgate-request-id"]
+    findings = wait_until(
+        lambda: len(f := stored_findings(gw, request_id)) == 3 and f,
+        what="three judge findings",
+    )
+    # Primary first only: the judge's preference for answer A stays in the scores.
+    assert {f.name: f.value for f in findings} == {
+        "candidate_score": 5.0, "primary_score": 8.0, "score_delta": -3.0,
+    }  # fmt: skip
+    assert all("primary first only" in (f.detail or "") for f in findings)
+    assert received(upstream, marker)["judge"] == 1
 
 
 def test_the_judge_budget_stops_judging(

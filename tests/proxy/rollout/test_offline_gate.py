@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from proxy.config import RouteSpec
-from proxy.rollout import offline_evidence
+from proxy.rollout import offline_evidence, offline_status
 from proxy.store import EvalRun, EvalStore, Store, StratumScore
 from tests.proxy.store import test_exchanges as test_store
 
@@ -58,3 +58,27 @@ def test_the_newest_candidate_run_is_judged_against_its_own_primary(
     }  # fmt: skip
     verdict, _ = offline_evidence(runs, route(max_drop=0.5), NOW)
     assert verdict is not None and verdict.allowed
+
+
+def test_the_status_carries_the_current_rollouts_override_only(
+    open_store: Callable[..., Store],
+) -> None:
+    runs = EvalStore(open_store())
+    runs.add_runs(pair("g", 30, 10))
+    forced = {"reason": "hotfix", "refused": "all: 30/50"}
+    events = [  # newest first, as the store lists them
+        {"action": "start", "rollout_id": "r2", "evidence": {"offline_override": forced}},
+        {"action": "start", "rollout_id": "r1", "evidence": {}},
+    ]
+    status = offline_status(runs, route(), events, "r2", NOW)
+    assert status["allowed"] is False and status["override"] == forced
+    assert offline_status(runs, route(), events, "r1", NOW)["override"] is None
+    assert offline_status(runs, route(), events, None, NOW)["override"] is None
+    hostile = [{"action": "start", "rollout_id": "r3", "evidence": "not a mapping"}]
+    assert offline_status(runs, route(), hostile, "r3", NOW)["override"] is None
+    no_store = offline_status(None, route(), events, "r2", NOW)
+    assert no_store["allowed"] is False and "no store" in no_store["reason"]
+    assert offline_status(runs, RouteSpec(primary="prod"), events, "r2", NOW) == {
+        "required": False,
+        "override": forced,
+    }
