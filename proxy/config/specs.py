@@ -545,7 +545,8 @@ class ExperimentSpec(Spec):
     primary_metric: str = "completion_rate"
     """The metric the decision is about (`completion_rate`, `adoption_rate`, `correction_rate`,
     `cost_per_operation`, `calls_per_operation`, `error_rate`, `latency_p50`, `latency_p95`, or
-    `check:<name>`, the pass rate of a check of a rule bound to the route)."""
+    `check:<name>`, the pass rate of a check of a rule bound to the route, or `human_preference`,
+    blind reviews of an arm against control)."""
     guardrails: list[str] = Field(default_factory=list, max_length=20)
     """Metrics no arm may be worse on: a breach stops that arm (its units go to control)."""
     minimum_detectable_effect: float = Field(gt=0, le=10)
