@@ -81,6 +81,12 @@ SRM_ALPHA = 0.001
 SRM_MIN_EXPECTED = 5
 """The fewest units an arm must be expected to hold before the chi-square is looked at (below
 it the statistic is far from its distribution)."""
+HUMAN_PREFERENCE = "human_preference"
+"""The blind-review metric: per reviewed pair of an arm's answer and control's answer to the same
+request, 1 when the reviewer preferred the arm's, 0 control's, 0.5 a tie (`decide`'s
+`preferences`). Its arm value is the arm's preference share; control's is 0.5 by construction
+(control against itself ties), so the lift is the share minus one half, in points, and its `n`
+on both sides is the number of reviews."""
 CHECK_PREFIX = "check:"
 """A check's pass rate is the metric `check:<name>`."""
 EFFICIENCY_METRICS = ("cost_per_operation", "calls_per_operation", "latency_p50", "latency_p95")
@@ -129,6 +135,14 @@ _FIXED = {
         ),
         MetricInfo("latency_p50", "quantile", "lower", "s", "latency p50", "faster"),
         MetricInfo("latency_p95", "quantile", "lower", "s", "latency p95", "faster at p95"),
+        MetricInfo(
+            "human_preference",
+            "proportion",
+            "higher",
+            "share",
+            "human preference",
+            "preferred by reviewers",
+        ),
     )
 }
 
@@ -461,6 +475,30 @@ def _side(info: MetricInfo, units: Sequence[Unit]) -> _Side:
     return _ratio_side(info, units)
 
 
+def _preference_sides(preferences: Sequence[float]) -> tuple[_Side, _Side]:
+    """(control, arm) sides of `human_preference` from the arm's review scores against control:
+    the arm's mean score with its variance (the sample variance over n, floored at the
+    Agresti-Caffo variance as rates are, so 30 of 30 still has a spread), control a fixed 0.5
+    without variance (it is the comparison's midpoint, not an estimate)."""
+    n = len(preferences)
+    if n == 0:
+        return _Side(None, 0), _Side(None, 0)
+    share = math.fsum(preferences) / n
+    control = _Side(0.5, n, 0.5, 0.0)
+    if n < 2:
+        return control, _Side(share, n)
+    spread = math.fsum((p - share) ** 2 for p in preferences) / (n - 1)
+    adjusted = (math.fsum(preferences) + 1) / (n + 2)
+    variance = max(spread / n, adjusted * (1 - adjusted) / (n + 2))
+    return control, _Side(share, n, share, variance)
+
+
+def _check_preferences(preferences: Mapping[str, Sequence[float]]) -> None:
+    for arm, scores in preferences.items():
+        if any(p not in {0.0, 0.5, 1.0} for p in scores):
+            raise ValueError(f"preferences of arm {arm!r} must each be 0, 0.5 or 1")
+
+
 def _check_level(alpha: float, mde: float) -> None:
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
@@ -479,8 +517,12 @@ def lift(
     """The lift of `arm` over `control` on `metric`, with a two-sided always-valid interval at
     level `alpha` (it misses the true lift, at any look, with probability at most alpha) and
     mixing scale `mde` (in points for proportions, relative for the others: 0.03 is 3 points or
-    3 %). Raises ValueError for an unknown metric, alpha outside (0, 1) or mde outside (0, 1)."""
+    3 %). Raises ValueError for an unknown metric, alpha outside (0, 1) or mde outside (0, 1),
+    and for `human_preference`, which is lifted from reviews, not units (`decide`'s
+    `preferences`)."""
     info = metric_info(metric)
+    if info.name == HUMAN_PREFERENCE:
+        raise ValueError("human_preference is lifted from reviews: pass decide's preferences")
     _check_level(alpha, mde)
     return _lift(info, _side(info, control), _side(info, arm), alpha, mde)
 
@@ -628,6 +670,7 @@ def decide(
     weights: Mapping[str, float] | None = None,
     unit_name: str = "operation",
     tolerances: Mapping[str, float] | None = None,
+    preferences: Mapping[str, Sequence[float]] | None = None,
 ) -> ExperimentDecision:
     """The verdict on every arm of `units` other than `control`, at this look.
 
@@ -647,7 +690,14 @@ def decide(
     default: a guardrail promises no harm, and the shared budget keeps false stops rare).
     Raises ValueError for an unknown metric, a control without units, no other arm, alpha or
     mde outside (0, 1), a negative rate or tolerance, a tolerance for a metric that is not a
-    guardrail, or units of an arm `weights` does not name."""
+    guardrail, or units of an arm `weights` does not name.
+
+    `human_preference` (as the primary metric or a guardrail) is lifted from `preferences`:
+    arm → its blind-review scores against control (`HUMAN_PREFERENCE`; an arm missing has
+    none), not from the units. Below `MIN_UNITS` reviews it has no interval, so it gives no
+    verdict (the arm stays `inconclusive` when it is the primary metric) and never stops an
+    arm; as the primary metric, what an inconclusive arm needs is counted in reviews. Raises
+    ValueError for a score other than 0, 0.5 or 1."""
     for name in (primary, *guardrails):
         metric_info(name)
     _check_level(alpha, mde)
@@ -671,12 +721,17 @@ def decide(
     level = alpha / (len(metrics) * len(arms))
     total = sum(len(us) for us in units.values())
     infos = [metric_info(m) for m in metrics]
-    control_sides = [_side(info, units[control]) for info in infos]
+    reviewed = dict(preferences or {})
+    _check_preferences(reviewed)
+    control_sides = [
+        _Side(None, 0) if info.name == HUMAN_PREFERENCE else _side(info, units[control])
+        for info in infos
+    ]
     decisions = tuple(
         _decide_arm(
             arm, infos, control_sides, units[arm], units[control],
             {g: tolerance.get(g, 0.0) for g in guardrails}, level, mde, rate_per_s, total,
-            unit_name,
+            unit_name, reviewed.get(arm, ()),
         )
         for arm in arms
     )  # fmt: skip
@@ -701,11 +756,14 @@ def _decide_arm(
     rate_per_s: float | None,
     total: int,
     unit_name: str,
+    preferences: Sequence[float] = (),
 ) -> ArmDecision:
-    lifts = tuple(
-        _lift(info, c, _side(info, arm_units), level, mde)
-        for info, c in zip(infos, control_sides, strict=True)
-    )
+    def lifted(info: MetricInfo, c: _Side) -> Lift:
+        if info.name == HUMAN_PREFERENCE:
+            return _lift(info, *_preference_sides(preferences), level, mde)
+        return _lift(info, c, _side(info, arm_units), level, mde)
+
+    lifts = tuple(lifted(info, c) for info, c in zip(infos, control_sides, strict=True))
     primary = lifts[0]
     info = infos[0]
     n_arm, n_control = len(arm_units), len(control_units)
@@ -739,6 +797,7 @@ def _decide_arm(
 
     needs: int | None = 0
     eta: float | None = 0.0
+    counted = n_arm
     if verdict is Verdict.INCONCLUSIVE:
         needs = max(
             primary.needs if primary.needs is not None else 0,
@@ -746,7 +805,13 @@ def _decide_arm(
             MIN_UNITS - n_control,
         ) if (primary.needs is not None or not enough) else None  # fmt: skip
         eta = _eta(needs, primary.growth, n_arm, n_control, total, rate_per_s)
-    text = _text(arm, verdict, info, shown, cheaper, mde, needs, eta, unit_name, n_arm, guardrails)
+        if info.name == HUMAN_PREFERENCE:
+            # Counted in reviews, which come at the reviewers' pace, not the traffic's.
+            needs = primary.needs if primary.needs is not None else MIN_UNITS - primary.n_arm
+            eta, unit_name, counted = None, "review", primary.n_arm
+    text = _text(
+        arm, verdict, info, shown, cheaper, mde, needs, eta, unit_name, counted, guardrails
+    )
     return ArmDecision(arm, verdict, lifts, breached, n_arm, operations, needs, eta, text)
 
 

@@ -289,7 +289,7 @@ class Gateway:
             # Built whatever the config (it looks at guarded routes only), so a reload can add one.
             guard=RuleGuard(config, self.rollouts, GuardStore(self.store), self.probe_results),
             probes=self.probe_results,
-            experiments=ExperimentDecider(self.experiments),
+            experiments=ExperimentDecider(self.experiments, reviews=self.reviews),
             reviews=self.reviews,
         )
         self.console_auth = ConsoleAuth(

@@ -40,6 +40,8 @@ from .specs import (
     TelemetrySpec,
     agreement_spec,
     duration_s,
+    experiment_review_arms,
+    experiment_unreviewable,
     unavailable_evidence,
 )
 
@@ -71,6 +73,8 @@ __all__ = [
     "config_warnings",
     "credential_warnings",
     "duration_s",
+    "experiment_review_arms",
+    "experiment_unreviewable",
     "feedback_app_tokens",
     "feedback_open",
     "feedback_warnings",

@@ -59,6 +59,7 @@ from .specs import (
     ProbesSpec,
     RuleSpec,
     agreement_spec,
+    experiment_unreviewable,
     unavailable_evidence,
 )
 
@@ -597,9 +598,20 @@ def check_experiments(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[Con
         ]
         for where, metric in named:
             problem = _experiment_metric_problem(metric, checks)
+            if problem is None and metric == "human_preference":
+                problem = _unreviewable_problem(cfg, rname)
             if problem is not None:
                 problems.append(ConfigProblem(f"{base}.{where}", problem))
     return problems
+
+
+def _unreviewable_problem(cfg: MirrorgateConfig, route: str) -> str | None:
+    """Why `human_preference` cannot judge `route`'s experiment (None: every arm can be)."""
+    missing = experiment_unreviewable(cfg, route)
+    if not missing:
+        return None
+    reasons = "; ".join(f"arm '{arm}': {why}" for arm, why in missing.items())
+    return f"human_preference needs blind-review pairs of every arm with control: {reasons}"
 
 
 def _route_checks(cfg: MirrorgateConfig, route: str) -> set[str]:

@@ -552,7 +552,8 @@ class ExperimentSpec(Spec):
     primary_metric: str = "completion_rate"
     """The metric the decision is about (`completion_rate`, `adoption_rate`, `correction_rate`,
     `cost_per_operation`, `calls_per_operation`, `error_rate`, `latency_p50`, `latency_p95`, or
-    `check:<name>`, the pass rate of a check of a rule bound to the route)."""
+    `check:<name>`, the pass rate of a check of a rule bound to the route, or `human_preference`,
+    blind reviews of an arm against control)."""
     guardrails: list[str] = Field(default_factory=list, max_length=20)
     """Metrics no arm may be worse on: a breach stops that arm (its units go to control)."""
     minimum_detectable_effect: float = Field(gt=0, le=10)
@@ -901,5 +902,55 @@ def unavailable_evidence(config: MirrorgateConfig, route: str) -> dict[str, str]
         missing["human_preference"] = (
             f"blind review pairs the primary's answer with a shadow's, and the canary "
             f"'{spec.canary.model}' is not among the route's shadows"
+        )
+    return missing
+
+
+def experiment_review_arms(spec: RouteSpec) -> tuple[frozenset[str], dict[str, str]]:
+    """Which of `spec`'s experiment arms blind review can pair: (the arms whose live answer a
+    shadow is compared with, model → the arm a shadow of that model answers for).
+
+    Shadows run beside an experiment arm's answer only when that arm is the production model
+    with the client's prompt (the route's primary, no `system_prompt_append`), and a shadow sends
+    the client's request unchanged: its answer is another arm's only when that arm is the
+    shadow's model with no prompt variant either, and no other such arm shares the model."""
+    experiment = spec.experiment
+    if experiment is None:
+        return frozenset(), {}
+    plain = {n: a.model for n, a in experiment.arms.items() if a.system_prompt_append is None}
+    live = frozenset(n for n, model in plain.items() if model == spec.primary)
+    shadowed = {s.model for s in spec.shadows}
+    by_model: dict[str, list[str]] = {}
+    for name, model in plain.items():
+        if model in shadowed and model != spec.primary:
+            by_model.setdefault(model, []).append(name)
+    return live, {model: arms[0] for model, arms in by_model.items() if len(arms) == 1}
+
+
+def experiment_unreviewable(config: MirrorgateConfig, route: str) -> dict[str, str]:
+    """The arms of `route`'s experiment (control excluded) that blind review can never pair
+    with control in `config`, each with the reason (empty: every arm can be judged on
+    `human_preference`)."""
+    spec = config.routes[route]
+    experiment = spec.experiment
+    if experiment is None:
+        return {}
+    control = experiment.control
+    others = [a for a in experiment.arms if a != control]
+    if config.store.bodies == "none":
+        return dict.fromkeys(
+            others, "store.bodies is none: no answer is stored, so none can be reviewed"
+        )
+    live, by_model = experiment_review_arms(spec)
+    answered = set(by_model.values())
+    missing: dict[str, str] = {}
+    for arm in others:
+        if (control in live and arm in answered) or (arm in live and control in answered):
+            continue
+        missing[arm] = (
+            f"blind review pairs the answer of an arm serving the primary "
+            f"'{spec.primary}' with the client's prompt beside a shadow's answer, and no "
+            f"shadow of the route answers for arm '{arm}' or for '{control}' (an arm is a "
+            "shadow's when it is that shadow's model, with no system_prompt_append)"
         )
     return missing

@@ -32,7 +32,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from analyzers.review_agreement import ScoredPair, agreement, position_bias
 from proxy.api import read_limited
-from proxy.core import GatewayError
+from proxy.core import Arm, GatewayError
 from proxy.store import (
     ANY_VERSION,
     REASON_MAX_CHARS,
@@ -230,7 +230,10 @@ def review_router(parts: ConsoleParts) -> APIRouter:
         )
         if stored:
             c = item.candidate
-            parts.metrics.reviews.labels(c.route, c.candidate_target, c.candidate_arm).inc()
+            # An experiment item's sides name their arms (`experiment:<arm>`): the label keeps to
+            # the arms every dashboard knows.
+            arm = Arm.EXPERIMENT.value if c.source == "experiment" else c.candidate_arm
+            parts.metrics.reviews.labels(c.route, c.candidate_target, arm).inc()
         return stored
 
     # --- JSON ---------------------------------------------------------------------------------

@@ -18,8 +18,12 @@ Where pairs come from (`PairSource`): the shadow pairs of the store (the live an
 shadow's answer to the same request). A canary-served request has no primary answer (the primary
 is not called), so primary-vs-canary pairs are the canary model's shadow pairs. Rule-flip probes
 are not offered: a probe answers a different prompt (the rule's value flipped), so a preference
-between it and the live answer says nothing about either model. Further sources (experiment
-arms) are more `PairSource`s.
+between it and the live answer says nothing about either model. During an experiment,
+`ExperimentPairs` offers the shadow pairs of requests an experiment arm served: the pair is of
+two arms when the live arm is the production model with the client's prompt (the only arm
+shadows run beside) and the shadow is another arm's model with no prompt variant
+(`proxy.config.experiment_review_arms`); only pairs of an arm with control are queued, each
+side's arm kept with the item (`experiment:<arm>`), never sent to the page.
 """
 
 from __future__ import annotations
@@ -28,11 +32,11 @@ import math
 import random
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from proxy.config import MirrorgateConfig
+from proxy.config import MirrorgateConfig, experiment_review_arms
 from proxy.core import ACTIVE
 from proxy.store import (
     ReviewCandidate,
@@ -40,6 +44,8 @@ from proxy.store import (
     ReviewStore,
     RolloutStore,
     RuleEventStore,
+    experiment_arm_of,
+    experiment_side,
 )
 
 BATCH = 20
@@ -57,6 +63,33 @@ class PairSource(Protocol):
     def __call__(
         self, route: str, rule_version: str, *, since: datetime, limit: int
     ) -> list[ReviewCandidate]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ExperimentPairs:
+    """The `PairSource` of a route's experiment: its arms' answers paired with control's."""
+
+    reviews: ReviewStore
+    config: Callable[[], MirrorgateConfig]
+
+    def __call__(
+        self, route: str, rule_version: str, *, since: datetime, limit: int
+    ) -> list[ReviewCandidate]:
+        spec = self.config().routes.get(route)
+        if spec is None or spec.experiment is None:
+            return []
+        control = spec.experiment.control
+        live, by_model = experiment_review_arms(spec)
+        found: list[ReviewCandidate] = []
+        for c in self.reviews.experiment_candidates(route, rule_version, since=since, limit=limit):
+            served = experiment_arm_of(c.primary_arm)
+            other = by_model.get(c.candidate_target)
+            if served not in live or other is None or other == served:
+                continue
+            if control not in (served, other):
+                continue  # two arms, neither control: no experiment metric reads it
+            found.append(replace(c, candidate_arm=experiment_side(other)))
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +137,14 @@ class ReviewQueue:
     rng: random.Random = field(default_factory=secrets.SystemRandom)
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     sources: list[PairSource] = field(default_factory=list)
-    """Where pairs come from; empty: the store's shadow pairs."""
+    """Where pairs come from; empty: the store's shadow pairs and the experiments' arms
+    (`ExperimentPairs`)."""
 
     def _sources(self) -> list[PairSource]:
-        return self.sources or [self.reviews.candidates]
+        return self.sources or [
+            self.reviews.candidates,
+            ExperimentPairs(self.reviews, self.config),
+        ]
 
     def next_item(self, route: str, rule_version: str, reviewer_id: str) -> ReviewItem | None:
         """The reviewer's next item, filling the queue first when it runs low."""

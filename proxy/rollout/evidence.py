@@ -38,6 +38,7 @@ from proxy.store import (
     ProbeStore,
     ProbeTally,
     ReviewStore,
+    experiment_arm_of,
 )
 
 from .plan import TrafficProfile
@@ -284,9 +285,32 @@ def human_preferences(reviews: ReviewStore, arms: Arms, since: datetime) -> tupl
     """`ArmWindow.preferences` of the candidate: per blind review of a pair of the baseline's
     answer and the candidate's answer to the same request on `arms.route`, exchanged since
     `since`, 1 when the reviewer preferred the candidate's, 0 the baseline's, 0.5 a tie, oldest
-    review first; () when none. (Experiments judge their arms with the same call: `arms` names
-    the control as baseline and the arm as candidate.)"""
+    review first; () when none. (Experiments read their arms' reviews by arm instead:
+    `experiment_preferences`.)"""
     reviewed = reviews.reviewed(
         route=arms.route, since=since, targets=(arms.baseline, arms.candidate)
     )
     return tuple(p for r in reviewed if (p := r.candidate_preference) is not None)
+
+
+def experiment_preferences(
+    reviews: ReviewStore, route: str, control: str, since: datetime
+) -> dict[str, tuple[float, ...]]:
+    """`analyzers.experiments.decide`'s `preferences`: per experiment arm of `route`, its blind
+    reviews against `control` (items of source `experiment`, exchanged since `since`), 1 when
+    the reviewer preferred the arm's answer, 0 control's, 0.5 a tie, oldest review first; an
+    arm is its item side's recorded arm, whichever side the live answer was."""
+    found: dict[str, list[float]] = {}
+    for r in reviews.reviewed(route=route, since=since):
+        item = r.item.candidate
+        if item.source != "experiment":
+            continue
+        preference = r.candidate_preference
+        served, other = experiment_arm_of(item.primary_arm), experiment_arm_of(item.candidate_arm)
+        if preference is None or served is None or other is None:
+            continue
+        if served == control and other != control:
+            found.setdefault(other, []).append(preference)
+        elif other == control and served != control:
+            found.setdefault(served, []).append(1.0 - preference)
+    return {arm: tuple(scores) for arm, scores in found.items()}

@@ -7,7 +7,9 @@ Each look at a running experiment:
 1. `ExperimentStore.units`: its exchanges, summed per unit with their operations' outcomes,
    costs (judge calls included) and checks, turned into `analyzers.experiments.Unit`s;
 2. `decide` on the primary metric and the guardrails against control, with the assignment's
-   sample-ratio check against the weights the experiment started with;
+   sample-ratio check against the weights the experiment started with (`human_preference`
+   from the blind reviews of pairs of an arm with control exchanged since the start,
+   `proxy.rollout.evidence.experiment_preferences`);
 3. the decision is persisted on the experiment's row (what `status` and the report show);
 4. a sample-ratio mismatch sets `mirrorgate_experiment_srm`, and its first look flagged writes
    an `srm_flagged` event and sends an `experiment_srm` alert (`srm_cleared` when it clears);
@@ -30,11 +32,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from alerts.alert import Alert
-from analyzers.experiments import ExperimentDecision, Unit, Verdict, decide
+from analyzers.experiments import (
+    HUMAN_PREFERENCE,
+    ExperimentDecision,
+    Unit,
+    Verdict,
+    decide,
+    tracked_metrics,
+)
 from proxy.config import ExperimentSpec
 from proxy.core import ExperimentState, experiment_fingerprint
-from proxy.store import UnitTally
+from proxy.store import ReviewStore, UnitTally
 
+from .evidence import experiment_preferences
 from .experiments import ExperimentManager
 
 log = logging.getLogger("mirrorgate.experiments")
@@ -116,10 +126,13 @@ class ExperimentDecider:
         self,
         manager: ExperimentManager,
         *,
+        reviews: ReviewStore | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.manager = manager
+        self.reviews = reviews
+        """Where `human_preference` reads blind reviews (None: it has none, so no verdict)."""
         self.clock = clock
         self.monotonic = monotonic
         self._last: dict[str, float] = {}
@@ -166,6 +179,14 @@ class ExperimentDecider:
         started = state.started_at or now
         span = (now - started).total_seconds()
         rate = sum(len(us) for us in units.values()) / span if span > 0 else None
+        preferences: dict[str, tuple[float, ...]] = {}
+        reviews = self.reviews
+        if reviews is not None and HUMAN_PREFERENCE in tracked_metrics(
+            spec.primary_metric, spec.guardrails
+        ):
+            preferences = await asyncio.to_thread(
+                experiment_preferences, reviews, state.route, state.control, started
+            )
         decision = decide(
             spec.primary_metric,
             spec.guardrails,
@@ -176,6 +197,7 @@ class ExperimentDecider:
             alpha=spec.alpha,
             weights=state.live_weights(),
             unit_name="operation" if spec.unit == "operation" else "user",
+            preferences=preferences,
         )
         self.decisions[state.route] = decision
         await asyncio.to_thread(

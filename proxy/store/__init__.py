@@ -64,6 +64,8 @@ from .reviews import (
     ReviewRecord,
     ReviewStore,
     ReviewTexts,
+    experiment_arm_of,
+    experiment_side,
 )
 from .rollouts import RolloutStore
 from .rule_events import RuleEvent, RuleEventStore, VersionTraffic
@@ -117,6 +119,8 @@ __all__ = [
     "VersionTraffic",
     "WriteRetry",
     "apply_bodies_policy",
+    "experiment_arm_of",
+    "experiment_side",
     "masked_url",
     "redact",
 ]

@@ -33,6 +33,25 @@ Preference = Literal["A", "B", "tie"]
 LIVE_ARMS = (Arm.PRIMARY.value, Arm.CANARY.value, Arm.FALLBACK.value)
 """Arms whose answer a client received: one side of every reviewed pair."""
 REASON_MAX_CHARS = 2000
+EXPERIMENT_SIDE = "experiment:"
+"""How an item of source `experiment` names the experiment arm of each side in its
+`primary_arm` / `candidate_arm` (`experiment:<arm>`): kept with the item, server side only."""
+
+
+def experiment_side(arm: str) -> str:
+    """The `primary_arm` / `candidate_arm` of an item side answered by experiment arm `arm`."""
+    return f"{EXPERIMENT_SIDE}{arm}"
+
+
+def experiment_arm_of(side: str) -> str | None:
+    """The experiment arm an item side names (None: the side is not an experiment arm's)."""
+    return side[len(EXPERIMENT_SIDE) :] if side.startswith(EXPERIMENT_SIDE) else None
+
+
+def exchange_arm(side: str) -> str:
+    """The `exchanges.arm` of the exchange an item side was answered by."""
+    return Arm.EXPERIMENT.value if side.startswith(EXPERIMENT_SIDE) else side
+
 
 _meta = sa.MetaData()
 review_items_table = sa.Table(
@@ -85,8 +104,9 @@ class ReviewCandidate:
     are stored. `primary` is the answer the client received, `candidate` the other one."""
 
     source: str
-    """Where the pair comes from: `shadow` (a shadow's answer beside the live one). Further
-    sources (experiment arms) add their own name."""
+    """Where the pair comes from: `shadow` (a shadow's answer beside the live one), or
+    `experiment` (an experiment arm's live answer beside a shadow that is another arm's model;
+    both sides then name their arm, `experiment:<arm>`)."""
     pair_id: str
     request_id: str
     route: str
@@ -203,6 +223,20 @@ class ReviewStore:
         """The newest shadow pairs of `route` (of `rule_version`, or every one for
         `ANY_VERSION`) since `since` that are not queued yet, both answered well, with the
         request and both answers stored; at most `limit`, newest first."""
+        return self._pairs(route, rule_version, since=since, limit=limit, experiment=False)
+
+    def experiment_candidates(
+        self, route: str, rule_version: str, *, since: datetime, limit: int = 500
+    ) -> list[ReviewCandidate]:
+        """As `candidates`, of the shadow pairs whose live answer was served by an experiment
+        arm (arm `experiment`): source `experiment`, `primary_arm` `experiment:<its arm>`,
+        `candidate_arm` `shadow` (which arm's model the shadow is, the caller knows from the
+        experiment's config)."""
+        return self._pairs(route, rule_version, since=since, limit=limit, experiment=True)
+
+    def _pairs(
+        self, route: str, rule_version: str, *, since: datetime, limit: int, experiment: bool
+    ) -> list[ReviewCandidate]:
         live = _exchanges.alias("live")
         shadow = _exchanges.alias("shadow")
         p = _pairs.c
@@ -212,10 +246,13 @@ class ReviewStore:
                 p.pair_id, p.request_id, p.route, p.primary_target, p.candidate_target,
                 p.agreement, p.created_at, live.c.arm.label("primary_arm"),
                 live.c.rule, live.c.rule_version, shadow.c.arm.label("candidate_arm"),
+                live.c.experiment_arm,
             )
             .join(live, sa.and_(live.c.request_id == p.request_id,
                                 live.c.target == p.primary_target,
-                                live.c.arm.in_(LIVE_ARMS), live.c.status == Status.OK.value))
+                                live.c.arm == Arm.EXPERIMENT.value if experiment
+                                else live.c.arm.in_(LIVE_ARMS),
+                                live.c.status == Status.OK.value))
             .join(shadow, sa.and_(shadow.c.pair_id == p.pair_id,
                                   shadow.c.arm == Arm.SHADOW.value))
             .where(
@@ -229,6 +266,8 @@ class ReviewStore:
         )  # fmt: skip
         if rule_version != ANY_VERSION:
             statement = statement.where(live.c.rule_version == rule_version)
+        if experiment:
+            statement = statement.where(live.c.experiment_arm.is_not(None))
         with translated("reading pairs to review"), self._engine.connect() as conn:
             rows = conn.execute(statement).mappings().all()
         seen: set[str] = set()
@@ -239,14 +278,16 @@ class ReviewStore:
             seen.add(row["pair_id"])
             found.append(
                 ReviewCandidate(
-                    source="shadow",
+                    source="experiment" if experiment else "shadow",
                     pair_id=row["pair_id"],
                     request_id=row["request_id"],
                     route=row["route"],
                     rule=row["rule"],
                     rule_version=row["rule_version"],
                     primary_target=row["primary_target"],
-                    primary_arm=row["primary_arm"],
+                    primary_arm=(
+                        experiment_side(row["experiment_arm"]) if experiment else row["primary_arm"]
+                    ),
                     candidate_target=row["candidate_target"],
                     candidate_arm=row["candidate_arm"],
                     agreement=row["agreement"],
@@ -321,14 +362,15 @@ class ReviewStore:
         statement = sa.select(c.pair_id, c.arm, c.request_body, c.response_text).where(
             c.request_id == c_item.request_id,
             sa.or_(
-                sa.and_(c.target == c_item.primary_target, c.arm == c_item.primary_arm,
+                sa.and_(c.target == c_item.primary_target,
+                        c.arm == exchange_arm(c_item.primary_arm),
                         c.status == Status.OK.value),
                 c.pair_id == c_item.pair_id,
             ),
         )  # fmt: skip
         with translated("reading a review item's answers"), self._engine.connect() as conn:
             rows = conn.execute(statement).mappings().all()
-        live = next((row for row in rows if row["arm"] == c_item.primary_arm), None)
+        live = next((row for row in rows if row["arm"] == exchange_arm(c_item.primary_arm)), None)
         other = next((row for row in rows if row["pair_id"] == c_item.pair_id), None)
         if live is None or other is None:
             return None

@@ -68,6 +68,7 @@ def test_the_metrics_say_their_kind_and_direction() -> None:
         "calls_per_operation",
         "latency_p50",
         "latency_p95",
+        "human_preference",
     }
     assert METRICS["completion_rate"].kind == "proportion"
     assert METRICS["completion_rate"].better == "higher"
@@ -467,3 +468,82 @@ def test_an_a_a_experiment_rarely_ships() -> None:
                 shipped += 1
                 break
     assert shipped / runs <= 0.05
+
+
+# -- human preference (blind reviews of an arm's answer against control's) ----------------------
+
+
+def scores(preferred: int, ties: int, lost: int) -> list[float]:
+    return [1.0] * preferred + [0.5] * ties + [0.0] * lost
+
+
+def test_human_preference_is_the_arms_share_over_one_half_ties_counting_half() -> None:
+    units = {"control": operations("control", 200, 100), "b": operations("b", 200, 100)}
+    reviews = {"b": scores(140, 20, 40)}  # share (140 + 10) / 200 = 0.75
+    arm = decide(
+        "human_preference", [], "control", units, mde=0.05, rate_per_s=1.0, preferences=reviews
+    ).arm("b")
+    x = arm.primary
+    assert x.metric == "human_preference" and x.scale == "points"
+    assert (x.control_value, x.arm_value) == (0.5, 0.75)
+    assert x.estimate == pytest.approx(0.25)
+    assert (x.n_control, x.n_arm) == (200, 200)
+    assert x.low is not None and x.high is not None and 0 < x.low < 0.25 < x.high
+    assert arm.verdict is Verdict.SHIP
+    assert arm.text.startswith("b: human preference +25.0 pts [+")
+    assert arm.text.endswith("better on human preference — ship it")
+
+
+def test_human_preference_surely_below_one_half_keeps_control() -> None:
+    units = {"control": operations("control", 200, 100), "b": operations("b", 200, 100)}
+    arm = decide(
+        "human_preference", [], "control", units, mde=0.05, rate_per_s=None,
+        preferences={"b": scores(30, 10, 160)},
+    ).arm("b")  # fmt: skip
+    assert arm.primary.estimate == pytest.approx(-0.325)
+    assert arm.verdict is Verdict.WORSE
+
+
+def test_too_few_reviews_give_no_verdict_and_count_what_is_missing_in_reviews() -> None:
+    units = {"control": operations("control", 500, 250), "b": operations("b", 500, 250)}
+    arm = decide(
+        "human_preference", [], "control", units, mde=0.05, rate_per_s=5.0,
+        preferences={"b": scores(MIN_UNITS - 1, 0, 0)},
+    ).arm("b")  # fmt: skip
+    assert arm.primary.estimate == pytest.approx(0.5)
+    assert not arm.primary.known
+    assert arm.verdict is Verdict.INCONCLUSIVE
+    assert arm.needs is not None and arm.needs >= 1 and arm.eta_s is None
+    assert "more reviews per arm" in arm.text
+    assert arm.units == 500  # the arm's units are still its units
+
+
+def test_no_review_at_all_is_unknown_and_inconclusive() -> None:
+    units = {"control": operations("control", 500, 250), "b": operations("b", 500, 250)}
+    arm = decide("human_preference", [], "control", units, mde=0.05, rate_per_s=None).arm("b")
+    assert arm.primary.estimate is None and arm.verdict is Verdict.INCONCLUSIVE
+
+
+def test_a_human_preference_guardrail_stops_only_with_enough_reviews() -> None:
+    units = {"control": operations("control", 2000, 1000), "b": operations("b", 2000, 1400)}
+
+    def verdict(reviews: list[float]) -> Verdict:
+        return decide(
+            "completion_rate", ["human_preference"], "control", units, mde=0.03,
+            rate_per_s=None, preferences={"b": reviews},
+        ).arm("b").verdict  # fmt: skip
+
+    assert verdict(scores(0, 0, MIN_UNITS - 1)) is Verdict.SHIP  # every review lost: too few
+    assert verdict(scores(10, 10, 180)) is Verdict.STOPPED
+    assert verdict(scores(100, 0, 100)) is Verdict.SHIP
+
+
+def test_human_preference_is_refused_where_it_has_no_meaning() -> None:
+    units = {"control": operations("control", 50, 25), "b": operations("b", 50, 25)}
+    with pytest.raises(ValueError, match=r"0, 0\.5 or 1"):
+        decide(
+            "human_preference", [], "control", units, mde=0.05, rate_per_s=None,
+            preferences={"b": [0.7]},
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="lifted from reviews"):
+        lift("human_preference", units["control"], units["b"], mde=0.05)

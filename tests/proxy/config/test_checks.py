@@ -501,3 +501,52 @@ routes:
     )
     good = good.replace("happiness", "latency_p95")
     assert parse_config(good, {}).routes["bot"].experiment is not None
+
+
+HUMAN_PREFERENCE_EXPERIMENT = """
+models:
+  prod: {provider: openai, base_url: "http://h/v1", model: m}
+  cand: {provider: openai, base_url: "http://h/v1", model: m2}
+store: {bodies: redacted}
+routes:
+  bot:
+    primary: prod
+    shadows: [{model: cand}]
+    experiment:
+      arms:
+        control: {model: prod}
+        cheaper: {model: cand}
+      unit: header:x-user
+      primary_metric: human_preference
+      guardrails: [error_rate, human_preference]
+      minimum_detectable_effect: 0.05
+"""
+
+
+def test_human_preference_judges_an_experiment_only_where_its_pairs_can_exist() -> None:
+    spec = parse_config(HUMAN_PREFERENCE_EXPERIMENT, {}).routes["bot"].experiment
+    assert spec is not None and spec.primary_metric == "human_preference"
+    paths = ["routes.bot.experiment.primary_metric", "routes.bot.experiment.guardrails[1]"]
+
+    def refused(text: str, why: str) -> None:
+        found = problems(text, env={})
+        assert [p.split(":")[0] for p in found] == paths, found
+        assert all(why in p and "arm 'cheaper'" in p for p in found), found
+
+    refused(
+        HUMAN_PREFERENCE_EXPERIMENT.replace("bodies: redacted", "bodies: none"),
+        "store.bodies is none",
+    )
+    # No shadow answers for the arm's model: no pair of it with control can exist.
+    refused(HUMAN_PREFERENCE_EXPERIMENT.replace("    shadows: [{model: cand}]\n", ""), "shadow")
+    # A prompt variant on the arm: the shadow's answer (client's prompt) is not the arm's.
+    variant = HUMAN_PREFERENCE_EXPERIMENT.replace(
+        "cheaper: {model: cand}", "cheaper: {model: cand, system_prompt_append: be brief}"
+    )
+    refused(variant, "no system_prompt_append")
+    # The metric with hostile text around it is still an unknown metric, by key path.
+    hostile = HUMAN_PREFERENCE_EXPERIMENT.replace(
+        "primary_metric: human_preference", 'primary_metric: "human_preference\\u0000x"'
+    )
+    found = problems(hostile, env={})
+    assert found[0].startswith("routes.bot.experiment.primary_metric") and "unknown" in found[0]

@@ -24,7 +24,7 @@ from tests.proxy.console.console_client import (
     hidden,
     signed_in,
 )
-from tests.proxy.store.test_reviews import shadow_pair
+from tests.proxy.store.test_reviews import experiment_pair, shadow_pair
 
 ROUTE = "reviewed"
 NOW = datetime.now(UTC) - timedelta(minutes=5)
@@ -262,3 +262,37 @@ def test_admins_review_too_and_without_bodies_the_queue_says_why(
     body = next_item(client)
     assert body["item"] is None and "store.bodies is none" in body["empty"]
     assert "store.bodies is none" in client.get("/ui/review").text
+
+
+def test_experiment_pairs_are_reviewed_blind_and_counted_under_their_arm(
+    start_gateway: Callable[..., InProcessGateway],
+) -> None:
+    extra = json.loads(json.dumps(EXTRA))
+    extra["routes"][ROUTE]["experiment"] = {
+        "arms": {"control": {"model": "model-alpha"}, "arm-beta": {"model": "model-beta"}},
+        "unit": "header:x-user",
+        "primary_metric": "human_preference",
+        "minimum_detectable_effect": 0.05,
+    }
+    gw = start_gateway(env=ENV, extra=extra)
+    gw.gateway.store.write_batch(
+        experiment_pair(0, "control", route=ROUTE, primary="model-alpha",
+                        candidate="model-beta", version=None, start=NOW,
+                        answers=("one answer", "another answer"))
+    )  # fmt: skip
+    client = signed_in(gw, REVIEWER_TOKENS[0])
+    token = csrf(client)
+    answer = client.get("/ui/api/review/next", params={"route": ROUTE})
+    assert answer.status_code == 200, answer.text
+    for secret in (*SECRETS, "experiment", "control", "arm-beta"):
+        assert secret not in answer.text
+    item = answer.json()["item"]
+    assert post_review(client, token, item["id"], GOOD).status_code == 201
+    (one,) = ReviewStore(gw.gateway.store).reviewed()
+    assert one.item.candidate.source == "experiment"
+    assert (one.item.candidate.primary_arm, one.item.candidate.candidate_arm) == (
+        "experiment:control",
+        "experiment:arm-beta",
+    )
+    labels = {"route": ROUTE, "target": "model-beta", "arm": "experiment"}
+    assert gw.gateway.registry.get_sample_value("mirrorgate_reviews_total", labels) == 1

@@ -14,6 +14,7 @@ import pytest
 from proxy.config import parse_config
 from proxy.console.review_queue import (
     BATCH,
+    ExperimentPairs,
     ReviewQueue,
     Weighed,
     draw,
@@ -40,7 +41,7 @@ from proxy.store.exchanges import Store
 from proxy.store.rule_events import RuleEvent
 from tests.proxy.store import test_exchanges as test_store
 from tests.proxy.store.test_exchanges import T0
-from tests.proxy.store.test_reviews import shadow_pair
+from tests.proxy.store.test_reviews import experiment_pair, shadow_pair
 
 db_url = test_store.db_url
 open_store = test_store.open_store
@@ -187,3 +188,51 @@ def test_an_empty_queue_says_why(open_store: Callable[..., Store]) -> None:
     assert queue.next_item("support-bot", ANY_VERSION, "alice") is None
     dark = queue_on(open_store(bodies="none"), random.Random(1))
     assert "store.bodies is none" in dark.why_empty("support-bot", ANY_VERSION)
+
+
+EXPERIMENT_CONFIG = """
+models:
+  prod: {provider: openai, base_url: "http://127.0.0.1:9/v1", model: prod}
+  cand: {provider: openai, base_url: "http://127.0.0.1:9/v1", model: cand}
+  other: {provider: openai, base_url: "http://127.0.0.1:9/v1", model: other}
+routes:
+  support-bot:
+    primary: prod
+    shadows: [{model: cand}, {model: other}]
+    experiment:
+      arms:
+        control: {model: prod}
+        b: {model: cand}
+        twin: {model: prod}
+        variant: {model: other, system_prompt_append: "be brief"}
+      unit: header:x-user
+      minimum_detectable_effect: 0.05
+"""
+
+
+def test_experiment_pairs_are_an_arm_against_control_with_both_arms_kept(
+    open_store: Callable[..., Store],
+) -> None:
+    store = open_store()
+    store.write_batch(
+        experiment_pair(1, "control", candidate="cand")  # control vs b: queued
+        + experiment_pair(2, "control", candidate="other")  # the variant's prompt differs: no
+        + experiment_pair(3, "twin", candidate="cand")  # twin vs b, neither control: no
+        + shadow_pair(4)  # no experiment: the shadow source's
+    )
+    queue = queue_on(store, random.Random(3), EXPERIMENT_CONFIG)
+    source = ExperimentPairs(queue.reviews, queue.config)
+    (found,) = source("support-bot", ANY_VERSION, since=T0, limit=100)
+    assert found.pair_id == "pair-1" and found.source == "experiment"
+    assert (found.primary_arm, found.candidate_arm) == ("experiment:control", "experiment:b")
+    assert source("plain", ANY_VERSION, since=T0, limit=100) == []
+    assert queue.fill("support-bot", ANY_VERSION) == 2  # both sources by default
+    seen = {}
+    while (item := queue.reviews.next_item("support-bot", ANY_VERSION, "r1")) is not None:
+        c = item.candidate
+        seen[c.pair_id] = (c.source, c.primary_arm, c.candidate_arm)
+        queue.reviews.add(ReviewRecord(item.item_id, "r1", T0, skipped=True))
+    assert seen == {
+        "pair-1": ("experiment", "experiment:control", "experiment:b"),
+        "pair-4": ("shadow", "primary", "shadow"),
+    }

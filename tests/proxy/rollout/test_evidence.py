@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,16 +18,19 @@ from proxy.rollout.evidence import (
     agreement_tallies,
     check_windows,
     current_epoch,
+    experiment_preferences,
     failing_examples,
     finding_tallies,
     judge_deltas,
     traffic_windows,
 )
+from proxy.store import ANY_VERSION, ReviewStore, experiment_side
 from proxy.store.exchanges import Store
 from proxy.store.feedback import FeedbackStore
 from proxy.store.judge_windows import JudgeWindows, PairCount
 from tests.conftest import seed_sqlite
 from tests.proxy.store.test_exchanges import T0, make_record
+from tests.proxy.store.test_reviews import experiment_pair, queued, review
 
 ARMS = Arms("support-bot", "prod", "cand")
 
@@ -325,3 +329,30 @@ def test_a_traffic_profile_counts_all_of_the_period_and_samples_the_latest(
     assert profile.rate_per_s == pytest.approx(30 / 60)  # all 30 of the primary, no canary
     assert profile.requests == 10 and profile.errors == 1  # the latest 10: 20..29
     assert sorted(profile.latencies_s) == [21.0 + i for i in range(10)]
+
+
+def test_experiment_preferences_are_each_arms_reviews_against_control(store: Store) -> None:
+    reviews = ReviewStore(store)
+    records: list[Any] = []
+    for n in range(4):
+        records += experiment_pair(n, "control" if n < 3 else "b")
+    store.write_batch(records)
+    found = reviews.experiment_candidates("support-bot", ANY_VERSION, since=T0)
+    by_pair = {c.pair_id: c for c in found}
+
+    def reviewed(pair: str, other: str, preference: str, shown_as: str = "A") -> None:
+        c = replace(by_pair[pair], candidate_arm=experiment_side(other))
+        item = queued(c, shown_as=shown_as)
+        assert reviews.enqueue([item]) == 1
+        assert reviews.add(review(item, "reviewer-1", preference=preference))
+
+    reviewed("pair-0", "b", "A")  # b's answer shown as A, preferred: 1
+    reviewed("pair-1", "b", "tie")  # 0.5
+    reviewed("pair-2", "c", "A", shown_as="B")  # control's answer (A) preferred: c gets 0
+    reviewed("pair-3", "control", "A")  # b live, control's shadow preferred: b gets 0
+    assert experiment_preferences(reviews, "support-bot", "control", T0) == {
+        "b": (1.0, 0.5, 0.0),
+        "c": (0.0,),
+    }
+    assert experiment_preferences(reviews, "support-bot", "control", T0 + timedelta(hours=1)) == {}
+    assert experiment_preferences(reviews, "other-route", "control", T0) == {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from proxy.core import Arm, ExchangeRecord, PairRecord, Status
@@ -17,6 +18,8 @@ from proxy.store import (
     ReviewItem,
     ReviewRecord,
     ReviewStore,
+    experiment_arm_of,
+    experiment_side,
 )
 from proxy.store.exchanges import Store
 from tests.proxy.store import test_exchanges as test_store
@@ -200,3 +203,40 @@ def test_nothing_is_reviewable_without_bodies(open_store: Callable[..., Store]) 
     store = open_store(bodies="none")
     assert not ReviewStore(store).keeps_bodies
     assert ReviewStore(open_store()).keeps_bodies
+
+
+def experiment_pair(n: int, arm: str, **fields: object) -> list[ExchangeRecord | PairRecord]:
+    """`shadow_pair` whose live answer an experiment arm served."""
+    live, shadow, pair = shadow_pair(n, live_arm=Arm.EXPERIMENT, **fields)  # type: ignore[arg-type]
+    assert isinstance(live, ExchangeRecord)
+    return [replace(live, experiment_arm=arm), shadow, pair]
+
+
+def test_experiment_candidates_are_the_pairs_an_experiment_arm_answered_live(
+    open_store: Callable[..., Store],
+) -> None:
+    store = open_store()
+    store.write_batch(
+        shadow_pair(1)
+        + experiment_pair(2, "control", answers=("from control", "from the shadow"))
+        + experiment_pair(3, "control", bodies=False)
+        + shadow_pair(4, live_arm=Arm.EXPERIMENT)  # no arm recorded: not an experiment's pair
+    )
+    reviews = ReviewStore(store)
+    assert [c.pair_id for c in reviews.candidates("support-bot", ANY_VERSION, since=T0)] == [
+        "pair-1"
+    ]  # the shadow source keeps to the live arms it knows
+    (found,) = reviews.experiment_candidates("support-bot", ANY_VERSION, since=T0)
+    assert (found.pair_id, found.source) == ("pair-2", "experiment")
+    assert (found.primary_arm, found.candidate_arm) == ("experiment:control", "shadow")
+    assert experiment_arm_of(found.primary_arm) == "control"
+    assert experiment_arm_of("shadow") is None and experiment_side("b") == "experiment:b"
+    item = queued(replace(found, candidate_arm=experiment_side("b")), shown_as="B")
+    assert reviews.enqueue([item]) == 1
+    assert reviews.item(item.item_id) == item  # both arms kept with the item
+    texts = reviews.texts(item)
+    assert texts is not None and (texts.answer_a, texts.answer_b) == (
+        "from control",
+        "from the shadow",
+    )
+    assert reviews.experiment_candidates("support-bot", ANY_VERSION, since=T0) == []
