@@ -391,6 +391,9 @@ def send(fz: Fuzzed, request: tuple[str, str, dict[str, str], bytes]) -> httpx.R
 
 def check_answer(fz: Fuzzed, template: str, response: httpx.Response) -> None:
     status = response.status_code
+    if template.startswith("/ui") and not template.startswith("/ui/api/"):
+        check_console_page(response)
+        return
     assert status in DOCUMENTED, f"status {status}: {response.text[:500]}"
     if template in ENDPOINTS:
         if 200 <= status < 300:
@@ -405,6 +408,28 @@ def check_answer(fz: Fuzzed, template: str, response: httpx.Response) -> None:
             assert body.get("type") == "error", body
         error = body.get("error")
         assert isinstance(error, dict) and isinstance(error.get("message"), str), body
+
+
+CONSOLE_DOCUMENTED = DOCUMENTED | {303}
+"""The console's pages answer a browser: 303 sends it to the sign-in page, or on after a form."""
+
+
+def check_console_page(response: httpx.Response) -> None:
+    """A console page (not its JSON calls) answers a browser: a documented status, a refusal as an
+    HTML page, and the console's security headers on every answer."""
+    status = response.status_code
+    assert status in CONSOLE_DOCUMENTED, f"status {status}: {response.text[:500]}"
+    if status == 303:
+        location = response.headers.get("location", "")
+        assert location.startswith("/ui"), f"a console redirect leaves the console: {location!r}"
+        return
+    if status in (404, 405) and "json" in response.headers.get("content-type", ""):
+        # A path no console route matches (`/ui/rollouts/x/..%2F..`) or a wrong method is the
+        # gateway's own 404/405, answered before the console sees the call, in the API's format.
+        assert isinstance(response.json().get("error"), dict), response.text[:500]
+    elif status >= 400:
+        assert "text/html" in response.headers.get("content-type", ""), response.headers
+        assert "default-src 'self'" in response.headers.get("content-security-policy", "")
 
 
 def still_serves(fz: Fuzzed) -> None:
