@@ -6,7 +6,6 @@ answer holding `<script>` is shown as text and does not run."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +15,7 @@ from playwright.sync_api import Browser, Page, Response
 
 from proxy.store import ReviewStore
 from proxy.store.exchanges import Store
+from tests.conftest import wait_until
 from tests.e2e.conftest import RolloutClient, rollout_gateway_config
 from tests.e2e.console_browser import DESKTOP, PHONE, ConsoleGateway, sign_in
 from tests.review_scene import PAIRS, review_pairs
@@ -35,17 +35,6 @@ def _bot_with_review(mock_url: str, db_url: str) -> dict[str, Any]:
         thresholds={"min_samples_reviews": PAIRS},
     )["routes"]["bot"]  # fmt: skip
     return {**bot, "shadows": [{"model": "stale", "sample": 0.0}]}
-
-
-def _eventually(what: str, check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def _human_preference(client: RolloutClient, gateway: ConsoleGateway) -> dict[str, Any] | None:
@@ -140,8 +129,10 @@ def test_a_reviewer_scores_ten_pairs_by_keyboard_and_the_scores_reach_the_decisi
         == PAIRS
     )
     # ... and judged: the canary's human_preference verdict reads these ten reviews
-    verdict = _eventually(
-        "the human_preference verdict", lambda: _human_preference(rollout_client, gateway)
+    verdict = wait_until(
+        lambda: _human_preference(rollout_client, gateway),
+        timeout_s=20.0,
+        what="the human_preference verdict",
     )
     share = sum(1.0 if r.candidate_preference == 1.0 else 0.0 for r in reviewed) / PAIRS
     assert verdict["scope"] == "reviews"
