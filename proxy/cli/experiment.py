@@ -13,43 +13,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from .rollout import TOKEN_ENV, RolloutCommandError, _refusal, _send
+from .rollout import RolloutCommandError, admin_call, admin_client
 
 
 def run_experiment(args: argparse.Namespace, transport: httpx.BaseTransport | None = None) -> int:
     """The `experiment` command (arguments checked by the parser in `proxy.cli.main`)."""
-    token = os.environ.get(TOKEN_ENV, "")
-    headers = {"authorization": f"Bearer {token}"} if token else {}
+    client, has_token = admin_client(args, transport)
     path = f"/admin/experiments/{quote(args.route, safe='')}"
     try:
-        with httpx.Client(
-            base_url=args.url,
-            headers=headers,
-            timeout=httpx.Timeout(args.timeout),
-            transport=transport,
-        ) as client:
+        with client:
             if args.action == "status":
-                response = _send(client, "GET", path, None)
+                body = admin_call(client, args, "GET", path, None, has_token=has_token)
             else:
                 payload = {"reason": args.reason} if args.reason else {}
-                response = _send(client, "POST", f"{path}/{args.action}", payload)
-            if response.status_code != 200:
-                raise RolloutCommandError(_refusal(response, args, has_token=bool(token)))
-            try:
-                body = response.json()
-            except ValueError:
-                body = None
-            if not isinstance(body, dict):
-                raise RolloutCommandError(
-                    f"{args.url} answered {path} with something other than a JSON object: "
-                    "is it a mirrorgate gateway?"
+                body = admin_call(
+                    client, args, "POST", f"{path}/{args.action}", payload, has_token=has_token
                 )
     except RolloutCommandError as exc:
         print(f"mirrorgate: {exc}", file=sys.stderr)

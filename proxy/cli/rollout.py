@@ -42,16 +42,10 @@ def run_rollout(args: argparse.Namespace, transport: httpx.BaseTransport | None 
 
     `transport` replaces the network for the requests (tests reach an in-process gateway
     through it); by default they go over HTTP to `args.url`."""
-    token = os.environ.get(TOKEN_ENV, "")
-    headers = {"authorization": f"Bearer {token}"} if token else {}
+    client, has_token = admin_client(args, transport)
     try:
-        with httpx.Client(
-            base_url=args.url,
-            headers=headers,
-            timeout=httpx.Timeout(args.timeout),
-            transport=transport,
-        ) as client:
-            body = _exchange(client, args, has_token=bool(token))
+        with client:
+            body = _exchange(client, args, has_token=has_token)
     except RolloutCommandError as exc:
         print(f"mirrorgate: {exc}", file=sys.stderr)
         return 1
@@ -89,6 +83,36 @@ def _exchange(client: httpx.Client, args: argparse.Namespace, *, has_token: bool
         if getattr(args, "force", False):
             payload["force"] = True
         response = _send(client, "POST", f"{_route_path(args.route)}/{args.action}", payload)
+    return answer_of(response, args, has_token=has_token)
+
+
+def admin_client(
+    args: argparse.Namespace, transport: httpx.BaseTransport | None
+) -> tuple[httpx.Client, bool]:
+    """A client of the admin API at `args.url`, with the admin token of `MIRRORGATE_ADMIN_TOKEN`
+    when it is set; and whether it is (the refusals say what to do without one)."""
+    token = os.environ.get(TOKEN_ENV, "")
+    client = httpx.Client(
+        base_url=args.url,
+        headers={"authorization": f"Bearer {token}"} if token else {},
+        timeout=httpx.Timeout(args.timeout),
+        transport=transport,
+    )
+    return client, bool(token)
+
+
+def admin_call(
+    client: httpx.Client, args: argparse.Namespace, method: str, path: str, payload: Any,
+    *, has_token: bool,
+) -> dict[str, Any]:  # fmt: skip
+    """One admin API call: its JSON object, or the refusal in words (`RolloutCommandError`)."""
+    return answer_of(_send(client, method, path, payload), args, has_token=has_token)
+
+
+def answer_of(
+    response: httpx.Response, args: argparse.Namespace, *, has_token: bool
+) -> dict[str, Any]:
+    """The JSON object of a 200 answer, or the refusal in words (`RolloutCommandError`)."""
     if response.status_code != 200:
         raise RolloutCommandError(_refusal(response, args, has_token=has_token))
     try:
