@@ -34,7 +34,7 @@ from proxy.gateway import RouteTable
 from proxy.observability import GatewayMetrics
 from proxy.store import ExperimentStore, StoreUnavailableError, redact
 
-from .manager import RolloutManager, RouteUnknownError
+from .manager import RolloutManager, RouteUnknownError, follow_store
 
 log = logging.getLogger("mirrorgate.experiments")
 
@@ -141,21 +141,9 @@ class ExperimentManager:
 
     async def run_refresh(self, interval_s: float) -> None:
         """Follow the store forever (a background task), like the rollouts' refresh."""
-        failing = False
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await self.refresh()
-                if failing:
-                    log.warning("store reachable again: experiments followed again")
-                failing = False
-            except StoreUnavailableError as exc:
-                if not failing:
-                    log.warning("cannot read experiments (%s); serving the last ones", exc)
-                failing = True
-            except Exception:  # a bug in one refresh must not stop following the store
-                log.exception("following the experiments failed")
-                self.metrics.internal_errors.labels("decider").inc()
+        await follow_store(
+            self.refresh, interval_s, self.metrics, what="experiments", serving="ones"
+        )
 
     # --- changing ---------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -37,6 +37,36 @@ from proxy.observability import GatewayMetrics
 from proxy.store import RolloutStore, StoreUnavailableError, redact
 
 log = logging.getLogger("mirrorgate.rollouts")
+
+
+async def follow_store(
+    refresh: Callable[[], Awaitable[object]],
+    interval_s: float,
+    metrics: GatewayMetrics,
+    *,
+    what: str,
+    serving: str,
+) -> None:
+    """Call `refresh` every `interval_s`, forever (a background task). While the store is
+    unavailable the last `serving` keeps serving (said once, and once when it is back); any other
+    failure is a bug: logged with its traceback, counted in
+    `mirrorgate_internal_errors_total{component="decider"}`, and the next refresh runs."""
+    failing = False
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await refresh()
+            if failing:
+                log.warning("store reachable again: %s followed again", what)
+            failing = False
+        except StoreUnavailableError as exc:
+            if not failing:
+                log.warning("cannot read %s (%s); serving the last %s", what, exc, serving)
+            failing = True
+        except Exception:  # a bug in one refresh must not stop following the store
+            log.exception("following the %s failed", what)
+            metrics.internal_errors.labels("decider").inc()
+
 
 LOUD_PHASES = frozenset({Phase.ROLLED_BACK, Phase.PROMOTED, Phase.ABORTED})
 """Transitions into these phases are logged at WARNING (the rest at INFO)."""
@@ -157,25 +187,10 @@ class RolloutManager:
         return len(rows)
 
     async def run_refresh(self, interval_s: float) -> None:
-        """Follow the store forever (a background task). While the store is unavailable the
-        last route table keeps serving; any other failure is a bug: logged with its traceback,
-        counted in `mirrorgate_internal_errors_total{component="decider"}`, and the next
-        refresh runs."""
-        failing = False
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await self.refresh()
-                if failing:
-                    log.warning("store reachable again: rollout state followed again")
-                failing = False
-            except StoreUnavailableError as exc:
-                if not failing:
-                    log.warning("cannot read rollout state (%s); serving the last route table", exc)
-                failing = True
-            except Exception:  # a bug in one refresh must not stop following the store
-                log.exception("following the rollout state failed")
-                self.metrics.internal_errors.labels("decider").inc()
+        """Follow the store forever (a background task): `follow_store` with this refresh."""
+        await follow_store(
+            self.refresh, interval_s, self.metrics, what="rollout state", serving="route table"
+        )
 
     # --- changing ---------------------------------------------------------------------------------
 
