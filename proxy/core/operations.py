@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .errors import RequestError
+from .sticky import body_field
 
 OPERATION_HEADER = "x-mirrorgate-operation"
 """The request header naming the operation a request is part of."""
@@ -36,15 +37,6 @@ def operation_id_problem(value: object) -> str | None:
     if not (value.isascii() and value.isprintable()):
         return "must be printable ASCII (no control characters)"
     return None
-
-
-def body_field(payload: Mapping[str, Any], path: str) -> Any:
-    """The value at the dotted `path` of a JSON body, or None when some step is missing or is
-    not an object."""
-    value: Any = payload
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
 
 
 def request_operation(

@@ -29,10 +29,17 @@ def sticky_key(
                 return raw.decode("latin-1")
         return None
     if kind == "body":
-        value: Any = payload
-        for part in name.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
+        value = body_field(payload, name)
         # bool is a subclass of int: refuse it explicitly.
         if isinstance(value, str | int) and not isinstance(value, bool) and value != "":
             return str(value)
     return None
+
+
+def body_field(payload: Mapping[str, Any], path: str) -> Any:
+    """The value at the dotted `path` of a JSON body, or None when some step is missing or is
+    not an object."""
+    value: Any = payload
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value

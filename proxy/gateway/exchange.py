@@ -42,6 +42,7 @@ from proxy.core import (
     error_body,
     loads_exact,
     request_operation,
+    sticky_key,
     with_system_append,
 )
 from proxy.observability import ExchangeTracer, GatewayMetrics
@@ -88,11 +89,10 @@ def task_tags(classifier: str, headers: Sequence[tuple[bytes, bytes]]) -> tuple[
     is kept as a tag, cut to 64 characters of `[A-Za-z0-9._-]` (it comes from the client)."""
     if not classifier.startswith("header:"):
         return ()
-    name = classifier.removeprefix("header:").lower().encode("latin-1")
-    raw = next((v for k, v in headers if k.lower() == name), None)
+    raw = sticky_key(classifier, headers, {})  # the one reader of `header:<name>` settings
     if raw is None:
         return ()
-    value = _TASK_UNSAFE.sub("_", raw[:256].decode("latin-1"))[:64].strip("_")
+    value = _TASK_UNSAFE.sub("_", raw[:256])[:64].strip("_")
     return (f"task:{value}",) if value else ()
 
 
