@@ -15,9 +15,11 @@ from pathlib import Path
 from bench.processes import ServerProcess, http_ok
 
 HOST = "127.0.0.1"
-MOCK_PORT = 18999
-MIRRORGATE_PORT = 18080
-LITELLM_PORT = 18081
+PORT_BASE = int(os.environ.get("MIRRORGATE_BENCH_PORT_BASE", "18000"))
+"""Ports are offsets from this (default 18000), so that two runs on one machine need not collide."""
+MOCK_PORT = PORT_BASE + 999
+MIRRORGATE_PORT = PORT_BASE + 80
+LITELLM_PORT = PORT_BASE + 81
 ROUTE = "bench"
 """The model name clients send: a mirrorgate route, and a LiteLLM model_name."""
 UPSTREAM_MODEL = "fake"
