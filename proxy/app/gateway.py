@@ -73,6 +73,8 @@ from proxy.observability import (
     ExchangeTracer,
     GatewayMetrics,
     build_tracer_provider,
+    freeze_startup_objects,
+    gcpause,
 )
 from proxy.rollout import (
     ExperimentDecider,
@@ -128,11 +130,14 @@ class Gateway:
         env: Mapping[str, str] | None = None,
         tracer_provider: TracerProvider | None = None,
         cpu_clock: Callable[[], float] = time.thread_time,
+        freeze_gc: bool = False,
         source: Callable[[], MirrorgateConfig] | None = None,
     ) -> None:
         """`cpu_clock`: the CPU time the overload monitor counts as the gateway's. The event
         loop thread's by default; `mirrorgate serve`, alone in its process, passes the process's
         (its recorder and analysis threads compete with the loop for the same GIL).
+        `freeze_gc`: after start-up, freeze the objects alive then out of the cyclic collector
+        (`mirrorgate serve`, one gateway per process; see `proxy.observability.gcpause`).
         `source`: reads and checks the configuration file anew, for reloads (None: this
         gateway was not started from a file and cannot reload)."""
         self.config = config
@@ -211,6 +216,7 @@ class Gateway:
                 max_pending=config.server.max_shadow_calls,
             )
         self._cpu_clock = cpu_clock
+        self._freeze_gc = freeze_gc
         self.rule_events = RuleEventStore(self.store)
         self.probe_results = ProbeStore(self.store)
         """Rule-flip probes' results, read by the rollout judge, the guard and `/admin/rules`."""
@@ -375,6 +381,11 @@ class Gateway:
                 server.shadow_shed_busy_percent / 100,
                 cpu_clock=self._cpu_clock,
             )
+        gcpause.watch(self.metrics.gc_pause)
+        if self._freeze_gc:  # the start-up objects leave the collector's walk (gcpause)
+            log.info(
+                "froze %d start-up objects out of the cyclic collector", freeze_startup_objects()
+            )
         self.ready = True
         try:
             yield
@@ -533,6 +544,7 @@ class Gateway:
 
     async def close(self) -> None:
         """Drain the recorder and close every client (SIGTERM lands here through uvicorn)."""
+        gcpause.unwatch(self.metrics.gc_pause)
         await self.background.cancel_all()
         if self.alerts is not None:
             await self.alerts.stop(self.config.server.drain_timeout_s / 4)

@@ -149,7 +149,7 @@ def run_gateway(
         return 1
     try:
         # Alone in this process: all its CPU is the gateway's (see `Gateway`'s `cpu_clock`).
-        gateway = Gateway(config, cpu_clock=time.process_time, source=source)
+        gateway = Gateway(config, cpu_clock=time.process_time, freeze_gc=True, source=source)
         # Reached and migrated before serving: a store that cannot be opened is one line on
         # stderr and exit 1, not a startup traceback (the lifespan's own migrate is then a no-op).
         gateway.store.migrate()

@@ -3,6 +3,8 @@ tracing with the GenAI conventions. Imports only `proxy.core` and `proxy.config`
 below the store and the upstream client so that both can count into the one catalogue.
 """
 
+from . import gcpause
+from .gcpause import freeze_startup_objects
 from .logs import (
     LEVELS,
     JsonFormatter,
@@ -34,4 +36,6 @@ __all__ = [
     "access_fields",
     "build_tracer_provider",
     "configure_logging",
+    "freeze_startup_objects",
+    "gcpause",
 ]

@@ -11,6 +11,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from proxy.core import ExchangeRecord
 
+from .gcpause import pause_histogram
+
 LATENCY_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0,
     30.0, 60.0, 120.0,
@@ -238,6 +240,7 @@ class GatewayMetrics:
             "away (client_disconnected) or the gateway stopped (shutdown). Each has its record.",
             ("route", "reason"), registry=registry,
         )  # fmt: skip
+        self.gc_pause = pause_histogram(registry)  # fed while the gateway runs (gcpause.watch)
         self._children: dict[tuple[str, str, str], _ArmChildren] = {}
         self._overhead: dict[str, Histogram] = {}
 
