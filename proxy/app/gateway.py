@@ -73,7 +73,6 @@ from proxy.observability import (
     ExchangeTracer,
     GatewayMetrics,
     build_tracer_provider,
-    freeze_startup_objects,
     gcpause,
 )
 from proxy.rollout import (
@@ -384,7 +383,8 @@ class Gateway:
         gcpause.watch(self.metrics.gc_pause)
         if self._freeze_gc:  # the start-up objects leave the collector's walk (gcpause)
             log.info(
-                "froze %d start-up objects out of the cyclic collector", freeze_startup_objects()
+                "froze %d start-up objects out of the cyclic collector",
+                gcpause.freeze_startup_objects(),
             )
         self.ready = True
         try:

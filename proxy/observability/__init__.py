@@ -4,7 +4,6 @@ below the store and the upstream client so that both can count into the one cata
 """
 
 from . import gcpause
-from .gcpause import freeze_startup_objects
 from .logs import (
     LEVELS,
     JsonFormatter,
@@ -36,6 +35,5 @@ __all__ = [
     "access_fields",
     "build_tracer_provider",
     "configure_logging",
-    "freeze_startup_objects",
     "gcpause",
 ]

@@ -7,7 +7,8 @@ request path explains is often one of these, so the pauses are measured where th
 `gc.callbacks` calls us at the start and the stop of every collection, in whichever thread
 triggered it, and the difference goes into the histogram of the generation collected.
 
-`gc.callbacks` belongs to the process, gateways to a registry each: one callback is installed
+The family is `GatewayMetrics.gc_pause`, in the catalogue like every other. `gc.callbacks`
+belongs to the process, gateways to a registry each: one callback is installed
 for the process and feeds every histogram that `watch` was given, until `unwatch`. It never
 raises (an exception in a gc callback is printed and lost) and costs one clock read and one
 histogram observation per collection.
@@ -26,12 +27,7 @@ import threading
 import time
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Histogram
-
-PAUSE_BUCKETS = (
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-)  # fmt: skip
-"""From 0.1 ms (a young collection) to 1 s; 5 ms is the bound a p99 goal is held to."""
+from prometheus_client import Histogram
 
 
 class _Collections:
@@ -46,15 +42,6 @@ class _Collections:
 _state = _Collections()
 
 
-def pause_histogram(registry: CollectorRegistry) -> Histogram:
-    """The family on `registry` (the gateway's catalogue creates it; `watch` feeds it)."""
-    return Histogram(
-        "mirrorgate_gc_pause_seconds",
-        "Time the process stood still in a garbage collection, by generation collected.",
-        ("generation",), buckets=PAUSE_BUCKETS, registry=registry,
-    )  # fmt: skip
-
-
 def _on_collection(phase: str, info: dict[str, Any]) -> None:
     try:
         if phase == "start":
@@ -67,7 +54,7 @@ def _on_collection(phase: str, info: dict[str, Any]) -> None:
         generation = str(info.get("generation", ""))
         for histogram in _state.watched:
             histogram.labels(generation).observe(seconds)
-    except Exception:
+    except Exception:  # never out of the collector: there it would be printed and lost
         return
 
 

@@ -9,7 +9,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.observability import freeze_startup_objects, gcpause
+from proxy.observability import gcpause
+from proxy.observability.metrics import GatewayMetrics
 from tests.conftest import InProcessGateway
 
 
@@ -63,8 +64,8 @@ def test_a_full_collection_is_in_metrics_while_the_gateway_runs_and_not_after(
 def test_each_watched_registry_counts_a_collection_once_and_the_callback_goes_with_the_last() -> (
     None
 ):
-    first = gcpause.pause_histogram(CollectorRegistry())
-    second = gcpause.pause_histogram(CollectorRegistry())
+    first = GatewayMetrics(CollectorRegistry()).gc_pause
+    second = GatewayMetrics(CollectorRegistry()).gc_pause
     installed_before = gc.callbacks.count(gcpause._on_collection)
     gcpause.watch(first)
     gcpause.watch(first)  # a second watch of the same histogram does not double its counts
@@ -81,7 +82,7 @@ def test_each_watched_registry_counts_a_collection_once_and_the_callback_goes_wi
 
 
 def test_a_stop_without_its_start_is_ignored_and_never_raises() -> None:
-    histogram = gcpause.pause_histogram(CollectorRegistry())
+    histogram = GatewayMetrics(CollectorRegistry()).gc_pause
     gcpause.watch(histogram)
     try:
         gcpause._on_collection("stop", {"generation": 2})
@@ -101,4 +102,4 @@ def test_a_gateway_told_to_freeze_its_startup_objects_does_so_when_it_has_starte
     frozen = gc.get_freeze_count()
     assert frozen > 1000  # modules, the config, the app's routes: far more than a handful
     assert any(gc.is_tracked(o) for o in (gw.gateway.config,))  # tracked, and so frozen now
-    assert freeze_startup_objects() >= frozen
+    assert gcpause.freeze_startup_objects() >= frozen
