@@ -7,6 +7,12 @@ Only an incomplete trailing event is held back, until its end arrives.
 
 On the way it notes the time of the first token, the answer text, the usage report, and whether the
 upstream sent something that is not the wire format.
+
+The cost per event is kept to one `orjson.loads` of its data and a few dictionary reads: on a
+compact 230-byte chunk the parse takes ~1.5 µs, less than finding the keys by searching the bytes
+from Python (~4 µs, measured; bench/README.md). What is not parsed again is the framing: the
+usual event (one `data:` line, `\n\n`-ended) is sliced rather than split into lines, and the
+injected `"usage":null` is cut where it stands, by position, rather than by a regular expression.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from .usage import anthropic_usage, openai_usage
 
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 _USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null|"usage"\s*:\s*null\s*,?')
+_USAGE_NULL_COMPACT = b'"usage":null'
 MAX_PENDING_BYTES = 4 * 1024 * 1024
 """An upstream 'event' larger than this without an end is forwarded as is and marked malformed."""
 
@@ -55,6 +62,13 @@ class StreamObserver:
         """Take raw upstream bytes; return what should go to the client now."""
         buf = self._pending + chunk if self._pending else chunk
         out: list[bytes] = []
+        if b"\r" not in buf:  # the usual framing: events end with a blank line, "\n\n"
+            *events, self._pending = buf.split(b"\n\n")
+            for event in events:
+                kept = self._event(event + b"\n\n")
+                if kept:
+                    out.append(kept)
+            return self._forward(out)
         start = 0
         for match in _EVENT_END.finditer(buf):
             event = buf[start : match.end()]
@@ -63,6 +77,9 @@ class StreamObserver:
             if kept:
                 out.append(kept)
         self._pending = buf[start:]
+        return self._forward(out)
+
+    def _forward(self, out: list[bytes]) -> bytes:
         if len(self._pending) > MAX_PENDING_BYTES:
             self.malformed = True
             out.append(self._pending)
@@ -80,17 +97,20 @@ class StreamObserver:
     # --- one event -------------------------------------------------------------------------------
 
     def _event(self, raw: bytes) -> bytes:
-        data_lines: list[bytes] = []
         name = b""
-        for line in raw.splitlines():
-            if line.startswith(b"data:"):
-                data_lines.append(line[6:] if line[5:6] == b" " else line[5:])
-            elif line.startswith(b"event:"):
-                name = line[6:].strip()
-        if not data_lines:
-            return raw  # comments, keep-alives, retry: hints
+        if raw.startswith(b"data: ") and raw.find(b"\n") == len(raw) - 2 and raw[-1] == 0x0A:
+            data = raw[6:-2]  # the usual event: one data line, then the blank one
+        else:
+            data_lines: list[bytes] = []
+            for line in raw.splitlines():
+                if line.startswith(b"data:"):
+                    data_lines.append(line[6:] if line[5:6] == b" " else line[5:])
+                elif line.startswith(b"event:"):
+                    name = line[6:].strip()
+            if not data_lines:
+                return raw  # comments, keep-alives, retry: hints
+            data = b"\n".join(data_lines)
         self.events += 1
-        data = b"\n".join(data_lines)
         if data.strip() == b"[DONE]":
             self.finished = True
             return raw
@@ -141,8 +161,8 @@ class StreamObserver:
                     self._token()
         elif self.strip_usage and usage is not None:
             return b""  # the usage-only chunk we asked for; the client did not
-        if self.strip_usage and b'"usage"' in raw:
-            return _USAGE_NULL.sub(b"", raw, count=1)
+        if self.strip_usage and "usage" in obj:
+            return _without_usage_null(raw)
         return raw
 
     def _responses(self, name: str, obj: dict[str, Any]) -> None:
@@ -193,3 +213,17 @@ class StreamObserver:
         elif kind == "error":
             error = obj.get("error")
             self.error_event = str(error.get("message") if isinstance(error, dict) else error)
+
+
+def _without_usage_null(raw: bytes) -> bytes:
+    """`raw` without the first `"usage":null` member (the one asking for usage added). A key with
+    unescaped quotes cannot be inside a JSON string, so the compact form is cut where found; any
+    other spacing goes through the regular expression."""
+    at = raw.find(_USAGE_NULL_COMPACT)
+    if at > 0:
+        after = at + len(_USAGE_NULL_COMPACT)
+        if raw[at - 1] == 0x2C:  # ",": the usual place, after the other members
+            return raw[: at - 1] + raw[after:]
+        if raw[after] == 0x2C:
+            return raw[:at] + raw[after + 1 :]
+    return _USAGE_NULL.sub(b"", raw, count=1)

@@ -81,3 +81,61 @@ def test_anthropic_usage_merges_message_start_and_delta() -> None:
     assert usage is not None
     assert (usage.input_tokens, usage.output_tokens, usage.cached_input_tokens) == (12, 7, 5)
     assert observer.finished and observer.text == "hi"
+
+
+def ordered_chunk(content: str, usage_first: bool) -> bytes:
+    """A chat chunk with `"usage":null` as its first or its last member, as upstreams write it."""
+    choices = [{"index": 0, "delta": {"content": content}, "finish_reason": None}]
+    members: dict[str, object] = {"id": "c1", "object": "chat.completion.chunk", "choices": choices}
+    body = {"usage": None, **members} if usage_first else {**members, "usage": None}
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def forwarded_objects(out: bytes) -> list[object]:
+    return [orjson.loads(e[6:]) for e in out.split(b"\n\n") if e and e != b"data: [DONE]"]
+
+
+def test_usage_null_is_cut_wherever_it_stands_and_never_inside_the_content() -> None:
+    tricky = 'say "usage":null, then \\ and "usage" : null\n'
+    observer = StreamObserver("chat.completions", strip_usage=True)
+    stream = ordered_chunk(tricky, usage_first=True) + ordered_chunk("é😀", usage_first=False)
+    out = observer.feed(stream + b"data: [DONE]\n\n") + observer.close()
+    assert forwarded_objects(out) == [
+        {"id": "c1", "object": "chat.completion.chunk",
+         "choices": [{"index": 0, "delta": {"content": tricky}, "finish_reason": None}]},
+        {"id": "c1", "object": "chat.completion.chunk",
+         "choices": [{"index": 0, "delta": {"content": "é😀"}, "finish_reason": None}]},
+    ]  # fmt: skip
+    assert observer.text == tricky + "é😀" and not observer.malformed
+
+
+def test_a_spaced_usage_null_is_still_removed() -> None:
+    observer = StreamObserver("chat.completions", strip_usage=True)
+    event = b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}], "usage" : null}\n\n'
+    out = observer.feed(event)
+    assert orjson.loads(out[6:]) == {"choices": [{"index": 0, "delta": {"content": "hi"}}]}
+    assert observer.text == "hi"
+
+
+def test_a_stream_cut_into_reads_anywhere_forwards_what_it_forwards_whole() -> None:
+    stream = (
+        b": keep-alive\n\n"
+        + ordered_chunk("a\nb", usage_first=False)
+        + b"event: note\ndata: "
+        + orjson.dumps({"choices": [{"delta": {"content": "c"}}]})
+        + b"\n\n"
+        + ordered_chunk('"q"', usage_first=True)
+        + chunk(None, USAGE)
+        + b"data: [DONE]\n\n"
+    )  # fmt: skip
+    whole = StreamObserver("chat.completions", strip_usage=True)
+    expected = whole.feed(stream) + whole.close()
+    assert whole.text == 'a\nbc"q"' and whole.usage is not None and whole.finished
+    assert b'"usage":null' not in expected and b'"completion_tokens"' not in expected
+    for cut in range(1, len(stream)):
+        observer = StreamObserver("chat.completions", strip_usage=True)
+        out = observer.feed(stream[:cut]) + observer.feed(stream[cut:]) + observer.close()
+        assert out == expected, cut
+        assert (observer.text, observer.usage, observer.events) == (
+            whole.text, whole.usage, whole.events,
+        )  # fmt: skip
