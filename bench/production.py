@@ -35,6 +35,8 @@ ANSWER_TEMPLATE = (
     '{"max_weight": {1}, "status": "shipped", "order id": "FR-{1}", "options": [{"price": 12}]}'
 )
 """The mock's JSON answer (`regex_from_system`): `{1}` is the weight found in the prompt."""
+DEFAULT_ANSWER = ANSWER_TEMPLATE.replace("{1}", "100")
+"""The answer to a prompt without the rule (the bench's standard request): the same JSON shape."""
 WEIGHT_PATTERN = r"max_weight\s*=\s*(\d+)"
 
 
@@ -42,7 +44,7 @@ def mock_behaviour() -> str:
     """The mock upstream's YAML `models:` entries for the JSON-answering models (indented 2)."""
     answer = (
         f"{{answer: {{type: regex_from_system, pattern: '{WEIGHT_PATTERN}', "
-        f"template: '{ANSWER_TEMPLATE}'}}}}"
+        f"template: '{ANSWER_TEMPLATE}', default: '{DEFAULT_ANSWER}'}}}}"
     )
     return "".join(f"  {name}: {answer}\n" for name in (JSON_MODEL, JSON_CANDIDATE))
 
