@@ -22,23 +22,29 @@ from typing import Any
 
 COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
     ("logging (per-request log lines)", ("(logging/",)),
-    ("prometheus metrics", ("(prometheus_client/", "(proxy/metrics.py")),
-    ("OpenTelemetry tracing", ("(opentelemetry/", "(proxy/tracing.py")),
-    ("recorder submit (client path)", ("(proxy/recorder.py",)),
-    ("SQLite store writes (recorder thread)", (
-        "(sqlalchemy/", "(sqlmodel/", "(proxy/store.py", "(sqlite3/",
+    ("prometheus metrics", ("(prometheus_client/", "(proxy/observability/metrics.py")),
+    ("OpenTelemetry tracing", (
+        "(opentelemetry/", "(google/protobuf/", "(proxy/observability/tracing.py",
     )),
-    ("token counting", ("(tiktoken", "(proxy/tokens.py")),
-    ("SSE stream observer", ("(proxy/streaming.py",)),
+    ("recorder submit (client path)", ("(proxy/store/recorder.py",)),
+    ("SQLite store writes (recorder thread)", (
+        "(sqlalchemy/", "(sqlmodel/", "(proxy/store/", "(sqlite3/", "(psycopg",
+    )),
+    ("token counting", ("(tiktoken", "(proxy/upstream/tokens.py")),
+    ("SSE stream observer", ("(proxy/upstream/streaming.py",)),
+    ("rule checks and probes (analysis worker)", (
+        "(analyzers/", "(proxy/mirror/analysis.py", "(proxy/mirror/probes.py",
+    )),
+    ("shadow dispatch", ("(proxy/mirror/shadow.py", "(proxy/mirror/overload.py")),
     ("usage / pricing / record building", (
-        "(proxy/usage.py", "(proxy/pricing.py", "(proxy/records.py", "ProxyHandler._record ",
-        "ProxyHandler._emit ", "ModelCaller.record ",
+        "(proxy/upstream/usage.py", "(proxy/core/pricing.py", "(proxy/core/records.py",
+        "ProxyHandler._record ", "ProxyHandler._emit ", "ModelCaller.record ",
     )),
     ("upstream client: httpx/httpcore/anyio", (
         "(httpx/", "(httpcore/", "(anyio/", "(h11/", "(sniffio/",
     )),
     ("upstream client: proxy/upstream_http + pool", (
-        "(proxy/upstream_http.py", "(proxy/upstream_pool.py",
+        "(proxy/upstream/http11.py", "(proxy/upstream/pool.py",
     )),
     ("uvicorn + httptools server", ("(uvicorn/", "(httptools/")),
     ("FastAPI/Starlette (non-proxy routes)", ("(starlette/", "(fastapi/")),
@@ -49,7 +55,7 @@ COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
 Extend it when the gateway grows a module worth its own line in the profile.
 """
 FALLBACK_LOOP = "asyncio/uvloop event loop"
-_ENTRY_FRAMES = ("(proxy/cli.py", "(proxy/serve.py")
+_ENTRY_FRAMES = ("(proxy/cli/", "(proxy/app/serve.py")
 """Start-up frames under every sample; left out of the inclusive function list."""
 FALLBACK_OTHER = "other"
 
