@@ -1,5 +1,10 @@
 """How fast records reach the database: `Store.write_batch`, `Recorder.submit`, the drain.
 
+Besides records/s it reports the CPU the writer thread spends per record inside `write_batch`
+(`time.thread_time`, on the thread that writes): the time that thread may hold the GIL the event
+loop needs (SQLite's own work and psycopg's waits for the server release it, so it is an upper
+bound), and the thread's whole CPU per record while the recorder drains (`/proc` task stat).
+
     .venv/bin/python -m bench.store_write [--records 50000] [--batch 500]
         [--pg-url postgresql+psycopg://postgres@127.0.0.1:5432/test] [--no-pg] [--no-bodies]
 
@@ -13,17 +18,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 
-from proxy.core.records import Arm, ExchangeRecord, Status, Usage
+from proxy.core.records import Arm, ExchangeRecord, Status, StoredRecord, Usage
 from proxy.store.exchanges import Store
 from proxy.store.recorder import BodiesPolicy, Recorder
 
@@ -55,17 +62,42 @@ def make_record(i: int) -> ExchangeRecord:
     )
 
 
-def bench_write_batch(store: Store, records: list[ExchangeRecord], batch: int) -> float:
+class TimedStore(Store):
+    """A store that adds up the CPU time of the calling thread spent in `write_batch`."""
+
+    cpu_s = 0.0
+
+    def write_batch(self, records: Sequence[StoredRecord]) -> None:
+        start = time.thread_time()
+        try:
+            super().write_batch(records)
+        finally:
+            self.cpu_s += time.thread_time() - start
+
+
+def thread_cpu_s(native_id: int) -> float:
+    """User + system CPU of this process's thread `native_id`, from /proc."""
+    fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_write_batch(
+    store: TimedStore, records: list[ExchangeRecord], batch: int
+) -> tuple[float, float]:
+    """(records/s, CPU µs per record in write_batch)."""
+    store.cpu_s = 0.0
     start = time.perf_counter()
     for i in range(0, len(records), batch):
         store.write_batch(records[i : i + batch])
-    return len(records) / (time.perf_counter() - start)
+    return len(records) / (time.perf_counter() - start), store.cpu_s / len(records) * 1e6
 
 
 def bench_recorder(
-    store: Store, records: list[ExchangeRecord], batch: int, policy: BodiesPolicy
-) -> tuple[float, float]:
-    """(microseconds per submit, records/s from the first submit until all are written)."""
+    store: TimedStore, records: list[ExchangeRecord], batch: int, policy: BodiesPolicy
+) -> tuple[float, float, float, float]:
+    """(microseconds per submit, records/s from the first submit until all are written, CPU µs
+    per record in write_batch, the writer thread's CPU µs per record)."""
+    store.cpu_s = 0.0
     recorder = Recorder(
         store,
         queue_size=len(records),
@@ -75,6 +107,9 @@ def bench_recorder(
         bodies_policy=policy,
     )
     recorder.start()
+    writer = next(t for t in threading.enumerate() if t.name == "mirrorgate-recorder")
+    assert writer.native_id is not None
+    thread_start = thread_cpu_s(writer.native_id)
     start = time.perf_counter()
     for record in records:
         recorder.submit(record)
@@ -82,23 +117,34 @@ def bench_recorder(
     while recorder.pending():
         time.sleep(0.005)
     done = time.perf_counter()
+    thread_s = thread_cpu_s(writer.native_id) - thread_start
     recorder.stop(timeout_s=10)
-    return (submitted - start) / len(records) * 1e6, len(records) / (done - start)
+    n = len(records)
+    return (
+        (submitted - start) / n * 1e6,
+        n / (done - start),
+        store.cpu_s / n * 1e6,
+        thread_s / n * 1e6,
+    )
 
 
 def run(
-    name: str, open_store: Callable[[], Store], records: list[ExchangeRecord], batch: int
+    name: str, open_store: Callable[[], TimedStore], records: list[ExchangeRecord], batch: int
 ) -> None:
     store = open_store()
     store.migrate()
     try:
-        rate = bench_write_batch(store, records, batch)
-        print(f"{name:10} write_batch({batch})            {rate:10,.0f} records/s")
+        rate, cpu_us = bench_write_batch(store, records, batch)
+        print(
+            f"{name:10} write_batch({batch})            {rate:10,.0f} records/s"
+            f"   write_batch CPU {cpu_us:6.1f} µs/record"
+        )
         for policy in ("full", "redacted"):
-            submit_us, drain = bench_recorder(store, records, batch, policy)
+            submit_us, drain, cpu_us, thread_us = bench_recorder(store, records, batch, policy)
             print(
                 f"{name:10} recorder bodies={policy:8}      {drain:10,.0f} records/s"
-                f"   submit {submit_us:.2f} µs"
+                f"   write_batch CPU {cpu_us:6.1f} µs/record"
+                f"   writer thread CPU {thread_us:6.1f} µs/record   submit {submit_us:.2f} µs"
             )
     finally:
         store.close()
@@ -121,12 +167,12 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'bench.db'}"
-        run("sqlite", lambda: Store(url), records, args.batch)
+        run("sqlite", lambda: TimedStore(url), records, args.batch)
 
     if not args.no_pg:
         schema = f"bench_{uuid.uuid4().hex[:8]}"
         try:
-            run("postgres", lambda: Store(args.pg_url, schema=schema), records, args.batch)
+            run("postgres", lambda: TimedStore(args.pg_url, schema=schema), records, args.batch)
         finally:
             engine = sa.create_engine(args.pg_url)
             with engine.begin() as conn:

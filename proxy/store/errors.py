@@ -3,7 +3,9 @@
 The tree is drawn in the package's docstring (`proxy.store`). `translated` wraps every piece of
 database work in the store: a SQLAlchemy error (or a driver's encoding or range error while
 writing) leaves it as the most specific `StoreError`, chained to the original. Nothing else in
-mirrorgate catches SQLAlchemy's errors.
+mirrorgate catches SQLAlchemy's errors. Work done on the driver's own cursor (the exchange rows'
+insert) runs inside `driver_errors`, which gives the driver's errors SQLAlchemy's form first, so
+that `translated` classifies them as it does all the others.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Connection
 
 
 class StoreError(Exception):
@@ -58,6 +61,24 @@ def translated(action: str, *, writing: bool = False) -> Iterator[None]:
         if not writing:
             raise
         raise RecordRejectedError(f"cannot store record: {exc}") from exc
+
+
+@contextmanager
+def driver_errors(conn: Connection, statement: str) -> Iterator[None]:
+    """Run `statement` on `conn`'s driver connection directly; let the driver's errors out as
+    the SQLAlchemy error of the same DBAPI class (`OperationalError`, `IntegrityError`, …), as if
+    SQLAlchemy had run it. A lost connection is invalidated, so the pool never hands it out again,
+    and the error says so (`connection_invalidated`: transient)."""
+    dbapi = conn.dialect.loaded_dbapi
+    try:
+        yield
+    except dbapi.Error as exc:
+        lost = conn.dialect.is_disconnect(exc, conn.connection.dbapi_connection, None)
+        if lost:
+            conn.invalidate(exc)
+        raise sa_exc.DBAPIError.instance(
+            statement, None, exc, dbapi.Error, connection_invalidated=lost
+        ) from exc
 
 
 def _most_specific(exc: sa_exc.SQLAlchemyError, action: str, *, writing: bool) -> StoreError:

@@ -10,7 +10,9 @@ recorder, and to the other tables' text by their query objects, through the stor
 (`proxy.store.redaction`). Two normalisations happen here so both backends hold the same thing:
 times are stored as UTC (a naive datetime is taken to be UTC already), and text PostgreSQL cannot
 hold (NUL, lone surrogates) is replaced by U+FFFD in every statement's parameters, for every table,
-at the engine (`normalised_parameters`), so no caller has to remember it.
+at the engine (`normalised_parameters`), so no caller has to remember it. The exchange rows, the
+recorder's bulk, go to the driver directly (`proxy.store.exchange_insert`), which applies the same
+two.
 
 Errors: every failure leaves this module as a `StoreError` (the tree: `proxy.store`), translated
 by `proxy.store.errors.translated`.
@@ -62,6 +64,7 @@ from .errors import (
     StoreUnavailableError,
     translated,
 )
+from .exchange_insert import exchange_rows, insert_exchange_rows
 from .migrations import SQLITE_BEGIN_OPTION
 from .pairs import pair_to_row, pairs_table, row_to_pair
 from .probes import probe_results_table, probe_to_row
@@ -147,7 +150,6 @@ _exchanges: sa.Table = ExchangeRow.__table__  # type: ignore[attr-defined]
 exchanges_table = _exchanges
 """The `exchanges` table, for the store's other query objects (rule versions, judge windows)."""
 T = TypeVar("T")
-_insert_exchange = sa.insert(_exchanges)
 _insert_pair = sa.insert(pairs_table)
 _insert_check = sa.insert(checks_table)
 
@@ -285,7 +287,8 @@ class Store:
         if not records:
             return
         try:
-            rows = [_to_row(r) for r in records if isinstance(r, ExchangeRecord)]
+            exchanges = [r for r in records if isinstance(r, ExchangeRecord)]
+            rows = exchange_rows(exchanges, sqlite=self.backend == "sqlite")
             pairs = [pair_to_row(r) for r in records if isinstance(r, PairRecord)]
             checks = [check_to_row(r) for r in records if isinstance(r, CheckRecord)]
             findings = [finding_to_row(r) for r in records if isinstance(r, FindingRecord)]
@@ -294,7 +297,7 @@ class Store:
             raise RecordRejectedError(f"cannot store record: {exc}") from exc
         with translated(f"writing {len(rows)} records", writing=True), self._engine.begin() as conn:
             if rows:
-                conn.execute(_insert_exchange, rows)
+                insert_exchange_rows(conn, rows)
             if pairs:
                 conn.execute(_insert_pair, pairs)
             if checks:
@@ -610,44 +613,6 @@ def _sqlite_begin(conn: Connection) -> None:
 
 
 _utc = as_utc
-
-
-def _to_row(record: ExchangeRecord) -> dict[str, Any]:
-    usage = record.usage
-    return {
-        "request_id": record.request_id,
-        "route": record.route,
-        "target": record.target,
-        "upstream_model": record.upstream_model,
-        "arm": record.arm.value,
-        "endpoint": record.endpoint,
-        "provider": record.provider,
-        "streamed": record.streamed,
-        "started_at": _utc(record.started_at),
-        "duration_s": record.duration_s,
-        "ttft_s": record.ttft_s,
-        "overhead_s": record.overhead_s,
-        "status": record.status.value,
-        "http_status": record.http_status,
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cached_input_tokens": usage.cached_input_tokens,
-        "cache_write_tokens": usage.cache_write_tokens,
-        "reasoning_tokens": usage.reasoning_tokens,
-        "usage_estimated": usage.estimated,
-        "cost_usd": record.cost_usd,
-        "error_class": record.error_class,
-        "rule": record.rule,
-        "rule_version": record.rule_version,
-        "pair_id": record.pair_id,
-        "tags": json.dumps(list(record.tags)) if record.tags else "[]",
-        "request_body": record.request_body,
-        "response_body": record.response_body,
-        "response_text": record.response_text,
-        "operation_id": record.operation_id,
-        "experiment_arm": record.experiment_arm,
-        "experiment_unit": record.experiment_unit,
-    }
 
 
 def _to_record(row: sa.RowMapping) -> ExchangeRecord:

@@ -469,6 +469,12 @@ class Recorder:
             wait=self._wait_to_retry,
             on_unavailable=unavailable,
         )
+        self._store_reached()
+        return left
+
+    def _store_reached(self) -> None:
+        """A write went through: the outage, if any, is over. Called before the write is counted,
+        so that whoever sees `written_total` grow also sees `write_problem` cleared."""
         if self._outage_started is not None:
             log.warning(
                 "recorder: the store is available again after %.1fs",
@@ -476,7 +482,6 @@ class Recorder:
             )
             self._outage_started = None
         self._failing = None
-        return left
 
     def _release_batch(self) -> None:
         """The writer's batch is settled: its bytes no longer count toward `queue_max_bytes`."""
@@ -499,6 +504,7 @@ class Recorder:
         except Exception as exc:
             log.warning("recorder: the store refused a batch of %d, isolating: %s", len(batch), exc)
             return self._write_one_by_one(batch)
+        self._store_reached()
         self._settle_written(len(batch))
         self._notify_settled(batch)
         return []
@@ -536,6 +542,7 @@ class Recorder:
                 self._dropped["rejected"].inc()
                 self._settled += 1
             else:
+                self._store_reached()
                 self._settle_written(1)
             self._notify_settled((record,))
         return []
