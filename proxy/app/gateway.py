@@ -576,6 +576,15 @@ class Gateway:
             docs_url=None,
             redoc_url=None,
             openapi_url=None,
+            # The shared routers' own routes, not includes of them: FastAPI builds an include's
+            # routes again, per app, on its first request.
+            routes=[
+                *admin_router.routes,
+                *rollout_router.routes,
+                *experiment_router.routes,
+                *feedback_router.routes,
+                *outcome_router.routes,
+            ],
         )
         install_error_handling(api, self.metrics)
 
@@ -617,11 +626,6 @@ class Gateway:
         api.state.experiment_manager = self.experiments
         api.state.feedback_service = self.feedback
         api.state.outcome_service = self.outcomes
-        api.include_router(admin_router)
-        api.include_router(rollout_router)
-        api.include_router(experiment_router)
-        api.include_router(feedback_router)
-        api.include_router(outcome_router)
         install_console_errors(api)
         api.include_router(console_router(self.console_parts))
 
