@@ -5,36 +5,38 @@ answers (`install_error_handling`: routers raise, it answers). Imports everythin
 only the app's wiring imports it.
 """
 
-from .admin import AdminAuth, build_admin_router, probe_scores, read_limited
+from .admin import AdminAuth, AdminParts, admin_router, probe_scores, read_limited
 from .doors import StateChangeGuard
 from .errors import install_error_handling
-from .experiments import ExperimentStatuses, build_experiment_router, experiment_status
-from .feedback import FeedbackService, RecentExchanges, build_feedback_router
+from .experiments import ExperimentStatuses, experiment_router, experiment_status
+from .feedback import FeedbackService, RecentExchanges, feedback_router
 from .feedback_auth import FeedbackAuth
-from .outcomes import OutcomeService, RecentOperations, build_outcome_router
+from .outcomes import OutcomeService, RecentOperations, outcome_router
 from .public import build_public_router
-from .rollouts import build_rollout_router, state_json
+from .rollouts import RolloutParts, rollout_router, state_json
 from .token_buckets import TokenBuckets
 
 __all__ = [
     "AdminAuth",
+    "AdminParts",
     "ExperimentStatuses",
     "FeedbackAuth",
     "FeedbackService",
     "OutcomeService",
     "RecentExchanges",
     "RecentOperations",
+    "RolloutParts",
     "StateChangeGuard",
     "TokenBuckets",
-    "build_admin_router",
-    "build_experiment_router",
-    "build_feedback_router",
-    "build_outcome_router",
+    "admin_router",
     "build_public_router",
-    "build_rollout_router",
+    "experiment_router",
     "experiment_status",
+    "feedback_router",
     "install_error_handling",
+    "outcome_router",
     "probe_scores",
     "read_limited",
+    "rollout_router",
     "state_json",
 ]

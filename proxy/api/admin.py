@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -79,107 +80,129 @@ def probe_scores(
     }
 
 
-def build_admin_router(
-    auth: AdminAuth,
-    routes: RouteTable,
-    rule_events: RuleEventStore,
-    *,
-    reload: Callable[[], Awaitable[tuple[int, dict[str, Any]]]] | None = None,
-    probes: ProbeStore | None = None,
-    probed_rules: Callable[[], Sequence[str]] = tuple,
-) -> APIRouter:
-    """`reload`: reloads the configuration and gives the answer's status and body (None: the
+@dataclass(frozen=True, slots=True)
+class AdminParts:
+    """What the admin API reaches of its gateway: `app.state.admin_parts`, set by the app's
+    wiring. `auth` also guards the rollout, experiment and operation routes (`require_admin`).
+    `reload`: reloads the configuration and gives the answer's status and body (None: the
     endpoint answers 409, there is no file to reload). `probed_rules`: the rules with `probes`
     in the running configuration, whose scores `/admin/rules` shows from `probes`."""
-    router = APIRouter(prefix="/admin", dependencies=[Depends(auth)])
 
-    @router.post("/reload")
-    async def reload_config(request: Request) -> JSONResponse:
-        body = await read_limited(request, RELOAD_BODY_BYTES, "a reload request")
-        if body.strip():
-            try:
-                given = orjson.loads(body)
-            except orjson.JSONDecodeError:
-                raise RequestError("the body must be empty or a JSON object") from None
-            if not isinstance(given, dict):
-                raise RequestError("the body must be empty or a JSON object")
-            if given:
-                names = ", ".join(sorted(given)[:5])
-                raise RequestError(f"a reload takes no fields ({names}): send {{}} or nothing")
-        if reload is None:
-            message = "this gateway was not started from a configuration file: nothing to reload"
-            return JSONResponse({"error": {"type": "conflict", "message": message}}, 409)
-        status, answer = await reload()
-        return JSONResponse(answer, status)
+    auth: AdminAuth
+    routes: RouteTable
+    rule_events: RuleEventStore
+    reload: Callable[[], Awaitable[tuple[int, dict[str, Any]]]] | None = None
+    probes: ProbeStore | None = None
+    probed_rules: Callable[[], Sequence[str]] = tuple
 
-    @router.get("/routes")
-    async def list_routes() -> dict[str, Any]:
-        return {
-            "routes": [
-                {
-                    "name": state.name,
-                    "primary": state.primary,
-                    "primary_arm": state.primary_arm.value,
-                    "config_primary": state.spec.primary,
-                    "overridden": state.primary != state.spec.primary,
-                    "fallback": state.fallback,
-                    "shadows": [s.model for s in state.spec.shadows],
-                    "canary": state.spec.canary.model if state.spec.canary else None,
-                    "canary_weight_percent": state.canary.weight if state.canary else 0.0,
-                    "phase": (
-                        state.rollout.phase.value
-                        if state.rollout is not None and state.rollout.phase is not None
-                        else None
-                    ),
-                }
-                for state in routes.states().values()
-            ]
-        }
 
-    @router.get("/rules")
-    async def list_rules(since: str | None = None) -> dict[str, Any]:
-        """Every rule version seen, and per probed rule and target the rule-flip probes'
-        counts, adaptation and stuck rates with their 95% Wilson intervals, over all stored
-        probes or those since `since` (a duration ago, `30m`, or an ISO-8601 time)."""
-        start = None
-        if since is not None:
-            try:
-                start = parse_since(since[:100], datetime.now(UTC))
-            except ValueError as exc:
-                raise RequestError(f"since: {exc}") from None
-        probed = probed_rules()
+def admin_parts(request: Request) -> AdminParts:
+    """The admin parts of the gateway serving `request`."""
+    parts: AdminParts = request.app.state.admin_parts
+    return parts
+
+
+def require_admin(request: Request) -> None:
+    """The dependency of every admin route: `AdminAuth` of the gateway serving `request`."""
+    admin_parts(request).auth(request)
+
+
+# Built once per process: the endpoints reach their gateway through the request, so FastAPI
+# analyses their signatures once rather than once per gateway.
+admin_router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
+
+
+@admin_router.post("/reload")
+async def reload_config(request: Request) -> JSONResponse:
+    body = await read_limited(request, RELOAD_BODY_BYTES, "a reload request")
+    if body.strip():
         try:
-            events, traffic = await asyncio.gather(
-                asyncio.to_thread(rule_events.events), asyncio.to_thread(rule_events.traffic)
-            )
-            scores = (
-                await asyncio.to_thread(probe_scores, probes, probed, start)
-                if probes is not None and probed
-                else {}
-            )
-        except StoreUnavailableError as exc:
-            raise store_unavailable(exc, "the store cannot be read") from exc
-        versions = []
-        for event in events:
-            seen = traffic.get((event.rule, event.version))
-            versions.append(
-                {
-                    "rule": event.rule,
-                    "version": event.version,
-                    "previous_version": event.previous_version,
-                    "changed_at": event.first_seen_at.isoformat(),
-                    "first_request_id": event.request_id,
-                    "route": event.route,
-                    "prompt_diff": event.prompt_diff,
-                    "exchanges": seen.exchanges if seen else 0,
-                    "first_seen": seen.first_seen.isoformat() if seen else None,
-                    "last_seen": seen.last_seen.isoformat() if seen else None,
-                }
-            )
-        return {
-            "rule_versions": versions,
-            "probes": scores,
-            "probes_since": start.isoformat() if start is not None else None,
-        }
+            given = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise RequestError("the body must be empty or a JSON object") from None
+        if not isinstance(given, dict):
+            raise RequestError("the body must be empty or a JSON object")
+        if given:
+            names = ", ".join(sorted(given)[:5])
+            raise RequestError(f"a reload takes no fields ({names}): send {{}} or nothing")
+    reload = admin_parts(request).reload
+    if reload is None:
+        message = "this gateway was not started from a configuration file: nothing to reload"
+        return JSONResponse({"error": {"type": "conflict", "message": message}}, 409)
+    status, answer = await reload()
+    return JSONResponse(answer, status)
 
-    return router
+
+@admin_router.get("/routes")
+async def list_routes(request: Request) -> dict[str, Any]:
+    routes = admin_parts(request).routes
+    return {
+        "routes": [
+            {
+                "name": state.name,
+                "primary": state.primary,
+                "primary_arm": state.primary_arm.value,
+                "config_primary": state.spec.primary,
+                "overridden": state.primary != state.spec.primary,
+                "fallback": state.fallback,
+                "shadows": [s.model for s in state.spec.shadows],
+                "canary": state.spec.canary.model if state.spec.canary else None,
+                "canary_weight_percent": state.canary.weight if state.canary else 0.0,
+                "phase": (
+                    state.rollout.phase.value
+                    if state.rollout is not None and state.rollout.phase is not None
+                    else None
+                ),
+            }
+            for state in routes.states().values()
+        ]
+    }
+
+
+@admin_router.get("/rules")
+async def list_rules(request: Request, since: str | None = None) -> dict[str, Any]:
+    """Every rule version seen, and per probed rule and target the rule-flip probes'
+    counts, adaptation and stuck rates with their 95% Wilson intervals, over all stored
+    probes or those since `since` (a duration ago, `30m`, or an ISO-8601 time)."""
+    start = None
+    if since is not None:
+        try:
+            start = parse_since(since[:100], datetime.now(UTC))
+        except ValueError as exc:
+            raise RequestError(f"since: {exc}") from None
+    parts = admin_parts(request)
+    rule_events, probes = parts.rule_events, parts.probes
+    probed = parts.probed_rules()
+    try:
+        events, traffic = await asyncio.gather(
+            asyncio.to_thread(rule_events.events), asyncio.to_thread(rule_events.traffic)
+        )
+        scores = (
+            await asyncio.to_thread(probe_scores, probes, probed, start)
+            if probes is not None and probed
+            else {}
+        )
+    except StoreUnavailableError as exc:
+        raise store_unavailable(exc, "the store cannot be read") from exc
+    versions = []
+    for event in events:
+        seen = traffic.get((event.rule, event.version))
+        versions.append(
+            {
+                "rule": event.rule,
+                "version": event.version,
+                "previous_version": event.previous_version,
+                "changed_at": event.first_seen_at.isoformat(),
+                "first_request_id": event.request_id,
+                "route": event.route,
+                "prompt_diff": event.prompt_diff,
+                "exchanges": seen.exchanges if seen else 0,
+                "first_seen": seen.first_seen.isoformat() if seen else None,
+                "last_seen": seen.last_seen.isoformat() if seen else None,
+            }
+        )
+    return {
+        "rule_versions": versions,
+        "probes": scores,
+        "probes_since": start.isoformat() if start is not None else None,
+    }

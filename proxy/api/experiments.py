@@ -27,7 +27,7 @@ from proxy.core import Conflict, ExperimentState, NotFound, RequestError, experi
 from proxy.rollout import ExperimentConflictError, ExperimentManager, RouteUnknownError
 from proxy.store import StoreUnavailableError
 
-from .admin import AdminAuth, read_limited
+from .admin import read_limited, require_admin
 
 log = logging.getLogger("mirrorgate.experiment_api")
 
@@ -126,33 +126,41 @@ class ExperimentStatuses:
         return await experiment_status(self.manager, route)
 
 
-def build_experiment_router(auth: AdminAuth, manager: ExperimentManager) -> APIRouter:
-    router = APIRouter(dependencies=[Depends(auth)])
+def experiment_manager(request: Request) -> ExperimentManager:
+    """The experiment manager of the gateway serving `request`: `app.state.experiment_manager`,
+    set by the app's wiring."""
+    manager: ExperimentManager = request.app.state.experiment_manager
+    return manager
 
-    @router.get("/admin/experiments/{route}")
-    async def status(route: str) -> dict[str, Any]:
-        return await experiment_status(manager, route)
 
-    @router.post("/admin/experiments/{route}/{action}")
-    async def act(route: str, action: str, request: Request) -> dict[str, Any]:
-        if action not in ACTIONS:
-            raise NotFound(f"no experiment action '{action[:50]}' (one of: start, stop)")
-        if route not in manager.config.routes:
-            raise NotFound(f"no route '{route[:200]}'")
-        reason = await _reason(request) or f"{action} by operator"
-        try:
-            if action == "start":
-                change = await manager.start(route, actor="operator", reason=reason)
-            else:
-                change = await manager.stop(route, actor="operator", reason=reason)
-        except ExperimentConflictError as exc:
-            raise Conflict(str(exc)) from exc
-        except RouteUnknownError:  # a reload removed it meanwhile
-            raise NotFound(f"no route '{route[:200]}'") from None
-        # A StoreUnavailableError goes out as it is: 503, nothing changed.
-        return {"changed": change.changed, **experiment_json(manager, route)}
+# Built once per process, like every API router (proxy/api/admin.py says why).
+experiment_router = APIRouter(dependencies=[Depends(require_admin)])
 
-    return router
+
+@experiment_router.get("/admin/experiments/{route}")
+async def status(route: str, request: Request) -> dict[str, Any]:
+    return await experiment_status(experiment_manager(request), route)
+
+
+@experiment_router.post("/admin/experiments/{route}/{action}")
+async def act(route: str, action: str, request: Request) -> dict[str, Any]:
+    manager = experiment_manager(request)
+    if action not in ACTIONS:
+        raise NotFound(f"no experiment action '{action[:50]}' (one of: start, stop)")
+    if route not in manager.config.routes:
+        raise NotFound(f"no route '{route[:200]}'")
+    reason = await _reason(request) or f"{action} by operator"
+    try:
+        if action == "start":
+            change = await manager.start(route, actor="operator", reason=reason)
+        else:
+            change = await manager.stop(route, actor="operator", reason=reason)
+    except ExperimentConflictError as exc:
+        raise Conflict(str(exc)) from exc
+    except RouteUnknownError:  # a reload removed it meanwhile
+        raise NotFound(f"no route '{route[:200]}'") from None
+    # A StoreUnavailableError goes out as it is: 503, nothing changed.
+    return {"changed": change.changed, **experiment_json(manager, route)}
 
 
 async def _reason(request: Request) -> str:

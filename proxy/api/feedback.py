@@ -192,12 +192,13 @@ class FeedbackService:
         return ServedAnswer(r.route, r.target, r.arm, r.rule, r.rule_version)
 
 
-def build_feedback_router(service: FeedbackService) -> APIRouter:
-    """`POST /v1/feedback`, answered by `service`."""
-    router = APIRouter()
+# Built once per process, like every API router (proxy/api/admin.py says why).
+feedback_router = APIRouter()
 
-    @router.post("/v1/feedback")
-    async def feedback(request: Request) -> JSONResponse:
-        return await service.handle(request)
 
-    return router
+@feedback_router.post("/v1/feedback")
+async def feedback(request: Request) -> JSONResponse:
+    """Answered by the `FeedbackService` of the gateway serving `request`:
+    `app.state.feedback_service`, set by the app's wiring."""
+    service: FeedbackService = request.app.state.feedback_service
+    return await service.handle(request)

@@ -47,7 +47,7 @@ from proxy.core import (
 from proxy.observability import GatewayMetrics
 from proxy.store import OutcomeStore, StoreUnavailableError
 
-from .admin import AdminAuth
+from .admin import require_admin
 from .errors import store_unavailable
 from .feedback_auth import FeedbackAuth, FeedbackAuthError
 from .post_intake import PostIntake
@@ -282,20 +282,26 @@ def summary_json(summary: OperationSummary) -> dict[str, Any]:
     }
 
 
-def build_outcome_router(service: OutcomeService, admin: AdminAuth) -> APIRouter:
-    """`POST /v1/outcomes` and `GET /admin/operations/{id}` (admin token), answered by
-    `service`."""
-    router = APIRouter()
+def outcome_service(request: Request) -> OutcomeService:
+    """The outcome service of the gateway serving `request`: `app.state.outcome_service`, set
+    by the app's wiring."""
+    service: OutcomeService = request.app.state.outcome_service
+    return service
 
-    @router.post("/v1/outcomes")
-    async def outcomes(request: Request) -> JSONResponse:
-        return await service.handle(request)
 
-    @router.get("/admin/operations/{operation_id:path}", dependencies=[Depends(admin)])
-    async def operation(operation_id: str) -> JSONResponse:
-        summary = await service.summary(operation_id)
-        if summary is None:
-            raise NotFound(f"no exchange or outcome of operation '{operation_id[:128]}'")
-        return JSONResponse(summary_json(summary))
+# `POST /v1/outcomes` and `GET /admin/operations/{id}` (admin token); built once per process,
+# like every API router (proxy/api/admin.py says why).
+outcome_router = APIRouter()
 
-    return router
+
+@outcome_router.post("/v1/outcomes")
+async def outcomes(request: Request) -> JSONResponse:
+    return await outcome_service(request).handle(request)
+
+
+@outcome_router.get("/admin/operations/{operation_id:path}", dependencies=[Depends(require_admin)])
+async def operation(operation_id: str, request: Request) -> JSONResponse:
+    summary = await outcome_service(request).summary(operation_id)
+    if summary is None:
+        raise NotFound(f"no exchange or outcome of operation '{operation_id[:128]}'")
+    return JSONResponse(summary_json(summary))

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -68,7 +69,7 @@ from proxy.rollout import (
 )
 from proxy.store import EvalStore, JudgeWindows, StoreUnavailableError
 
-from .admin import AdminAuth, read_limited
+from .admin import read_limited, require_admin
 from .errors import PhaseConflict, store_unavailable
 
 log = logging.getLogger("mirrorgate.rollout_api")
@@ -145,229 +146,251 @@ def plan_json(
     }
 
 
-def build_rollout_router(
-    auth: AdminAuth,
-    manager: RolloutManager,
-    routes: RouteTable,
-    *,
-    replica: str = "",
-    decider: Callable[[], bool] = lambda: False,
-    windows: JudgeWindows | None = None,
-    eval_runs: EvalStore | None = None,
-) -> APIRouter:
-    """`replica` names this gateway process in `GET /admin/rollouts`; `decider` says whether it
-    is the one replica running the judge right now (it holds the decider lock)."""
-    router = APIRouter(dependencies=[Depends(auth)])
+@dataclass(frozen=True, slots=True)
+class RolloutParts:
+    """What the rollout routes reach of their gateway: `app.state.rollout_parts`, set by the
+    app's wiring. `replica` names this gateway process in `GET /admin/rollouts`; `decider` says
+    whether it is the one replica running the judge right now (it holds the decider lock)."""
 
-    @router.get("/admin/rollouts")
-    async def all_rollouts() -> dict[str, Any]:
-        return {
-            "rollouts": [state_json(s, routes) for s in manager.states().values()],
-            "store_reachable": manager.store_ok,
-            "replica": replica,
-            "decider": decider(),
-        }
+    manager: RolloutManager
+    routes: RouteTable
+    replica: str = ""
+    decider: Callable[[], bool] = lambda: False
+    windows: JudgeWindows | None = None
+    eval_runs: EvalStore | None = None
 
-    @router.get("/admin/rollouts/{route}")
-    async def one_rollout(route: str) -> dict[str, Any]:
-        try:
-            state = manager.state(route)
-        except RouteUnknownError:
-            raise NotFound(f"no route '{route[:200]}'") from None
-        warnings = [problem.message for problem in rollout_warnings(manager.config, route)]
-        try:
-            events, verdicts, memory = await asyncio.gather(
-                asyncio.to_thread(manager.store.events, route, 50),
-                asyncio.to_thread(manager.store.recent_verdicts, route, 50),
-                asyncio.to_thread(manager.store.load_memory, route),
-            )
-        except StoreUnavailableError as exc:  # the state above is still worth showing
-            log.warning("rollout history unavailable: %s", exc)
-            events, verdicts, memory = [], [], None
-        if memory is not None and memory.rollout_id == state.rollout_id:
-            warnings += [w for w in memory.warnings if w not in warnings]
-        offline = await _offline(route, events, state.rollout_id)
-        return {
-            **state_json(state, routes),
-            "transitions": events,
-            "verdicts": verdicts,
-            "warnings": warnings,
-            "offline_evidence": offline,
-        }
 
-    async def _offline(
-        route: str, events: list[dict[str, Any]], rollout_id: str | None
-    ) -> dict[str, Any]:
-        """The offline gate's evidence now, and the override the current rollout started with."""
-        spec = manager.config.routes[route]
-        return await asyncio.to_thread(
-            offline_status, eval_runs, spec, events, rollout_id, datetime.now(UTC)
-        )
+def rollout_parts(request: Request) -> RolloutParts:
+    """The rollout parts of the gateway serving `request`."""
+    parts: RolloutParts = request.app.state.rollout_parts
+    return parts
 
-    @router.get("/admin/rollouts/{route}/verdicts")
-    async def verdicts(route: str, limit: int = 100) -> dict[str, Any]:
-        if route not in manager.states():
-            raise NotFound(f"no route '{route[:200]}'")
-        limit = max(1, min(limit, 1000))
-        try:
-            rows = await asyncio.to_thread(manager.store.recent_verdicts, route, limit)
-        except StoreUnavailableError as exc:
-            raise store_unavailable(exc, "the store cannot be read") from exc
-        return {"route": route, "verdicts": rows}
 
-    @router.get("/admin/rollouts/{route}/plan")
-    async def plan(route: str, since: str = "1h") -> dict[str, Any]:
-        spec = manager.config.routes.get(route)
-        if spec is None:
-            raise NotFound(f"no route '{route[:200]}'")
-        if spec.canary is None:
-            raise RequestError(f"route '{route[:200]}' has no canary to plan")
-        now = datetime.now(UTC)
-        try:
-            start = parse_since(since[:100], now)
-        except ValueError as exc:
-            raise RequestError(f"since: {exc}") from None
-        if windows is None:
-            raise RequestError("this gateway has no store to read recent traffic from")
-        rule = manager.config.rule_of(route)
+# Built once per process, like every API router (proxy/api/admin.py says why).
+rollout_router = APIRouter(dependencies=[Depends(require_admin)])
+
+
+@rollout_router.get("/admin/rollouts")
+async def all_rollouts(request: Request) -> dict[str, Any]:
+    parts = rollout_parts(request)
+    manager = parts.manager
+    return {
+        "rollouts": [state_json(s, parts.routes) for s in manager.states().values()],
+        "store_reachable": manager.store_ok,
+        "replica": parts.replica,
+        "decider": parts.decider(),
+    }
+
+
+@rollout_router.get("/admin/rollouts/{route}")
+async def one_rollout(route: str, request: Request) -> dict[str, Any]:
+    parts = rollout_parts(request)
+    manager = parts.manager
+    try:
         state = manager.state(route)
-        baseline = state.baseline if state.phase in ACTIVE and state.baseline else spec.primary
+    except RouteUnknownError:
+        raise NotFound(f"no route '{route[:200]}'") from None
+    warnings = [problem.message for problem in rollout_warnings(manager.config, route)]
+    try:
+        events, verdicts, memory = await asyncio.gather(
+            asyncio.to_thread(manager.store.events, route, 50),
+            asyncio.to_thread(manager.store.recent_verdicts, route, 50),
+            asyncio.to_thread(manager.store.load_memory, route),
+        )
+    except StoreUnavailableError as exc:  # the state above is still worth showing
+        log.warning("rollout history unavailable: %s", exc)
+        events, verdicts, memory = [], [], None
+    if memory is not None and memory.rollout_id == state.rollout_id:
+        warnings += [w for w in memory.warnings if w not in warnings]
+    offline = await _offline(parts, route, events, state.rollout_id)
+    return {
+        **state_json(state, parts.routes),
+        "transitions": events,
+        "verdicts": verdicts,
+        "warnings": warnings,
+        "offline_evidence": offline,
+    }
+
+
+async def _offline(
+    parts: RolloutParts, route: str, events: list[dict[str, Any]], rollout_id: str | None
+) -> dict[str, Any]:
+    """The offline gate's evidence now, and the override the current rollout started with."""
+    spec = parts.manager.config.routes[route]
+    return await asyncio.to_thread(
+        offline_status, parts.eval_runs, spec, events, rollout_id, datetime.now(UTC)
+    )
+
+
+@rollout_router.get("/admin/rollouts/{route}/verdicts")
+async def verdicts(route: str, request: Request, limit: int = 100) -> dict[str, Any]:
+    manager = rollout_parts(request).manager
+    if route not in manager.states():
+        raise NotFound(f"no route '{route[:200]}'")
+    limit = max(1, min(limit, 1000))
+    try:
+        rows = await asyncio.to_thread(manager.store.recent_verdicts, route, limit)
+    except StoreUnavailableError as exc:
+        raise store_unavailable(exc, "the store cannot be read") from exc
+    return {"route": route, "verdicts": rows}
+
+
+@rollout_router.get("/admin/rollouts/{route}/plan")
+async def plan(route: str, request: Request, since: str = "1h") -> dict[str, Any]:
+    parts = rollout_parts(request)
+    manager, windows = parts.manager, parts.windows
+    spec = manager.config.routes.get(route)
+    if spec is None:
+        raise NotFound(f"no route '{route[:200]}'")
+    if spec.canary is None:
+        raise RequestError(f"route '{route[:200]}' has no canary to plan")
+    now = datetime.now(UTC)
+    try:
+        start = parse_since(since[:100], now)
+    except ValueError as exc:
+        raise RequestError(f"since: {exc}") from None
+    if windows is None:
+        raise RequestError("this gateway has no store to read recent traffic from")
+    rule = manager.config.rule_of(route)
+    state = manager.state(route)
+    baseline = state.baseline if state.phase in ACTIVE and state.baseline else spec.primary
+    try:
+        profile = await asyncio.to_thread(
+            traffic_profile, windows, route, baseline, rule, start, now
+        )
+    except StoreUnavailableError as exc:
+        raise store_unavailable(exc, "the store cannot be read") from exc
+    probes = manager.config.rules[rule].probes if rule is not None else None
+    planned = await asyncio.to_thread(
+        partial(plan_rollout, route, profile, spec.canary, probes=probes)
+    )
+    return plan_json(planned, profile, since, rollout_warnings(manager.config, route))
+
+
+@rollout_router.post("/admin/rollouts/{route}/{action}")
+async def act(route: str, action: str, request: Request) -> dict[str, Any]:
+    parts = rollout_parts(request)
+    manager = parts.manager
+    try:
+        chosen = Action(action)
+        if chosen not in OPERATOR_ACTIONS:
+            raise ValueError(action)
+    except ValueError:
+        names = ", ".join(a.value for a in Action if a in OPERATOR_ACTIONS)
+        raise NotFound(f"no rollout action '{action[:50]}' (one of: {names})") from None
+    if route not in manager.states():
+        raise NotFound(f"no route '{route[:200]}'")
+    reason, to, force = await _body(request, chosen)
+    evidence = None
+    if chosen is Action.START:
+        evidence = await _gate(parts, route, reason, force)
+    try:
+        change = await manager.act(
+            route,
+            chosen,
+            reason=reason or f"{chosen.value} by operator",
+            actor="operator",
+            evidence=evidence,
+            to=to,
+        )
+    except IllegalTransition as exc:
+        raise PhaseConflict(str(exc), exc.phase.value if exc.phase else None) from exc
+    except TransitionConflictError as exc:
+        phase = manager.state(route).phase
+        raise PhaseConflict(str(exc), phase.value if phase else None) from exc
+    # A StoreUnavailableError goes out as it is: 503, nothing changed.
+    return {"changed": change.changed, "rollout": state_json(change.after, parts.routes)}
+
+
+async def _gate(parts: RolloutParts, route: str, reason: str, force: bool) -> dict[str, Any] | None:
+    """The offline gate before a start: the evidence kept with the transition, or a 409
+    with the numbers (unless forced, with a reason: then the override is kept too)."""
+    manager, eval_runs = parts.manager, parts.eval_runs
+    spec = manager.config.routes[route]
+    if spec.canary is None or spec.canary.require_eval is None:
+        return None
+    if eval_runs is None:
+        verdict_allowed, evidence = False, {"required": True, "reason": OFFLINE_NO_RUNS}
+    else:
         try:
-            profile = await asyncio.to_thread(
-                traffic_profile, windows, route, baseline, rule, start, now
+            verdict, evidence = await asyncio.to_thread(
+                offline_evidence, eval_runs, spec, datetime.now(UTC)
             )
         except StoreUnavailableError as exc:
-            raise store_unavailable(exc, "the store cannot be read") from exc
-        probes = manager.config.rules[rule].probes if rule is not None else None
-        planned = await asyncio.to_thread(
-            partial(plan_rollout, route, profile, spec.canary, probes=probes)
+            raise store_unavailable(exc, "the offline gate cannot read its runs") from exc
+        verdict_allowed = verdict is not None and verdict.allowed
+    kept = {"offline_gate": evidence}
+    if verdict_allowed:
+        return kept
+    if not force:
+        phase = manager.state(route).phase
+        raise PhaseConflict(
+            f"offline gate: {evidence.get('reason')} (start with force and a reason to "
+            "override; the override is recorded)",
+            phase.value if phase else None,
         )
-        return plan_json(planned, profile, since, rollout_warnings(manager.config, route))
+    log.warning("rollout %s: offline gate overridden: %s", route, reason)
+    return kept | {"offline_override": {"reason": reason, "refused": evidence.get("reason")}}
 
-    @router.post("/admin/rollouts/{route}/{action}")
-    async def act(route: str, action: str, request: Request) -> dict[str, Any]:
+
+@rollout_router.post("/hooks/alertmanager")
+async def alertmanager(request: Request) -> dict[str, Any]:
+    manager = rollout_parts(request).manager
+    raw = await read_limited(request, MAX_ALERTMANAGER_BODY, "the Alertmanager payload")
+    try:
+        payload = parse_payload(raw)
+    except PayloadError as exc:
+        raise RequestError(f"not an Alertmanager webhook payload: {exc}") from None
+    decision = decide_rollbacks(payload, known_routes=list(manager.states()))
+    rolled: list[dict[str, Any]] = []
+    for req in decision.requests:
+        starts = req.starts_at.astimezone(UTC)
+        # Seen before? Then a redelivery: never act twice on one firing (an operator may
+        # have restored the route since). Otherwise act first and record the firing after,
+        # so a store failure in between makes Alertmanager retry instead of losing it.
         try:
-            chosen = Action(action)
-            if chosen not in OPERATOR_ACTIONS:
-                raise ValueError(action)
-        except ValueError:
-            names = ", ".join(a.value for a in Action if a in OPERATOR_ACTIONS)
-            raise NotFound(f"no rollout action '{action[:50]}' (one of: {names})") from None
-        if route not in manager.states():
-            raise NotFound(f"no route '{route[:200]}'")
-        reason, to, force = await _body(request, chosen)
-        evidence = None
-        if chosen is Action.START:
-            evidence = await _gate(route, reason, force)
+            seen = await asyncio.to_thread(manager.store.alert_seen, req.fingerprint, starts)
+        except StoreUnavailableError as exc:
+            raise store_unavailable(exc, "the store cannot be reached") from exc
+        if seen:
+            rolled.append({"route": req.route, "fingerprint": req.fingerprint, "done": "seen"})
+            continue
         try:
             change = await manager.act(
-                route,
-                chosen,
-                reason=reason or f"{chosen.value} by operator",
-                actor="operator",
-                evidence=evidence,
-                to=to,
+                req.route,
+                Action.ROLLBACK,
+                reason=req.reason + (f": {req.summary}" if req.summary else ""),
+                actor="alertmanager",
+                evidence={"fingerprint": req.fingerprint, "starts_at": starts.isoformat()},
+                to=req.to,
             )
-        except IllegalTransition as exc:
-            raise PhaseConflict(str(exc), exc.phase.value if exc.phase else None) from exc
-        except TransitionConflictError as exc:
-            phase = manager.state(route).phase
-            raise PhaseConflict(str(exc), phase.value if phase else None) from exc
-        # A StoreUnavailableError goes out as it is: 503, nothing changed.
-        return {"changed": change.changed, "rollout": state_json(change.after, routes)}
-
-    async def _gate(route: str, reason: str, force: bool) -> dict[str, Any] | None:
-        """The offline gate before a start: the evidence kept with the transition, or a 409
-        with the numbers (unless forced, with a reason: then the override is kept too)."""
-        spec = manager.config.routes[route]
-        if spec.canary is None or spec.canary.require_eval is None:
-            return None
-        if eval_runs is None:
-            verdict_allowed, evidence = False, {"required": True, "reason": OFFLINE_NO_RUNS}
-        else:
-            try:
-                verdict, evidence = await asyncio.to_thread(
-                    offline_evidence, eval_runs, spec, datetime.now(UTC)
-                )
-            except StoreUnavailableError as exc:
-                raise store_unavailable(exc, "the offline gate cannot read its runs") from exc
-            verdict_allowed = verdict is not None and verdict.allowed
-        kept = {"offline_gate": evidence}
-        if verdict_allowed:
-            return kept
-        if not force:
-            phase = manager.state(route).phase
-            raise PhaseConflict(
-                f"offline gate: {evidence.get('reason')} (start with force and a reason to "
-                "override; the override is recorded)",
-                phase.value if phase else None,
-            )
-        log.warning("rollout %s: offline gate overridden: %s", route, reason)
-        return kept | {"offline_override": {"reason": reason, "refused": evidence.get("reason")}}
-
-    @router.post("/hooks/alertmanager")
-    async def alertmanager(request: Request) -> dict[str, Any]:
-        raw = await read_limited(request, MAX_ALERTMANAGER_BODY, "the Alertmanager payload")
-        try:
-            payload = parse_payload(raw)
-        except PayloadError as exc:
-            raise RequestError(f"not an Alertmanager webhook payload: {exc}") from None
-        decision = decide_rollbacks(payload, known_routes=list(manager.states()))
-        rolled: list[dict[str, Any]] = []
-        for req in decision.requests:
-            starts = req.starts_at.astimezone(UTC)
-            # Seen before? Then a redelivery: never act twice on one firing (an operator may
-            # have restored the route since). Otherwise act first and record the firing after,
-            # so a store failure in between makes Alertmanager retry instead of losing it.
-            try:
-                seen = await asyncio.to_thread(manager.store.alert_seen, req.fingerprint, starts)
-            except StoreUnavailableError as exc:
-                raise store_unavailable(exc, "the store cannot be reached") from exc
-            if seen:
-                rolled.append({"route": req.route, "fingerprint": req.fingerprint, "done": "seen"})
-                continue
-            try:
-                change = await manager.act(
-                    req.route,
-                    Action.ROLLBACK,
-                    reason=req.reason + (f": {req.summary}" if req.summary else ""),
-                    actor="alertmanager",
-                    evidence={"fingerprint": req.fingerprint, "starts_at": starts.isoformat()},
-                    to=req.to,
-                )
-            except IllegalTransition as exc:  # e.g. `fallback` on a route without one
-                log.warning("alert %s not acted on: %s", req.fingerprint, exc)
-                rolled.append(
-                    {"route": req.route, "fingerprint": req.fingerprint, "done": "refused"}
-                    | {"reason": str(exc)}
-                )
-                continue
-            except StoreUnavailableError as exc:
-                raise store_unavailable(exc, f"rollback of {req.route} not made") from exc
-            except TransitionConflictError as exc:  # 503 as well: Alertmanager sends it again
-                raise Unavailable(f"rollback of {req.route} not made: {exc}") from exc
-            try:
-                await asyncio.to_thread(
-                    manager.store.claim_alert, req.fingerprint, starts, req.route
-                )
-            except StoreUnavailableError as exc:  # the rollback stands; a redelivery finds it done
-                log.warning("could not record alert %s as handled: %s", req.fingerprint, exc)
+        except IllegalTransition as exc:  # e.g. `fallback` on a route without one
+            log.warning("alert %s not acted on: %s", req.fingerprint, exc)
             rolled.append(
-                {
-                    "route": req.route,
-                    "fingerprint": req.fingerprint,
-                    "done": "rolled_back" if change.changed else "already_rolled_back",
-                    "rolled_back_to": change.after.rolled_back_to,
-                }
+                {"route": req.route, "fingerprint": req.fingerprint, "done": "refused"}
+                | {"reason": str(exc)}
             )
-        return {
-            "rollbacks": rolled,
-            "skipped": [
-                {"fingerprint": s.fingerprint, "reason": s.reason} for s in decision.skipped
-            ],
-        }
-
-    return router
+            continue
+        except StoreUnavailableError as exc:
+            raise store_unavailable(exc, f"rollback of {req.route} not made") from exc
+        except TransitionConflictError as exc:  # 503 as well: Alertmanager sends it again
+            raise Unavailable(f"rollback of {req.route} not made: {exc}") from exc
+        try:
+            await asyncio.to_thread(manager.store.claim_alert, req.fingerprint, starts, req.route)
+        except StoreUnavailableError as exc:  # the rollback stands; a redelivery finds it done
+            log.warning("could not record alert %s as handled: %s", req.fingerprint, exc)
+        rolled.append(
+            {
+                "route": req.route,
+                "fingerprint": req.fingerprint,
+                "done": "rolled_back" if change.changed else "already_rolled_back",
+                "rolled_back_to": change.after.rolled_back_to,
+            }
+        )
+    return {
+        "rollbacks": rolled,
+        "skipped": [{"fingerprint": s.fingerprint, "reason": s.reason} for s in decision.skipped],
+    }
 
 
 async def _body(request: Request, action: Action) -> tuple[str, RollbackTarget | None, bool]:

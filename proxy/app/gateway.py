@@ -29,21 +29,23 @@ from alerts.sink_types import build_sink
 from analyzers.plugins import ENTRY_POINT_GROUP, available_analyzers, load_analyzers
 from proxy.api import (
     AdminAuth,
+    AdminParts,
     ExperimentStatuses,
     FeedbackAuth,
     FeedbackService,
     OutcomeService,
     RecentExchanges,
     RecentOperations,
+    RolloutParts,
     StateChangeGuard,
     TokenBuckets,
-    build_admin_router,
-    build_experiment_router,
-    build_feedback_router,
-    build_outcome_router,
+    admin_router,
     build_public_router,
-    build_rollout_router,
+    experiment_router,
+    feedback_router,
     install_error_handling,
+    outcome_router,
+    rollout_router,
 )
 from proxy.config import (
     MirrorgateConfig,
@@ -574,6 +576,15 @@ class Gateway:
             docs_url=None,
             redoc_url=None,
             openapi_url=None,
+            # The shared routers' own routes, not includes of them: FastAPI builds an include's
+            # routes again, per app, on its first request.
+            routes=[
+                *admin_router.routes,
+                *rollout_router.routes,
+                *experiment_router.routes,
+                *feedback_router.routes,
+                *outcome_router.routes,
+            ],
         )
         install_error_handling(api, self.metrics)
 
@@ -586,39 +597,35 @@ class Gateway:
                 write_problem=lambda: self.recorder.write_problem or self.store.file_problem(),
             )
         )
+        # The routers are built once per process; each app carries its own gateway's parts.
         admin_auth = AdminAuth(
             self.config.server.admin_token_env, self.env, StateChangeGuard(self.config)
         )
-        api.include_router(
-            build_admin_router(
-                admin_auth,
-                self.routes,
-                self.rule_events,
-                reload=(
-                    functools.partial(self._reload_answer, self.reloader)
-                    if self.reloader is not None
-                    else None
-                ),
-                probes=self.probe_results,
-                probed_rules=lambda: [
-                    name for name, rule in self.config.rules.items() if rule.probes is not None
-                ],
-            )
+        api.state.admin_parts = AdminParts(
+            admin_auth,
+            self.routes,
+            self.rule_events,
+            reload=(
+                functools.partial(self._reload_answer, self.reloader)
+                if self.reloader is not None
+                else None
+            ),
+            probes=self.probe_results,
+            probed_rules=lambda: [
+                name for name, rule in self.config.rules.items() if rule.probes is not None
+            ],
         )
-        api.include_router(
-            build_rollout_router(
-                admin_auth,
-                self.rollouts,
-                self.routes,
-                replica=f"{socket.gethostname()}:{os.getpid()}",
-                decider=lambda: self.controller.leading,
-                windows=self.controller.windows,
-                eval_runs=EvalStore(self.store),
-            )
+        api.state.rollout_parts = RolloutParts(
+            self.rollouts,
+            self.routes,
+            replica=f"{socket.gethostname()}:{os.getpid()}",
+            decider=lambda: self.controller.leading,
+            windows=self.controller.windows,
+            eval_runs=EvalStore(self.store),
         )
-        api.include_router(build_experiment_router(admin_auth, self.experiments))
-        api.include_router(build_feedback_router(self.feedback))
-        api.include_router(build_outcome_router(self.outcomes, admin_auth))
+        api.state.experiment_manager = self.experiments
+        api.state.feedback_service = self.feedback
+        api.state.outcome_service = self.outcomes
         install_console_errors(api)
         api.include_router(console_router(self.console_parts))
 
