@@ -129,7 +129,7 @@ def mock_upstream(rig: Rig) -> ServerProcess:
     )  # fmt: skip
 
 
-def mirrorgate(rig: Rig) -> ServerProcess:
+def mirrorgate(rig: Rig, env: dict[str, str] | None = None) -> ServerProcess:
     """mirrorgate as a user would run it: `mirrorgate serve --config FILE`, default log level.
 
     Two routes with the same primary `UPSTREAM_MODEL` (answers at once): `ROUTE` (no shadows;
@@ -137,7 +137,7 @@ def mirrorgate(rig: Rig) -> ServerProcess:
     fast and a slow candidate with the default shadow limits (`max_concurrency` 8,
     `server.max_shadow_calls` 1000). Two more, only for the shadow stage, with the paced primary
     `PACED_MODEL`: `PACED_ROUTE` (no shadows) and `PACED_SHADOW_ROUTE` (the same two shadows).
-    Overload shedding keeps its defaults.
+    Overload shedding keeps its defaults. `env` is added to the environment it runs in.
     """
     config = rig.work / "mirrorgate.yaml"
     for suffix in ("", "-wal", "-shm"):  # every run starts from an empty store
@@ -169,7 +169,8 @@ def mirrorgate(rig: Rig) -> ServerProcess:
     )
     argv = [str(rig.python), "-m", "proxy.cli", "serve", "--config", str(config)]
     return ServerProcess(
-        "mirrorgate", rig.layout.pin(rig.layout.gateway, argv), cwd=rig.repo, env=_base_env(),
+        "mirrorgate", rig.layout.pin(rig.layout.gateway, argv), cwd=rig.repo,
+        env={**_base_env(), **(env or {})},
         ready=http_ok(f"http://{HOST}:{MIRRORGATE_PORT}/readyz"),
         log_path=rig.work / "mirrorgate.log",
     )  # fmt: skip

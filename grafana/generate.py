@@ -28,6 +28,7 @@ JUDGE_SEL = 'route=~"$route", candidate=~"$target"'
 """`mirrorgate_judge_score`'s filter: its model label is the judged candidate."""
 LIVE_SEL = f"{SEL}, {LIVE}"
 RI = "$__rate_interval"
+GC_PAUSE = "mirrorgate_gc_pause_seconds"
 
 
 def _series(metric: str, selector: str) -> str:
@@ -335,6 +336,41 @@ OVERVIEW = Dashboard(
                     ),
                     "s",
                     width=24,
+                ),
+            ),
+        ),
+        Row(
+            "Garbage collection",
+            (
+                Panel(
+                    "GC pauses over 5 ms per minute by generation",
+                    "Collections that stopped the whole gateway, every request in flight with it, "
+                    "for more than 5 ms (the bound a p99 is held to). Generation 2 is a full "
+                    "collection: its length grows with the live heap (docs/grafana.md).",
+                    (
+                        q(
+                            f"({_sum('generation')}(rate({GC_PAUSE}_count[{RI}]))\n"
+                            f"  - {_sum('generation')}"
+                            f'(rate({GC_PAUSE}_bucket{{le="0.005"}}[{RI}])))'
+                            " * 60",
+                            "gen {{generation}}",
+                        ),
+                    ),
+                    "short",
+                ),
+                Panel(
+                    "GC pause p99 by generation",
+                    "From the pause histogram (buckets 0.1 ms to 1 s, interpolated within one): "
+                    "young collections (0, 1) stay well under a millisecond; a full one (2) walks "
+                    "every live object not frozen at start-up.",
+                    (
+                        q(
+                            f"histogram_quantile(0.99, {_sum('le, generation')}"
+                            f"(rate({GC_PAUSE}_bucket[{RI}])))",
+                            "p99 gen {{generation}}",
+                        ),
+                    ),
+                    "s",
                 ),
             ),
         ),

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import os
 import resource
 import signal
 import socket
@@ -28,6 +29,7 @@ import uvicorn
 
 from analyzers.errors import PluginError
 from proxy.config import MirrorgateConfig
+from proxy.observability import gcpause
 from proxy.store import StoreError, masked_url
 
 from .connection import connection_cap_warning, limited_protocol
@@ -148,8 +150,10 @@ def run_gateway(
         print(f"mirrorgate: {exc}", file=sys.stderr)
         return 1
     try:
-        # Alone in this process: all its CPU is the gateway's (see `Gateway`'s `cpu_clock`).
-        gateway = Gateway(config, cpu_clock=time.process_time, freeze_gc=True, source=source)
+        # Alone in this process: all its CPU is the gateway's (see `Gateway`'s `cpu_clock`), and
+        # its start-up objects are frozen unless MIRRORGATE_GC_FREEZE=0 (gcpause.freeze_wanted).
+        freeze = gcpause.freeze_wanted(os.environ)
+        gateway = Gateway(config, cpu_clock=time.process_time, freeze_gc=freeze, source=source)
         # Reached and migrated before serving: a store that cannot be opened is one line on
         # stderr and exit 1, not a startup traceback (the lifespan's own migrate is then a no-op).
         gateway.store.migrate()

@@ -18,6 +18,8 @@ start-up it collects once and moves every object alive then (modules, config, th
 into the permanent generation with `gc.freeze()`, so later full collections no longer walk them.
 They are still freed by reference counting; only the cycle search skips them. Tests and embedded
 gateways do not call it: a process that builds many gateways would keep their cycles for ever.
+`MIRRORGATE_GC_FREEZE=0` turns it off for `serve` (`freeze_wanted`): only to measure what the
+freeze buys (bench/pauses.py), not a tuning knob.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import Histogram
@@ -73,6 +76,17 @@ def unwatch(histogram: Histogram) -> None:
         _state.watched = tuple(h for h in _state.watched if h is not histogram)
         if not _state.watched and _on_collection in gc.callbacks:
             gc.callbacks.remove(_on_collection)
+
+
+FREEZE_VARIABLE = "MIRRORGATE_GC_FREEZE"
+
+
+def freeze_wanted(env: Mapping[str, str]) -> bool:
+    """Whether `serve` freezes its start-up objects: yes unless `MIRRORGATE_GC_FREEZE` is `0`.
+
+    Any other value (unset, empty, `1`) keeps the default, so a typo never turns the freeze off.
+    """
+    return env.get(FREEZE_VARIABLE, "").strip() != "0"
 
 
 def freeze_startup_objects() -> int:

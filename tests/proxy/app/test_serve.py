@@ -91,3 +91,26 @@ def test_an_address_that_cannot_be_listened_on_is_named_in_one_line() -> None:
 def test_uvicorn_logs_through_the_gateways_handler() -> None:
     config = _uvicorn_config(gateway(), "127.0.0.1", 0)
     assert config.log_config is None and config.access_log is False
+
+
+@pytest.mark.parametrize(("value", "frozen"), [(None, True), ("1", True), ("", True), ("0", False)])
+def test_serve_freezes_its_startup_objects_unless_the_environment_says_0(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, frozen: bool
+) -> None:
+    from analyzers.errors import PluginError
+    from proxy.app import serve
+
+    seen: list[bool] = []
+
+    def built(config: object, **kwargs: object) -> Gateway:
+        seen.append(bool(kwargs["freeze_gc"]))
+        raise PluginError("stop here")  # the gateway's wiring is all this test needs
+
+    if value is None:
+        monkeypatch.delenv("MIRRORGATE_GC_FREEZE", raising=False)
+    else:
+        monkeypatch.setenv("MIRRORGATE_GC_FREEZE", value)
+    monkeypatch.setattr(serve, "Gateway", built)
+    config = gateway_config("http://127.0.0.1:9", "sqlite:///unused.db", {"server": {"port": 0}})
+    assert serve.run_gateway(config) == 1
+    assert seen == [frozen]

@@ -103,3 +103,11 @@ def test_a_gateway_told_to_freeze_its_startup_objects_does_so_when_it_has_starte
     assert frozen > 1000  # modules, the config, the app's routes: far more than a handful
     assert any(gc.is_tracked(o) for o in (gw.gateway.config,))  # tracked, and so frozen now
     assert gcpause.freeze_startup_objects() >= frozen
+
+
+def test_only_a_0_turns_the_freeze_off() -> None:
+    assert gcpause.freeze_wanted({})
+    assert gcpause.freeze_wanted({"MIRRORGATE_GC_FREEZE": "1"})
+    assert gcpause.freeze_wanted({"MIRRORGATE_GC_FREEZE": "no"})  # a typo keeps the default
+    assert not gcpause.freeze_wanted({"MIRRORGATE_GC_FREEZE": "0"})
+    assert not gcpause.freeze_wanted({"MIRRORGATE_GC_FREEZE": " 0 "})
