@@ -110,6 +110,7 @@ def _loadavg() -> str:
 def run_mode(rig: targets.Rig, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     """One gateway, one steady load: the pauses it measured and what the client saw."""
     gateway = targets.mirrorgate(rig, env=MODES[mode])
+    gateway.log_path = rig.work / f"mirrorgate-{mode}.log"  # each mode keeps its own log
     output = rig.work / f"load-{mode}.json"
     output.unlink(missing_ok=True)
     argv = rig.layout.pin(rig.layout.load, [
