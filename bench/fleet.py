@@ -32,12 +32,12 @@ import os
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 
+from bench.processes import process_stats
 from proxy.config import StoreSpec
 from proxy.core.records import Arm, ExchangeRecord, Status, Usage
 from proxy.store.exchanges import Store
@@ -214,18 +214,10 @@ def postgres_cpu_s() -> float | None:
     hidden). Other clients of the same server count too."""
     ticks = 0
     found = False
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # gone since the listing, or not ours to read
-        name, rest = stat.split("(", 1)[1].rsplit(")", 1)
+    for _pid, name, fields in process_stats():
         if name != "postgres":
             continue
-        fields = rest.split()
-        # cutime + cstime: the backends that exited since, reaped by the postmaster
+        # utime + stime + cutime + cstime: the backends that exited since, reaped by the postmaster
         ticks += sum(int(field) for field in fields[11:15])
         found = True
     return ticks / os.sysconf("SC_CLK_TCK") if found else None

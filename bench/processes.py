@@ -17,7 +17,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -59,18 +59,25 @@ def port_free(host: str, port: int) -> bool:
     return not tcp_open(host, port)()
 
 
-def children(pid: int) -> list[int]:
-    """Every descendant of `pid`, found by walking /proc/*/stat parent links."""
-    parents: dict[int, list[int]] = {}
+def process_stats() -> Iterator[tuple[int, str, list[str]]]:
+    """(pid, command name, the fields after the name) of every process /proc lets us read; a
+    process gone since the listing is skipped."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
         except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        parents.setdefault(ppid, []).append(int(entry.name))
+            continue  # gone since the listing, or not ours to read
+        name, rest = stat.split("(", 1)[1].rsplit(")", 1)
+        yield int(entry.name), name, rest.split()
+
+
+def children(pid: int) -> list[int]:
+    """Every descendant of `pid`, found by walking /proc/*/stat parent links."""
+    parents: dict[int, list[int]] = {}
+    for child, _name, fields in process_stats():
+        parents.setdefault(int(fields[1]), []).append(child)
     found: list[int] = []
     todo = [pid]
     while todo:
