@@ -84,12 +84,18 @@ class ServedAnswer:
 
 class RecentExchanges:
     """The answers served to recent requests, so feedback that arrives before the recorder
-    wrote the exchange still joins. A record sink; bounded (oldest forgotten first)."""
+    wrote the exchange still joins. A record sink; bounded (oldest forgotten first).
+
+    Each answer is kept as a plain tuple of strings, not as a `ServedAnswer`: the cyclic
+    collector stops tracking an exact tuple that holds only strings and None, while 20,000
+    instances of a class (or tuples holding the `Arm` member) stay tracked, and walking them was
+    nearly all of a running gateway's full collections once its start-up objects were frozen.
+    """
 
     def __init__(self, size: int = 20_000) -> None:
         self.size = size
         """Answers remembered (a few MB); older feedback joins through the store instead."""
-        self._by_id: OrderedDict[str, ServedAnswer] = OrderedDict()
+        self._by_id: OrderedDict[str, tuple[str, str, str, str | None, str | None]] = OrderedDict()
 
     def __call__(self, record: object) -> None:
         if (
@@ -97,14 +103,18 @@ class RecentExchanges:
             and record.arm in _SERVING_ARMS
             and record.http_status
         ):
-            self._by_id[record.request_id] = ServedAnswer(
-                record.route, record.target, record.arm, record.rule, record.rule_version
-            )
+            self._by_id[record.request_id] = (
+                record.route, record.target, record.arm.value, record.rule, record.rule_version
+            )  # fmt: skip
             if len(self._by_id) > self.size:
                 self._by_id.popitem(last=False)
 
     def get(self, request_id: str) -> ServedAnswer | None:
-        return self._by_id.get(request_id)
+        kept = self._by_id.get(request_id)
+        if kept is None:
+            return None
+        route, target, arm, rule, rule_version = kept
+        return ServedAnswer(route, target, Arm(arm), rule, rule_version)
 
 
 class FeedbackService:

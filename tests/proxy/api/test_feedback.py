@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 
 import pytest
 
+from proxy.api.feedback import RecentExchanges, ServedAnswer
 from proxy.core.records import Arm
 from proxy.store.feedback import FeedbackStore
 from tests.conftest import InProcessGateway, wait_until
 from tests.proxy.gateway.test_exchange_openai import MESSAGES
+from tests.proxy.store.test_exchanges import make_record
 
 
 def answer(gw: InProcessGateway) -> str:
@@ -113,3 +116,17 @@ def test_feedback_needs_json(start_gateway: Callable[..., InProcessGateway]) -> 
     gw = start_gateway()
     response = gw.http.post("/v1/feedback", content=b"score=5")
     assert response.status_code == 415
+
+
+def test_the_recent_answers_cost_the_cycle_collector_nothing() -> None:
+    # 20,000 of them live in every gateway: were they tracked, every full collection would walk
+    # them all (the pause `mirrorgate_gc_pause_seconds` shows), start-up freeze or not.
+    recent = RecentExchanges(size=3)
+    for n in range(5):
+        recent(make_record(request_id=f"req-{n}", arm=Arm.CANARY, rule="shipping"))
+    recent(make_record(request_id="shadowed", arm=Arm.SHADOW))
+    gc.collect()
+    assert not any(gc.is_tracked(kept) for kept in recent._by_id.values())
+    assert list(recent._by_id) == ["req-2", "req-3", "req-4"]  # the oldest forgotten first
+    assert recent.get("req-0") is None and recent.get("shadowed") is None
+    assert recent.get("req-4") == ServedAnswer("support-bot", "prod", Arm.CANARY, "shipping", None)
