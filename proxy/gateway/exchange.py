@@ -577,9 +577,13 @@ async def _pump(
     response = attempt.response
     assert response is not None
     await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+    held = b""  # the upstream's last bytes, sent with the end of the answer (one write)
     try:
         async for chunk in attempt.chunks():
             out = observer.feed(chunk)
+            if response.received_all:
+                held = out
+                break
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})
     except UpstreamError as exc:  # the upstream broke off: the client hears it in the stream
@@ -589,7 +593,7 @@ async def _pump(
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         return failure_outcome(exc)
     # The record is complete here (but for whether this last write reaches the client).
-    tail = observer.close()
+    tail = held + observer.close()
     if before_last is not None:
         before_last(stream_outcome(observer))
     await send({"type": "http.response.body", "body": tail, "more_body": False})

@@ -559,6 +559,14 @@ class UpstreamResponse:
         self._finish()
         return body
 
+    @property
+    def received_all(self) -> bool:
+        """The whole body has arrived and every byte of it was handed out by `aiter_raw`: the
+        next item would be the end. A reader that forwards the body can send what it holds with
+        the end of its own answer, in one write, instead of waiting for that empty last item."""
+        conn = self._conn
+        return conn is not None and conn._complete and not conn._chunks and conn._error is None
+
     def aiter_raw(self) -> AsyncIterator[bytes]:
         """Body bytes as they arrive (de-chunked; content-encoding untouched). Each item is
         everything received since the previous one. Waits at most read_timeout_s per item.

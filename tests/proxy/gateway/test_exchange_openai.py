@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import openai
 import orjson
@@ -11,7 +13,7 @@ import pytest
 
 from proxy.core.records import Arm, ExchangeRecord, Status
 from proxy.mock_upstream.server import MockUpstreamServer
-from tests.conftest import InProcessGateway, sdk_client, wait_until
+from tests.conftest import InProcessGateway, gateway_config, sdk_client, wait_until
 
 MESSAGES = [
     {"role": "system", "content": "You are terse. max_weight = 150"},
@@ -195,3 +197,33 @@ def test_missing_usage_is_estimated_and_marked(
         response.read()
     (streamed,) = records_for(gw, request_id)
     assert streamed.usage.estimated and streamed.usage.output_tokens == record.usage.output_tokens
+
+
+def test_a_stream_that_arrives_in_one_read_is_forwarded_in_one_write(
+    upstream: MockUpstreamServer, tmp_path: Path
+) -> None:
+    # The mock writes an unpaced stream's events and its end at once, so the gateway reads them
+    # in one go: they reach the client in the message that ends the answer, not in one message
+    # followed by an empty end.
+    gw = InProcessGateway(gateway_config(upstream.url, f"sqlite:///{tmp_path / 'gw.db'}"))
+    bodies: list[tuple[bytes, bool]] = []
+    app = gw.gateway.app
+
+    async def observed(scope: Any, receive: Any, send: Any) -> None:
+        async def logged(message: Any) -> None:
+            if message["type"] == "http.response.body":
+                bodies.append((message.get("body", b""), message.get("more_body", False)))
+            await send(message)
+
+        await app(scope, receive, logged if scope["type"] == "http" else send)
+
+    gw.app_thread.app = observed
+    gw.start()
+    try:
+        body = {"model": "echo", "messages": MESSAGES, "stream": True}
+        with gw.http.stream("POST", "/v1/chat/completions", json=body) as response:
+            received = response.read()
+        assert response.status_code == 200 and received.endswith(b"data: [DONE]\n\n")
+        assert bodies == [(received, False)]
+    finally:
+        gw.stop()

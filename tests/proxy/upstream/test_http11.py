@@ -645,6 +645,32 @@ async def test_aiter_raw_yields_each_chunk_as_it_arrives() -> None:
         assert client.pool.idle_connections == 1
 
 
+async def test_received_all_says_the_last_bytes_were_handed_out() -> None:
+    # A forwarder that stops at `received_all` sends the last bytes with its own end; the
+    # connection still goes back to the pool, although the empty last item was never read.
+    first_seen = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n6\r\nchunk1\r\n")
+        await writer.drain()
+        await first_seen.wait()
+        writer.write(b"6\r\nchunk2\r\n0\r\n\r\n")  # the last chunk and the end, in one write
+        await writer.drain()
+
+    async with RawServer(handler) as server, client_for(server.url) as client:
+        response = await client.send("POST", "/x", [], b"")
+        chunks = response.aiter_raw()
+        async with asyncio.timeout(DEADLINE_S):
+            assert await anext(chunks) == b"chunk1"
+            assert not response.received_all  # the end has not arrived
+            first_seen.set()
+            assert await anext(chunks) == b"chunk2"
+        assert response.received_all
+        await response.aclose()
+        assert client.pool.idle_connections == 1
+
+
 async def test_cancelled_stream_closes_its_connection_and_the_pool_recovers() -> None:
     first_seen = asyncio.Event()
     never = asyncio.Event()
