@@ -84,6 +84,12 @@ __all__ = [
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _WAL_AUTOCHECKPOINT_PAGES = 10_000
 _WAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
+RETENTION_LOCK_CLASS = migrations.ADVISORY_LOCK_CLASS + 2
+"""First key of the advisory lock a retention chunk holds on PostgreSQL (the second is the
+schema's hash): one replica purges at a time (`Store.delete_older_than`)."""
+_TRY_RETENTION_LOCK = sa.text(
+    f"SELECT pg_try_advisory_xact_lock({RETENTION_LOCK_CLASS}, hashtext(current_schema()))"
+)
 
 
 class ExchangeRow(SQLModel, table=True):
@@ -445,6 +451,12 @@ class Store:
 
         With `limit`, delete at most that many (the oldest), so a large purge can be spread over
         several short transactions instead of holding the write lock for one long one.
+
+        On PostgreSQL every replica's (and every worker's) recorder purges, but one at a time:
+        each chunk's transaction first tries a transaction-scoped advisory lock, and a replica
+        that finds it held deletes nothing and returns 0, which ends its purge until its next
+        interval. Without it, N replicas choose the same oldest rows at once, wait for each
+        other's row locks and find them gone.
         """
         old = _exchanges.c.started_at < _utc(cutoff)
         if limit is None:
@@ -460,6 +472,8 @@ class Store:
         old_verdicts = sa.delete(verdicts_table).where(verdicts_table.c.created_at < _utc(cutoff))
         old_claims = sa.delete(claims_table).where(claims_table.c.created_at < _utc(cutoff))
         with translated("deleting old records"), self._engine.begin() as conn:
+            if self.backend == "postgresql" and not conn.execute(_TRY_RETENTION_LOCK).scalar():
+                return 0  # another replica is purging
             deleted = int(conn.execute(statement).rowcount)
             conn.execute(old_pairs)
             conn.execute(old_checks)

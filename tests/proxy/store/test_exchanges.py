@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from proxy.core.records import Arm, ExchangeRecord, Status, Usage
 from proxy.store.exchanges import (
+    _TRY_RETENTION_LOCK,
     ExchangeRow,
     RecordRejectedError,
     SchemaVersionError,
@@ -309,3 +310,16 @@ def test_the_display_url_hides_the_password() -> None:
         assert store.display_url == "postgresql://mirror:***@127.0.0.1:1/db"
     finally:
         store.close()
+
+
+@pytest.mark.postgres
+def test_replicas_purge_one_at_a_time(pg_migrated_schema: tuple[str, str]) -> None:
+    url, _schema = pg_migrated_schema
+    with Store(url) as store, Store(url) as other:
+        store.write_batch([make_record(started_at=T0 + timedelta(days=d)) for d in range(4)])
+        with other.engine.begin() as conn:  # another replica, in the middle of a purge chunk
+            assert conn.execute(_TRY_RETENTION_LOCK).scalar() is True
+            assert store.delete_older_than(T0 + timedelta(days=3), limit=10) == 0
+            assert store.count() == 4
+        assert store.delete_older_than(T0 + timedelta(days=3), limit=10) == 3  # released
+        assert store.count() == 1
