@@ -381,8 +381,8 @@ def markdown(result: StageResult) -> str:
         "the production route).",
         "",
         "| mode | c | target | req/s | gateway CPU µs/req | PostgreSQL CPU µs/req "
-        "| CPU ÷ plain | added p50 / p99 ms | p99 ÷ plain | canary share | probes sent "
-        "| shadows sent |",
+        "| CPU ÷ plain | added p50 / p99 ms | p99 ÷ plain | canary share | probe calls "
+        "| shadow calls |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in result.cells:
