@@ -20,22 +20,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+EXPORTER = "OTLP exporter (batch encode + POST, its thread)"
 COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
     ("logging (per-request log lines)", ("(logging/",)),
     ("prometheus metrics", ("(prometheus_client/", "(proxy/observability/metrics.py")),
-    ("OpenTelemetry tracing", (
-        "(opentelemetry/", "(google/protobuf/", "(proxy/observability/tracing.py",
+    (EXPORTER, (
+        "(opentelemetry/exporter/", "(opentelemetry/sdk/trace/export/", "(google/protobuf/",
+        "(opentelemetry/proto/", "(requests/", "(urllib3/",
     )),
+    ("OpenTelemetry spans (client path)", ("(opentelemetry/", "(proxy/observability/tracing.py")),
     ("recorder submit (client path)", ("(proxy/store/recorder.py",)),
-    ("SQLite store writes (recorder thread)", (
+    ("body redaction", ("(proxy/store/redaction.py",)),
+    ("store writes (recorder thread: SQLite or PostgreSQL)", (
         "(sqlalchemy/", "(sqlmodel/", "(proxy/store/", "(sqlite3/", "(psycopg",
     )),
     ("token counting", ("(tiktoken", "(proxy/upstream/tokens.py")),
     ("SSE stream observer", ("(proxy/upstream/streaming.py",)),
-    ("rule checks and probes (analysis worker)", (
-        "(analyzers/", "(proxy/mirror/analysis.py", "(proxy/mirror/probes.py",
+    ("hand-off to the analysis worker (client path)", (
+        "AnalysisWorker._put (", "AnalysisWorker.submit (", "AnalysisWorker.exchange_finished (",
+    )),
+    ("rule-flip probes (choice, flip, scoring)", (
+        "(proxy/mirror/probes.py", "(analyzers/rule_flip.py", "(analyzers/adaptation.py",
+    )),
+    ("rule checks (analysis worker)", (
+        "(analyzers/", "(proxy/mirror/analysis.py", "(proxy/gateway/rules.py",
+        "(proxy/gateway/rule_values.py",
     )),
     ("shadow dispatch", ("(proxy/mirror/shadow.py", "(proxy/mirror/overload.py")),
+    ("off-path calls (shadows and probes: read, record)", ("(proxy/mirror/calls.py",)),
+    ("routing and canary rollout (assignment, judge, evidence)", (
+        "(proxy/rollout/", "(proxy/gateway/routing.py",
+    )),
     ("usage / pricing / record building", (
         "(proxy/upstream/usage.py", "(proxy/core/pricing.py", "(proxy/core/records.py",
         "ProxyHandler._record ", "ProxyHandler._emit ", "ModelCaller.record ",
@@ -54,6 +69,9 @@ COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
 
 Extend it when the gateway grows a module worth its own line in the profile.
 """
+THREAD_COMPONENTS = {"OtelBatchSpan": EXPORTER}
+"""Threads whose every sample belongs to one component, by name prefix (py-spy shortens the
+exporter's namespace-package paths past recognition: `(common/_internal/...`)."""
 FALLBACK_LOOP = "asyncio/uvloop event loop"
 _ENTRY_FRAMES = ("(proxy/cli/", "(proxy/app/serve.py")
 """Start-up frames under every sample; left out of the inclusive function list."""
@@ -150,7 +168,11 @@ def fold(raw: str, rate_hz: int) -> Profile:
             thread_name = "main"
         profile.samples += count
         profile.by_thread[thread_name or "main"] += count
-        profile.by_component[_component(frames)] += count
+        component = next(
+            (c for prefix, c in THREAD_COMPONENTS.items() if thread_name.startswith(prefix)),
+            None,
+        )
+        profile.by_component[component or _component(frames)] += count
         if frames:
             profile.self_top[frames[-1]] += count
         seen: set[str] = set()

@@ -45,10 +45,15 @@ DEFAULT_MESSAGES = [
 
 
 def request_bytes(
-    host: str, port: int, path: str, model: str, stream: bool, api_key: str = "bench"
-) -> bytes:
-    """The complete HTTP/1.1 request every worker sends, body included."""
-    payload: dict[str, object] = {"model": model, "messages": DEFAULT_MESSAGES}
+    host: str, port: int, path: str, model: str, stream: bool, api_key: str = "bench",
+    system: str = "",
+) -> bytes:  # fmt: skip
+    """The complete HTTP/1.1 request every worker sends, body included; `system` replaces the
+    default system message."""
+    messages = DEFAULT_MESSAGES
+    if system:
+        messages = [{"role": "system", "content": system}, *DEFAULT_MESSAGES[1:]]
+    payload: dict[str, object] = {"model": model, "messages": messages}
     if stream:
         payload["stream"] = True
     body = orjson.dumps(payload)
@@ -268,6 +273,8 @@ class LoadSpec:
     """Worker i of n sends its first request of each phase i/n of this many seconds late."""
     think_s: float = 0.0
     """Each worker pauses a random 0 to this many seconds before each request after its first."""
+    system: str = ""
+    """The system message to send instead of the default one (empty: the default)."""
 
 
 class _Budget:
@@ -347,7 +354,9 @@ async def _worker(
 
 async def run_load(spec: LoadSpec) -> LoadResult:
     """Warm up (unrecorded), then run the measured closed loop."""
-    data = request_bytes(spec.host, spec.port, spec.path, spec.model, spec.stream, spec.api_key)
+    data = request_bytes(
+        spec.host, spec.port, spec.path, spec.model, spec.stream, spec.api_key, spec.system
+    )
     delays = [spec.ramp_s * i / spec.concurrency for i in range(spec.concurrency)]
     rngs = [random.Random(i) for i in range(spec.concurrency)]  # reproducible pauses
     if spec.warmup_s > 0:
@@ -398,11 +407,15 @@ def _parse_args(argv: list[str] | None) -> tuple[LoadSpec, str]:
         "--think", type=float, default=0.0,
         help="pause a random 0 to this many seconds before each request after a worker's first",
     )  # fmt: skip
+    parser.add_argument(
+        "--system", default="", help="send this system message instead of the default one"
+    )
     args = parser.parse_args(argv)
     api_key = os.environ.get(args.api_key_env, "bench") if args.api_key_env else "bench"
     spec = LoadSpec(
         args.host, args.port, args.path, args.model, args.stream, args.concurrency,
         args.seconds, args.requests, args.warmup, api_key, args.announce, args.ramp, args.think,
+        args.system,
     )  # fmt: skip
     return spec, args.output
 

@@ -10,10 +10,17 @@ exporter does its real work (encode, POST) and the bench can tell that every req
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import threading
+import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
+import orjson
+import sqlalchemy as sa
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -27,6 +34,9 @@ JSON_CANDIDATE = "cand-json"
 RULE = "shipping"
 SHADOW_SAMPLE = 0.1
 CANARY_PERCENT = 10
+CANARY_STEP_S = 3600
+"""The first step lasts longer than a bench run, so the canary stays at `CANARY_PERCENT` while the
+judge still looks at it every 5 s (the default `interval_s`)."""
 PROBE_SAMPLE = 0.02
 SYSTEM_PROMPT = "You are a shipping assistant. max_weight = 100. Answer in JSON."
 """What the load generator sends as the system message on this route (the rule and probe parameter
@@ -55,7 +65,8 @@ def route_config() -> str:
         f"  {PRODUCTION_ROUTE}:\n"
         f"    primary: {JSON_MODEL}\n"
         f"    shadows: [{{model: {JSON_CANDIDATE}, sample: {SHADOW_SAMPLE}}}]\n"
-        f"    canary: {{model: {JSON_CANDIDATE}, steps: [{CANARY_PERCENT}, 50]}}\n"
+        f"    canary: {{model: {JSON_CANDIDATE}, steps: [{CANARY_PERCENT}, 50], "
+        f"step_interval_s: {CANARY_STEP_S}}}\n"
     )
 
 
@@ -192,3 +203,254 @@ def gateway_config(mock_url: str, port: int, database_url: str, otlp_endpoint: s
         + route_config()
         + rules_config()
     )
+
+
+def start_canary(base_url: str, route: str = PRODUCTION_ROUTE) -> dict[str, Any]:
+    """Start the route's rollout through the admin API (`POST /admin/rollouts/{route}/start`,
+    forced past the offline gate: the store has no history yet) and return the new state.
+
+    A loopback gateway without `server.admin_token_env` needs no token."""
+    body = orjson.dumps({"reason": "bench: canary at its first step", "force": True})
+    request = urllib.request.Request(
+        f"{base_url}/admin/rollouts/{route}/start", data=body, method="POST",
+        headers={"content-type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        state: dict[str, Any] = orjson.loads(answer.read())["rollout"]
+    return state
+
+
+@dataclass(frozen=True)
+class RouteTally:
+    """A route's counters from /metrics: answered requests by arm, and probes not made.
+
+    Every upstream call the gateway makes (client, shadow, probe) is one span, so a traced run
+    has `upstream_calls` spans once the exporter has sent them all."""
+
+    primary: float = 0.0
+    canary: float = 0.0
+    shadow: float = 0.0
+    probe: float = 0.0
+    probes_scored: float = 0.0
+    probes_dropped: float = 0.0
+    shadows_dropped: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str, route: str) -> RouteTally:
+        arms: dict[str, float] = {}
+        scored = dropped = shadows_dropped = 0.0
+        label = f'route="{route}"'
+        for line in text.splitlines():
+            if label not in line or line.startswith("#"):
+                continue
+            value = float(line.rsplit(" ", 1)[1])
+            if line.startswith("mirrorgate_requests_total{"):
+                arm = line.split('arm="', 1)[1].split('"', 1)[0]
+                arms[arm] = arms.get(arm, 0.0) + value
+            elif line.startswith("mirrorgate_probe_results_total{"):
+                scored += value
+            elif line.startswith("mirrorgate_probe_dropped_total{"):
+                dropped += value
+            elif line.startswith("mirrorgate_shadow_dropped_total{"):
+                shadows_dropped += value
+        return cls(
+            arms.get("primary", 0.0), arms.get("canary", 0.0), arms.get("shadow", 0.0),
+            arms.get("probe", 0.0), scored, dropped, shadows_dropped,
+        )  # fmt: skip
+
+    def __sub__(self, other: RouteTally) -> RouteTally:
+        return RouteTally(
+            *(getattr(self, f.name) - getattr(other, f.name) for f in dataclasses.fields(self))
+        )
+
+    def __add__(self, other: RouteTally) -> RouteTally:
+        return RouteTally(
+            *(getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self))
+        )
+
+    @property
+    def client_requests(self) -> float:
+        return self.primary + self.canary
+
+    @property
+    def canary_share(self) -> float:
+        return self.canary / self.client_requests if self.client_requests else 0.0
+
+    @property
+    def upstream_calls(self) -> float:
+        return self.client_requests + self.shadow + self.probe
+
+
+@contextlib.contextmanager
+def fresh_database(admin_url: str, name: str) -> Iterator[str]:
+    """A new PostgreSQL database `name` (dropped first if a run left it behind, dropped after);
+    yields its URL. `admin_url` is a database the role may connect to (it needs CREATEDB)."""
+    engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        yield sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with engine.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        engine.dispose()
+
+
+PLAIN = "plain"
+"""The plain `bench` route of the production stage's gateway."""
+PRODUCTION = "production"
+"""The production-shaped route of that gateway."""
+DIRECT_JSON = "direct-json"
+"""The mock's JSON model called directly with `SYSTEM_PROMPT`: the production route's baseline."""
+
+
+@dataclass
+class StageCell:
+    """One (target, mode, concurrency) cell of the production stage."""
+
+    target: str
+    stream: bool
+    concurrency: int
+    requests: int
+    errors: int
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    gateway_cpu_us: float | None = None
+    """CPU (user + system, every thread and child process, from /proc) of the gateway per client
+    request, shadows, probes, recorder, exporter and judge included."""
+    postgres_cpu_us: float | None = None
+    """CPU of every `postgres` process per client request (the recorder's and the judge's
+    queries; other clients of the server count too)."""
+    added_p50_ms: float | None = None
+    added_p99_ms: float | None = None
+    tally: RouteTally | None = None
+    """The production route's counters over the measured phase."""
+
+    @property
+    def mode(self) -> str:
+        return "stream" if self.stream else "non-stream"
+
+
+@dataclass
+class StageResult:
+    """What the production stage measured (results.json `production`)."""
+
+    cells: list[StageCell] = dataclasses.field(default_factory=list)
+    rollout: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The rollout state `start_canary` answered."""
+    spans: SpanCount = dataclasses.field(default_factory=SpanCount)
+    """What the collector received over the whole stage, after the exporter drained."""
+    totals: dict[str, RouteTally] = dataclasses.field(default_factory=dict)
+    """Each route's counters over the gateway's life (warm-ups included), at the end."""
+    loadavg: list[list[str]] = dataclasses.field(default_factory=list)
+    """Load average before and after the stage."""
+    profile: dict[str, Any] = dataclasses.field(default_factory=dict)
+    litellm: str = ""
+    """Why LiteLLM is missing from the table (empty when it is there)."""
+
+    def cell(self, target: str, stream: bool, concurrency: int) -> StageCell | None:
+        return next(
+            (
+                c
+                for c in self.cells
+                if (c.target, c.stream, c.concurrency) == (target, stream, concurrency)
+            ),
+            None,
+        )
+
+    @property
+    def upstream_calls(self) -> float:
+        return sum(t.upstream_calls for t in self.totals.values())
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def markdown(result: StageResult) -> str:
+    """The stage's section of results.md: one table, then the tracing and rollout checks."""
+    lines = [
+        "## The production-shaped route, side by side",
+        "",
+        f"Load average before / after: {' '.join(result.loadavg[0]) if result.loadavg else '?'}"
+        f" / {' '.join(result.loadavg[-1]) if result.loadavg else '?'}. "
+        "CPU per client request from /proc (all threads); added latency against the direct call "
+        f"of the same mode and concurrency (`{DIRECT_JSON}`, with the route's system prompt, for "
+        "the production route).",
+        "",
+        "| mode | c | target | req/s | gateway CPU µs/req | PostgreSQL CPU µs/req "
+        "| CPU ÷ plain | added p50 / p99 ms | p99 ÷ plain | canary share | probe calls "
+        "| shadow calls |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in result.cells:
+        plain = result.cell(PLAIN, c.stream, c.concurrency)
+        ratio = p99_ratio = None
+        if c.target in (PRODUCTION, "litellm") and plain is not None:
+            if c.gateway_cpu_us and plain.gateway_cpu_us:
+                ratio = c.gateway_cpu_us / plain.gateway_cpu_us
+            p99_ratio = c.p99_ms / plain.p99_ms if plain.p99_ms else None
+        added = (
+            f"{c.added_p50_ms:.2f} / {c.added_p99_ms:.2f}"
+            if c.added_p50_ms is not None and c.added_p99_ms is not None
+            else "-"
+        )
+        tally = c.tally
+        lines.append(
+            f"| {c.mode} | {c.concurrency} | {c.target} | {c.rps:,.0f} "
+            f"| {_num(c.gateway_cpu_us)} | {_num(c.postgres_cpu_us)} | {_num(ratio, 2)} "
+            f"| {added} | {_num(p99_ratio, 2)} "
+            f"| {f'{100 * tally.canary_share:.1f} %' if tally else '-'} "
+            f"| {_num(tally.probe if tally else None)} | {_num(tally.shadow if tally else None)} |"
+        )
+    spans, calls = result.spans, result.upstream_calls
+    lines += [
+        "",
+        f"Tracing: the collector received {spans.spans:,} spans in {spans.posts:,} exports "
+        f"({spans.rejected} rejected); the gateway made {calls:,.0f} upstream calls (client "
+        "requests, shadows and probes of both routes, warm-ups included): "
+        + ("every call traced." if spans.spans == calls else "**they differ**."),
+    ]
+    production = result.totals.get(PRODUCTION_ROUTE)
+    if production is not None:
+        lines.append(
+            f"Production route over the stage: {production.client_requests:,.0f} client requests, "
+            f"canary {100 * production.canary_share:.1f} % (rollout step weight "
+            f"{result.rollout.get('weight_percent')} %), {production.shadow:,.0f} shadow calls "
+            f"({production.shadows_dropped:,.0f} shed), {production.probe:,.0f} probe calls "
+            f"({production.probes_scored:,.0f} scored, {production.probes_dropped:,.0f} not made)."
+        )
+    if result.litellm:
+        lines.append(f"LiteLLM: {result.litellm}.")
+    lines += profile_markdown(result.profile)
+    return "\n".join(lines) + "\n"
+
+
+def profile_markdown(profile: dict[str, Any]) -> list[str]:
+    """The py-spy profile of the production route by component (bench/hotpath.py `summary`)."""
+    if not profile:
+        return []
+    if "error" in profile:
+        return ["", f"Profile: not taken ({profile['error']})."]
+    threads = ", ".join(
+        f"{name} {count / profile['samples']:.0%}"
+        for name, count in sorted(profile["threads"].items(), key=lambda kv: -kv[1])
+    )
+    lines = [
+        "",
+        f"### Profile of the production route, non-stream c=16 ({profile['seconds']} s, "
+        f"{profile['rps']:,.0f} req/s, {profile['cpu_us_per_request']:,.0f} µs of gateway CPU "
+        "per request)",
+        "",
+        f"GIL-holding samples by thread: {threads}.",
+        "",
+        "| component | share | µs/req |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {c['component']} | {100 * c['share']:.1f} % | {c['us_per_request']:,.0f} |"
+        for c in profile["components"]
+    ]
+    return lines

@@ -247,6 +247,8 @@ class SuiteResult:
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
     shadows: dict[str, Any] = field(default_factory=dict)
     """The shadow stage (bench/shadows.py `as_json`), when it ran."""
+    production: dict[str, Any] = field(default_factory=dict)
+    """The production stage (bench/production.py `StageResult`), when it ran."""
 
 
 def markdown(result: SuiteResult, extra_sections: Sequence[str] = ()) -> str:

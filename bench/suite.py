@@ -14,7 +14,12 @@ Stages, in order:
    a primary that answers at once (the gateway saturated by client traffic: shadows are shed) and
    a paced one (50 ms, the gateway far from saturated: shadows run); then RSS over 100,000 more
    requests through the paced shadowed route (see bench/shadows.py);
-7. stop everything (by PID), write results.json and results.md, print the Markdown.
+7. production: a second gateway on PostgreSQL (`bodies: redacted`) with OTLP tracing to a stand-in
+   collector, serving the plain `bench` route and the production-shaped `bench-production`
+   (checks, a shadow, a canary started through the admin API, probes; bench/production.py), side by
+   side with direct calls and LiteLLM, {non-stream, stream} x {1, 16}; then py-spy on the production
+   route at c=16 non-streaming, folded by component;
+8. stop everything (by PID), write results.json and results.md, print the Markdown.
 """
 
 from __future__ import annotations
@@ -33,12 +38,13 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import hotpath, shadows, targets
+from bench import hotpath, production, shadows, targets
+from bench.fleet import postgres_cpu_s
 from bench.loadgen import LoadResult
 from bench.processes import ServerProcess, StartupError, machine_busy_seconds, port_free
 from bench.report import (
@@ -54,6 +60,13 @@ MB = 1024 * 1024
 LITELLM_KEY_ENV = "BENCH_LITELLM_KEY"
 """The load generator reads LiteLLM's master key from here (kept out of argv and the results)."""
 PROFILE_RATE_HZ = 250
+PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+"""Where the production stage creates (and afterwards drops) its database."""
+PRODUCTION_DATABASE = "bench_production"
+PRODUCTION_CONCURRENCIES = (1, 16)
+SPAN_DRAIN_S = 30.0
+"""How long the production stage waits for the exporter to send the last spans (it batches
+every 5 s)."""
 
 
 @dataclass(frozen=True)
@@ -122,9 +135,11 @@ class Target:
     server: ServerProcess | None
     """The gateway process whose CPU and memory we watch (None: direct to the mock)."""
     api_key_env: str = ""
+    system: str = ""
+    """The system message the load generator sends (empty: its default)."""
 
 
-STAGES = ("grid", "memory", "profile", "shadows")
+STAGES = ("grid", "memory", "profile", "shadows", "production")
 """Stages after start-up and warm-up, in the order they run; `--stages` picks a subset."""
 
 
@@ -146,6 +161,8 @@ class Suite:
         self.result = SuiteResult(machine_info(), asdict(rig.layout), asdict(plan))
         self.targets: list[Target] = []
         self.shadow_result: shadows.ShadowStageResult | None = None
+        self.production_result: production.StageResult | None = None
+        self.pg_admin_url = PG_ADMIN_URL
 
     # --- stages -----------------------------------------------------------------------------------
 
@@ -159,6 +176,7 @@ class Suite:
                 "memory": self._memory,
                 "profile": self._profiles,
                 "shadows": self._shadows,
+                "production": self._production,
             }
             for name in STAGES:
                 if name in self.stages:
@@ -166,6 +184,8 @@ class Suite:
         attach_added_latency(self.result.cells)
         if self.shadow_result is not None:
             self.result.shadows = shadows.as_json(self.shadow_result)
+        if self.production_result is not None:
+            self.result.production = asdict(self.production_result)
         return self.result
 
     def markdown(self) -> str:
@@ -173,11 +193,15 @@ class Suite:
         extra = []
         if self.shadow_result is not None:
             extra.append(shadows.markdown(self.shadow_result, self.plan.shadow_rss_step))
+        if self.production_result is not None:
+            extra.append(production.markdown(self.production_result))
         return markdown(self.result, extra)
 
     def _start(self, stack: contextlib.ExitStack) -> None:
-        servers = [self.mock, targets.mirrorgate(self.rig)]
-        ports = [targets.MOCK_PORT, targets.MIRRORGATE_PORT]
+        servers, ports = [self.mock], [targets.MOCK_PORT]
+        if set(self.stages) - {"production"}:  # the production stage starts its own gateway
+            servers.append(targets.mirrorgate(self.rig))
+            ports.append(targets.MIRRORGATE_PORT)
         if self.with_litellm and targets.litellm_available(self.rig):
             key = "sk-bench-" + secrets.token_hex(16)
             os.environ[LITELLM_KEY_ENV] = key
@@ -298,9 +322,13 @@ class Suite:
             )
 
     def _profile(
-        self, target: Target, server: ServerProcess, py_spy: Path, stream: bool, concurrency: int
-    ) -> dict[str, Any]:
-        slug = f"{'stream' if stream else 'non-stream'}-c{concurrency}"
+        self, target: Target, server: ServerProcess, py_spy: Path, stream: bool, concurrency: int,
+        *, served: Callable[[], float] | None = None, slug_prefix: str = "",
+    ) -> dict[str, Any]:  # fmt: skip
+        """py-spy on `server` under load; `served` counts the client requests it answered (by
+        default every `mirrorgate_requests_total` of the suite's gateway)."""
+        served = served or mirrorgate_requests
+        slug = f"{slug_prefix}{'stream' if stream else 'non-stream'}-c{concurrency}"
         output = self.rig.work / f"profile-{slug}.txt"
         result_path = self.rig.work / "load-profile.json"
         argv = self._loadgen_argv(
@@ -308,11 +336,11 @@ class Suite:
         )
         with subprocess.Popen(argv, stdout=subprocess.DEVNULL) as load:
             time.sleep(1.5)
-            before_requests = mirrorgate_requests()
+            before_requests = served()
             before_cpu, t0 = server.cpu_seconds(), time.monotonic()
             spy = hotpath.record(py_spy, server.pid, self.plan.profile_s, PROFILE_RATE_HZ, output)
             cpu, wall = server.cpu_seconds() - before_cpu, time.monotonic() - t0
-            requests = mirrorgate_requests() - before_requests
+            requests = served() - before_requests
             load.wait()
         if requests <= 0:  # the counter is missing: estimate from the load generator's rate
             measured = LoadResult(**json.loads(result_path.read_text()))
@@ -458,6 +486,125 @@ class Suite:
                 return
             time.sleep(0.1)
 
+    # --- production -------------------------------------------------------------------------------
+
+    def _production(self) -> None:
+        """The production-shaped route beside the plain one in one gateway, and LiteLLM."""
+        stage = production.StageResult(loadavg=[_loadavg()])
+        self.production_result = stage
+        litellm = next((t for t in self.targets if t.name == "litellm"), None)
+        if litellm is None:
+            stage.litellm = self.result.failures.get("litellm", "not started (--no-litellm)")
+        with production_gateway(self.rig, self.pg_admin_url) as (server, collector, rollout):
+            stage.rollout = rollout
+            log(
+                f"mirrorgate-production ready (pid {server.pid}); rollout "
+                f"{rollout['phase']} at {rollout['weight_percent']} %"
+            )
+            port = targets.PRODUCTION_PORT
+            plain = Target(production.PLAIN, port, targets.ROUTE, server)
+            shaped = Target(
+                production.PRODUCTION, port, production.PRODUCTION_ROUTE, server,
+                system=production.SYSTEM_PROMPT,
+            )  # fmt: skip
+            direct = Target(DIRECT, targets.MOCK_PORT, targets.UPSTREAM_MODEL, None)
+            direct_json = Target(
+                production.DIRECT_JSON, targets.MOCK_PORT, production.JSON_MODEL, None,
+                system=production.SYSTEM_PROMPT,
+            )  # fmt: skip
+            for target in (plain, shaped):
+                warm = max(2.0, self.plan.warmup_s * 2)
+                self._load(target, stream=False, concurrency=16, seconds=warm)
+                self._load(target, stream=True, concurrency=16, seconds=warm / 2)
+            baselines = {production.PLAIN: direct, production.PRODUCTION: direct_json}
+            order = [direct, direct_json, plain, shaped, *([litellm] if litellm else [])]
+            for stream in (False, True):
+                for concurrency in PRODUCTION_CONCURRENCIES:
+                    measured = {
+                        t.name: self._production_cell(t, stream, concurrency) for t in order
+                    }
+                    for name, cell in measured.items():
+                        base = measured[baselines.get(name, direct).name]
+                        if name not in (DIRECT, production.DIRECT_JSON):
+                            cell.added_p50_ms = cell.p50_ms - base.p50_ms
+                            cell.added_p99_ms = cell.p99_ms - base.p99_ms
+                        stage.cells.append(cell)
+            stage.profile = self._production_profile(shaped, server)
+            stage.spans, stage.totals = self._drain_spans(collector, port)
+            stage.loadavg.append(_loadavg())
+        log(
+            f"production stage: {stage.spans.spans:,} spans for {stage.upstream_calls:,.0f} "
+            "upstream calls"
+        )
+
+    def _production_cell(
+        self, target: Target, stream: bool, concurrency: int
+    ) -> production.StageCell:
+        route_tally = target.name == production.PRODUCTION
+        before: dict[str, Any] = {}
+
+        def snapshot() -> None:
+            before["pg"] = postgres_cpu_s()
+            if route_tally:
+                before["tally"] = production_tally(target.port)
+
+        cell = self._cell(target, stream, concurrency, on_measure=snapshot)
+        pg_after = postgres_cpu_s()
+        done = max(cell.requests, 1)
+        result = production.StageCell(
+            target.name, stream, concurrency, cell.requests, cell.errors, cell.rps,
+            cell.latency_ms.p50 if cell.latency_ms else float("nan"),
+            cell.latency_ms.p99 if cell.latency_ms else float("nan"),
+            gateway_cpu_us=cell.server_cpu_us_per_request,
+        )  # fmt: skip
+        if target.server is not None and pg_after is not None and before["pg"] is not None:
+            result.postgres_cpu_us = (pg_after - before["pg"]) * 1e6 / done
+        if route_tally:
+            result.tally = production_tally(target.port) - before["tally"]
+        log(
+            f"{cell.mode:10} c={concurrency:<3} {target.name:11} {cell.rps:7.0f} req/s  "
+            f"p50 {result.p50_ms:7.2f} ms  p99 {result.p99_ms:7.2f} ms  "
+            f"CPU {_fmt(result.gateway_cpu_us)} µs/req  errors {cell.errors}"
+            + (
+                f"  canary {100 * result.tally.canary_share:.1f} %  probes {result.tally.probe:.0f}"
+                if result.tally
+                else ""
+            )
+        )
+        return result
+
+    def _production_profile(self, target: Target, server: ServerProcess) -> dict[str, Any]:
+        py_spy = self.rig.repo / "bench" / ".venv-tools" / "bin" / "py-spy"
+        if not py_spy.exists():
+            return {"error": f"py-spy not installed at {py_spy}"}
+        log(f"mirrorgate-production: py-spy profile, non-stream, c=16, {self.plan.profile_s}s")
+
+        def served() -> float:
+            return production_tally(target.port).client_requests
+
+        return self._profile(
+            target, server, py_spy, False, 16, served=served, slug_prefix="production-"
+        )
+
+    def _drain_spans(
+        self, collector: production.SpanCollector, port: int
+    ) -> tuple[production.SpanCount, dict[str, production.RouteTally]]:
+        """Wait (with a deadline) until the collector has a span for every upstream call."""
+        deadline = time.monotonic() + SPAN_DRAIN_S
+        while True:
+            text = _metrics_text(port)
+            totals = {
+                route: production.RouteTally.parse(text, route)
+                for route in (targets.ROUTE, production.PRODUCTION_ROUTE)
+            }
+            spans = collector.snapshot()
+            if spans.spans >= sum(t.upstream_calls for t in totals.values()):
+                return spans, totals
+            if time.monotonic() > deadline:
+                log("the collector is still short of spans after the drain deadline; going on")
+                return spans, totals
+            time.sleep(0.25)
+
     # --- load -------------------------------------------------------------------------------------
 
     def _loadgen_argv(
@@ -479,6 +626,8 @@ class Suite:
             argv += ["--think", str(think)]
         if target.api_key_env:
             argv += ["--api-key-env", target.api_key_env]
+        if target.system:
+            argv += ["--system", target.system]
         return self.rig.layout.pin(self.rig.layout.load, argv)
 
     def _load(
@@ -515,12 +664,16 @@ class Suite:
     def _cell(
         self, target: Target, stream: bool, concurrency: int, *,
         seconds: float | None = None, warmup: float | None = None, ramp: float = 0.0,
-        think: float = 0.0,
+        think: float = 0.0, on_measure: Callable[[], None] | None = None,
     ) -> CellResult:  # fmt: skip
+        """One measured run; `on_measure` is called when the measured phase starts, just before
+        the CPU readings."""
         servers = [s for s in (target.server, self.mock) if s is not None]
         before: dict[str, Any] = {}
 
         def snapshot() -> None:
+            if on_measure is not None:
+                on_measure()
             before.update(
                 cpu=[s.cpu_seconds() for s in servers],
                 busy=machine_busy_seconds(),
@@ -558,22 +711,53 @@ class Suite:
         )
 
 
+@contextlib.contextmanager
+def production_gateway(
+    rig: targets.Rig, pg_admin_url: str, database: str = PRODUCTION_DATABASE,
+    port: int = targets.PRODUCTION_PORT, mock_port: int = targets.MOCK_PORT,
+) -> Iterator[tuple[ServerProcess, production.SpanCollector, dict[str, Any]]]:  # fmt: skip
+    """The production stage's setup: a fresh PostgreSQL database, the span collector, the
+    gateway (`targets.mirrorgate_production`, ready) and its canary started through the admin
+    API. Yields (gateway, collector, rollout state); stops the gateway and drops the database."""
+    with (
+        production.fresh_database(pg_admin_url, database) as url,
+        production.SpanCollector() as collector,
+    ):
+        server = targets.mirrorgate_production(rig, url, collector.endpoint, port, mock_port)
+        if not port_free(targets.HOST, port):
+            raise StartupError(f"{targets.HOST}:{port} is taken; {server.name} needs it")
+        try:
+            server.start()
+            yield server, collector, production.start_canary(f"http://{targets.HOST}:{port}")
+        finally:
+            server.stop()
+
+
+def production_tally(port: int) -> production.RouteTally:
+    """The production route's counters, from its gateway's /metrics."""
+    return production.RouteTally.parse(_metrics_text(port), production.PRODUCTION_ROUTE)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
 def _own_cpu_seconds() -> float:
     """CPU of this process (the load generators report their own)."""
     me = resource.getrusage(resource.RUSAGE_SELF)
     return me.ru_utime + me.ru_stime
 
 
-def _metrics_text() -> str:
-    url = f"http://{targets.HOST}:{targets.MIRRORGATE_PORT}/metrics"
+def _metrics_text(port: int = targets.MIRRORGATE_PORT) -> str:
+    url = f"http://{targets.HOST}:{port}/metrics"
     with urllib.request.urlopen(url, timeout=5) as response:
         body: bytes = response.read()
     return body.decode()
 
 
-def mirrorgate_requests() -> float:
+def mirrorgate_requests(port: int = targets.MIRRORGATE_PORT) -> float:
     """Sum of mirrorgate_requests_total over all label sets, from the gateway's /metrics."""
-    text = _metrics_text()
+    text = _metrics_text(port)
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
@@ -644,6 +828,10 @@ def main(argv: list[str] | None = None) -> int:
         "other work on a shared machine",
     )  # fmt: skip
     parser.add_argument(
+        "--pg-admin-url", default=PG_ADMIN_URL,
+        help=f"PostgreSQL where the production stage creates its database {PRODUCTION_DATABASE}",
+    )  # fmt: skip
+    parser.add_argument(
         "--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}"
     )
     args = parser.parse_args(argv)
@@ -668,6 +856,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"{rig.layout}; output in {rig.work}")
     try:
         suite = Suite(rig, plan, with_litellm=not args.no_litellm, stages=stages)
+        suite.pg_admin_url = args.pg_admin_url
         result = suite.run()
     except StartupError as exc:
         log(f"could not start the rig: {exc}")

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import production
 from bench.processes import ServerProcess, http_ok
 
 HOST = "127.0.0.1"
@@ -20,6 +21,8 @@ PORT_BASE = int(os.environ.get("MIRRORGATE_BENCH_PORT_BASE", "18000"))
 MOCK_PORT = PORT_BASE + 999
 MIRRORGATE_PORT = PORT_BASE + 80
 LITELLM_PORT = PORT_BASE + 81
+PRODUCTION_PORT = PORT_BASE + 82
+"""The gateway of the `production` stage (PostgreSQL, tracing, the production-shaped route)."""
 ROUTE = "bench"
 """The model name clients send: a mirrorgate route, and a LiteLLM model_name."""
 UPSTREAM_MODEL = "fake"
@@ -104,9 +107,10 @@ class Rig:
         return cls(repo, work, python, repo / "bench" / ".venv-litellm", layout)
 
 
-def mock_upstream(rig: Rig) -> ServerProcess:
+def mock_upstream(rig: Rig, port: int = MOCK_PORT) -> ServerProcess:
     """The mock model server: no request recording, no faults, no delays except for the slow
-    candidate and the paced primary.
+    candidate and the paced primary. The JSON-answering models of the production-shaped route
+    (bench/production.py) answer at once.
 
     Both set `ttft_ms` as well as `latency_ms`: `latency_ms` only delays non-streamed answers
     (and shadows stream when the primary streams). After the first token a stream goes as fast as
@@ -118,14 +122,15 @@ def mock_upstream(rig: Rig) -> ServerProcess:
         "models:\n"
         f"  {SLOW_CANDIDATE}: {{latency_ms: {SLOW_CANDIDATE_MS}, ttft_ms: {SLOW_CANDIDATE_MS}}}\n"
         f"  {PACED_MODEL}: {{latency_ms: {PACED_LATENCY_MS}, ttft_ms: {PACED_LATENCY_MS}}}\n"
+        + production.mock_behaviour()
     )
     argv = [
         str(rig.python), "-m", "proxy.cli", "--log-level", "warning", "mock-upstream",
-        "--host", HOST, "--port", str(MOCK_PORT), "--behavior", str(behavior),
+        "--host", HOST, "--port", str(port), "--behavior", str(behavior),
     ]  # fmt: skip
     return ServerProcess(
         "mock-upstream", rig.layout.pin(rig.layout.mock, argv), cwd=rig.repo, env=_base_env(),
-        ready=http_ok(f"http://{HOST}:{MOCK_PORT}/healthz"), log_path=rig.work / "mock.log",
+        ready=http_ok(f"http://{HOST}:{port}/healthz"), log_path=rig.work / "mock.log",
     )  # fmt: skip
 
 
@@ -173,6 +178,24 @@ def mirrorgate(rig: Rig, env: dict[str, str] | None = None) -> ServerProcess:
         env={**_base_env(), **(env or {})},
         ready=http_ok(f"http://{HOST}:{MIRRORGATE_PORT}/readyz"),
         log_path=rig.work / "mirrorgate.log",
+    )  # fmt: skip
+
+
+def mirrorgate_production(
+    rig: Rig, database_url: str, otlp_endpoint: str, port: int = PRODUCTION_PORT,
+    mock_port: int = MOCK_PORT,
+) -> ServerProcess:  # fmt: skip
+    """mirrorgate with the plain `ROUTE` beside the production-shaped route
+    (`production.gateway_config`): PostgreSQL at `database_url` with redacted bodies, OTLP to
+    `otlp_endpoint`. Named `mirrorgate-production` (its log and config have that name too)."""
+    config = rig.work / "mirrorgate-production.yaml"
+    mock_url = f"http://{HOST}:{mock_port}/v1"
+    config.write_text(production.gateway_config(mock_url, port, database_url, otlp_endpoint))
+    argv = [str(rig.python), "-m", "proxy.cli", "serve", "--config", str(config)]
+    return ServerProcess(
+        "mirrorgate-production", rig.layout.pin(rig.layout.gateway, argv), cwd=rig.repo,
+        env=_base_env(), ready=http_ok(f"http://{HOST}:{port}/readyz"),
+        log_path=rig.work / "mirrorgate-production.log",
     )  # fmt: skip
 
 

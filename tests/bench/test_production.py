@@ -1,12 +1,16 @@
 """bench/production.py: the production-shaped route's configuration is one the gateway accepts, with
-the parts the bench claims, and the stand-in collector counts the spans of OTLP/HTTP exports."""
+the parts the bench claims, the stand-in collector counts the spans of OTLP/HTTP exports, and the
+production stage's setup really starts the canary, fires probes and traces every call."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
+import socket
 import sys
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 from types import ModuleType
 
@@ -14,6 +18,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from proxy.config import parse_config
+from tests.conftest import PG_ADMIN_URL, _port_open, require_service, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,3 +80,62 @@ def test_the_collector_counts_spans_and_rejects_what_is_not_an_export(
         assert post(collector.endpoint, b"\xff\xff\xff") == 400
         count = collector.snapshot()
     assert (count.posts, count.spans, count.rejected) == (2, 5, 2)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.e2e
+def test_the_stage_setup_starts_the_canary_probes_fire_and_every_call_is_traced(
+    tmp_path: Path,
+) -> None:
+    """The production stage's own setup (`suite.production_gateway`: database, collector,
+    gateway, canary through the admin API) against a real mock and PostgreSQL, a few hundred
+    requests of the bench's load generator with the route's system prompt."""
+    require_service("PostgreSQL at 127.0.0.1:5432", _port_open("127.0.0.1", 5432))
+    from bench import loadgen, suite, targets
+
+    production = suite.production
+    rig = targets.Rig(
+        ROOT, tmp_path, Path(sys.executable), tmp_path / "no-litellm", targets.CpuLayout("", "", "")
+    )
+    mock_port, port = free_port(), free_port()
+    database = f"bench_production_{uuid.uuid4().hex[:8]}"
+    sent = 400
+    with (
+        targets.mock_upstream(rig, port=mock_port),
+        suite.production_gateway(rig, PG_ADMIN_URL, database, port, mock_port) as setup,
+    ):
+        _server, collector, rollout = setup
+        assert rollout["phase"] == "progressing"
+        assert rollout["weight_percent"] == production.CANARY_PERCENT
+        spec = loadgen.LoadSpec(
+            "127.0.0.1", port, "/v1/chat/completions", production.PRODUCTION_ROUTE, False,
+            concurrency=2, seconds=0, requests=sent, warmup_s=0, system=production.SYSTEM_PROMPT,
+        )  # fmt: skip
+        load = asyncio.run(loadgen.run_load(spec))
+        assert (load.requests, load.errors) == (sent, 0)
+
+        def probed() -> production.RouteTally | None:
+            tally = suite.production_tally(port)
+            return tally if tally.probes_scored > 0 else None
+
+        tally = wait_until(probed, timeout_s=30, what="a scored probe")
+
+        def traced() -> production.SpanCount | None:
+            # every upstream call (client, shadow, probe) is one span; probes still running
+            # when the tally was read add calls, so the tally is read again
+            now = suite.production_tally(port)
+            spans = collector.snapshot()
+            return spans if spans.spans == now.upstream_calls else None
+
+        spans = wait_until(traced, timeout_s=30, what="a span for every upstream call")
+        tally = suite.production_tally(port)
+    assert tally.client_requests == sent
+    assert 0 < tally.canary < sent * 0.3  # ~10 %: the rollout serves its first step
+    assert tally.probe > 0 and tally.probes_scored > 0
+    assert spans.rejected == 0
+    assert spans.spans - tally.shadow - tally.probe == sent  # one span per client request
