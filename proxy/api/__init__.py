@@ -12,7 +12,7 @@ from .experiments import ExperimentStatuses, experiment_router, experiment_statu
 from .feedback import FeedbackService, RecentExchanges, feedback_router
 from .feedback_auth import FeedbackAuth
 from .outcomes import OutcomeService, RecentOperations, outcome_router
-from .public import build_public_router
+from .public import PublicParts, public_router
 from .rollouts import RolloutParts, rollout_router, state_json
 from .token_buckets import TokenBuckets
 
@@ -23,19 +23,20 @@ __all__ = [
     "FeedbackAuth",
     "FeedbackService",
     "OutcomeService",
+    "PublicParts",
     "RecentExchanges",
     "RecentOperations",
     "RolloutParts",
     "StateChangeGuard",
     "TokenBuckets",
     "admin_router",
-    "build_public_router",
     "experiment_router",
     "experiment_status",
     "feedback_router",
     "install_error_handling",
     "outcome_router",
     "probe_scores",
+    "public_router",
     "read_limited",
     "rollout_router",
     "state_json",

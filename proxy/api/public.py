@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
@@ -22,63 +23,74 @@ from proxy.gateway import RouteTable
 from proxy.store import redact
 
 
-def build_public_router(
-    routes: RouteTable,
-    registry: CollectorRegistry,
-    *,
-    started: Callable[[], bool],
-    store_ok: Callable[[], bool],
-    write_problem: Callable[[], str | None] = lambda: None,
-) -> APIRouter:
-    """`started`: whether the gateway finished starting (config loaded, store migrated);
+@dataclass(frozen=True, slots=True)
+class PublicParts:
+    """What the public routes reach of their gateway: `app.state.public_parts`, set by the app's
+    wiring. `started`: whether the gateway finished starting (config loaded, store migrated);
     `store_ok`: a blocking ping of the store (run on a worker thread); `write_problem`: why
     records cannot be written now (the recorder's last write error, a deleted database file), or
     None."""
-    router = APIRouter()
 
-    @router.get("/v1/models")
-    async def models(request: Request) -> JSONResponse:
-        names = routes.names()
-        if request.headers.get("anthropic-version"):
-            data = [
-                {"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"}
-                for n in names
-            ]
-            first, last = (names[0], names[-1]) if names else (None, None)
-            return JSONResponse(
-                {"data": data, "has_more": False, "first_id": first, "last_id": last}
-            )
-        return JSONResponse(
-            {"object": "list",
-             "data": [{"id": n, "object": "model", "created": 0, "owned_by": "mirrorgate"}
-                      for n in names]}
-        )  # fmt: skip
+    routes: RouteTable
+    registry: CollectorRegistry
+    started: Callable[[], bool]
+    store_ok: Callable[[], bool]
+    write_problem: Callable[[], str | None] = lambda: None
 
-    @router.get("/healthz")
-    async def healthz() -> JSONResponse:
-        return JSONResponse({"status": "ok"})
 
-    @router.get("/readyz")
-    async def readyz() -> JSONResponse:
-        reachable = await asyncio.to_thread(store_ok)
-        ready = started()
-        problem = write_problem()
-        ok = ready and reachable and problem is None
-        body: dict[str, object] = {
-            "status": "ready" if ok else "not ready",
-            "store": reachable,
-            "config": ready,
-            "writes": problem is None,
-        }
-        if not ok:
-            body["reason"] = redact(
-                problem
-                or ("the store does not answer" if not reachable else "the gateway is starting")
-            )
-        return JSONResponse(body, status_code=200 if ok else 503)
+def public_parts(request: Request) -> PublicParts:
+    """The public parts of the gateway serving `request`."""
+    parts: PublicParts = request.app.state.public_parts
+    return parts
 
-    @router.get("/metrics")
-    async def metrics() -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    return router
+# Built once per process: the endpoints reach their gateway through the request.
+public_router = APIRouter()
+
+
+@public_router.get("/v1/models")
+async def models(request: Request) -> JSONResponse:
+    names = public_parts(request).routes.names()
+    if request.headers.get("anthropic-version"):
+        data = [
+            {"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"}
+            for n in names
+        ]
+        first, last = (names[0], names[-1]) if names else (None, None)
+        return JSONResponse({"data": data, "has_more": False, "first_id": first, "last_id": last})
+    return JSONResponse(
+        {"object": "list",
+         "data": [{"id": n, "object": "model", "created": 0, "owned_by": "mirrorgate"}
+                  for n in names]}
+    )  # fmt: skip
+
+
+@public_router.get("/healthz")
+async def healthz() -> JSONResponse:
+    return JSONResponse({"status": "ok"})
+
+
+@public_router.get("/readyz")
+async def readyz(request: Request) -> JSONResponse:
+    parts = public_parts(request)
+    reachable = await asyncio.to_thread(parts.store_ok)
+    ready = parts.started()
+    problem = parts.write_problem()
+    ok = ready and reachable and problem is None
+    body: dict[str, object] = {
+        "status": "ready" if ok else "not ready",
+        "store": reachable,
+        "config": ready,
+        "writes": problem is None,
+    }
+    if not ok:
+        body["reason"] = redact(
+            problem or ("the store does not answer" if not reachable else "the gateway is starting")
+        )
+    return JSONResponse(body, status_code=200 if ok else 503)
+
+
+@public_router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    registry = public_parts(request).registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

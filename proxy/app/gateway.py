@@ -34,17 +34,18 @@ from proxy.api import (
     FeedbackAuth,
     FeedbackService,
     OutcomeService,
+    PublicParts,
     RecentExchanges,
     RecentOperations,
     RolloutParts,
     StateChangeGuard,
     TokenBuckets,
     admin_router,
-    build_public_router,
     experiment_router,
     feedback_router,
     install_error_handling,
     outcome_router,
+    public_router,
     rollout_router,
 )
 from proxy.config import (
@@ -54,7 +55,7 @@ from proxy.config import (
     feedback_open,
     reviewer_tokens,
 )
-from proxy.console import ConsoleAuth, ConsoleParts, console_router, install_console_errors
+from proxy.console import ConsoleAuth, ConsoleParts, console_routes, install_console_errors
 from proxy.core import ENDPOINTS, FeedbackTokens, RecordSink, StoredRecord, TaskSet
 from proxy.gateway import (
     AccessLog,
@@ -584,20 +585,19 @@ class Gateway:
                 *experiment_router.routes,
                 *feedback_router.routes,
                 *outcome_router.routes,
+                *public_router.routes,
+                *console_routes,
             ],
         )
         install_error_handling(api, self.metrics)
-
-        api.include_router(
-            build_public_router(
-                self.routes,
-                self.registry,
-                started=lambda: self.ready,
-                store_ok=self.store.ping,
-                write_problem=lambda: self.recorder.write_problem or self.store.file_problem(),
-            )
-        )
         # The routers are built once per process; each app carries its own gateway's parts.
+        api.state.public_parts = PublicParts(
+            self.routes,
+            self.registry,
+            started=lambda: self.ready,
+            store_ok=self.store.ping,
+            write_problem=lambda: self.recorder.write_problem or self.store.file_problem(),
+        )
         admin_auth = AdminAuth(
             self.config.server.admin_token_env, self.env, StateChangeGuard(self.config)
         )
@@ -626,7 +626,7 @@ class Gateway:
         api.state.experiment_manager = self.experiments
         api.state.feedback_service = self.feedback
         api.state.outcome_service = self.outcomes
+        api.state.console_parts = self.console_parts
         install_console_errors(api)
-        api.include_router(console_router(self.console_parts))
 
         return api

@@ -2,8 +2,9 @@
 vanilla JavaScript, served by the gateway itself (assets in `static/`, no CDN, no build step).
 
 Sign-in and sessions (`auth`), the page shell and escaping (`layout`), the pages' routers, and
-the refusals they raise (`install_console_errors` answers them). Imports `proxy.api` and below;
-only the app's wiring imports it.
+the refusals they raise (`install_console_errors` answers them). The routes are built once per
+process (`console_routes`); an app serves them with its gateway's `ConsoleParts` on
+`app.state.console_parts`. Imports `proxy.api` and below; only the app's wiring imports it.
 """
 
 from .auth import ConsoleAuth, Principal
@@ -11,7 +12,7 @@ from .experiments import ExperimentSource
 from .layout import esc, page
 from .parts import ConsoleParts
 from .refusal import ConsoleRefusal, install_console_errors
-from .router import console_router
+from .router import console_routes
 
 __all__ = [
     "ConsoleAuth",
@@ -19,7 +20,7 @@ __all__ = [
     "ConsoleRefusal",
     "ExperimentSource",
     "Principal",
-    "console_router",
+    "console_routes",
     "esc",
     "install_console_errors",
     "page",

@@ -9,8 +9,8 @@ The console reads experiments through an `ExperimentSource` (the app's wiring ha
 admin API's own answer); a gateway without one runs no experiments and the page says so.
 """
 
-# No `from __future__ import annotations`: FastAPI reads the dependencies in the routes'
-# annotations, which name this function's locals.
+# No `from __future__ import annotations`: FastAPI reads the routes' dependencies from their
+# annotations.
 
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Protocol
@@ -23,7 +23,7 @@ from proxy.store import StoreUnavailableError
 
 from .auth import Principal
 from .layout import esc, page
-from .parts import ConsoleParts
+from .parts import ConsoleParts, admin_page, console_parts
 from .refusal import ConsoleRefusal
 from .rollout_page import when
 
@@ -190,55 +190,56 @@ def experiment_body(status: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
-def experiments_router(parts: ConsoleParts) -> APIRouter:
-    router = APIRouter(prefix="/ui/experiments")
-    auth = parts.auth
+experiments_router = APIRouter(prefix="/ui/experiments")
 
-    @router.get("")
-    async def every_experiment(
-        principal: Annotated[Principal, Depends(auth.admin_page)],
-    ) -> HTMLResponse:
-        source = parts.experiments
-        routes = list(source.routes()) if source is not None else []
-        if not routes:
-            body = '<p class="empty">This gateway runs no experiments.</p>'
-        else:
-            cards = []
-            for route in routes:
-                status = await source.status(route) if source is not None else {}
-                state = status.get("experiment") or {}
-                arms = (status.get("config") or {}).get("arms") or {}
-                cards.append(
-                    f'<section class="card"><h2><a href="{esc(_link(route))}">{esc(route)}</a></h2>'
-                    f"<p>{esc(state.get('state') or 'not started')} · arms "
-                    f"{esc(', '.join(map(str, arms)))}</p></section>"
-                )
-            body = f'<div class="cards">{"".join(cards)}</div>'
-        return page(
-            title="Experiments",
-            principal=principal,
-            csrf=auth.csrf_token(principal),
-            active="experiments",
-            body=body,
-        )
 
-    @router.get("/{route}")
-    async def one_experiment(
-        route: str, principal: Annotated[Principal, Depends(auth.admin_page)]
-    ) -> HTMLResponse:
-        source = parts.experiments
-        if source is None or route not in source.routes():
-            raise ConsoleRefusal(404, f"no experiment on route '{route[:200]}'")
-        try:
-            status = await source.status(route)
-        except StoreUnavailableError as exc:
-            raise ConsoleRefusal(503, f"the store cannot be reached: {exc}") from exc
-        return page(
-            title=f"Experiment on {route}",
-            principal=principal,
-            csrf=auth.csrf_token(principal),
-            active="experiments",
-            body=experiment_body(status),
-        )
+@experiments_router.get("")
+async def every_experiment(
+    principal: Annotated[Principal, Depends(admin_page)],
+    parts: Annotated[ConsoleParts, Depends(console_parts)],
+) -> HTMLResponse:
+    source = parts.experiments
+    routes = list(source.routes()) if source is not None else []
+    if not routes:
+        body = '<p class="empty">This gateway runs no experiments.</p>'
+    else:
+        cards = []
+        for route in routes:
+            status = await source.status(route) if source is not None else {}
+            state = status.get("experiment") or {}
+            arms = (status.get("config") or {}).get("arms") or {}
+            cards.append(
+                f'<section class="card"><h2><a href="{esc(_link(route))}">{esc(route)}</a></h2>'
+                f"<p>{esc(state.get('state') or 'not started')} · arms "
+                f"{esc(', '.join(map(str, arms)))}</p></section>"
+            )
+        body = f'<div class="cards">{"".join(cards)}</div>'
+    return page(
+        title="Experiments",
+        principal=principal,
+        csrf=parts.auth.csrf_token(principal),
+        active="experiments",
+        body=body,
+    )
 
-    return router
+
+@experiments_router.get("/{route}")
+async def one_experiment(
+    route: str,
+    principal: Annotated[Principal, Depends(admin_page)],
+    parts: Annotated[ConsoleParts, Depends(console_parts)],
+) -> HTMLResponse:
+    source = parts.experiments
+    if source is None or route not in source.routes():
+        raise ConsoleRefusal(404, f"no experiment on route '{route[:200]}'")
+    try:
+        status = await source.status(route)
+    except StoreUnavailableError as exc:
+        raise ConsoleRefusal(503, f"the store cannot be reached: {exc}") from exc
+    return page(
+        title=f"Experiment on {route}",
+        principal=principal,
+        csrf=parts.auth.csrf_token(principal),
+        active="experiments",
+        body=experiment_body(status),
+    )

@@ -16,8 +16,8 @@ turns and the two answers, labelled A and B. Targets, arms, request and pair ids
 store. Every POST needs the session's CSRF token (`x-csrf-token`, or the form's `csrf`).
 """
 
-# No `from __future__ import annotations`: FastAPI reads the dependencies in the routes'
-# annotations, which name this function's locals.
+# No `from __future__ import annotations`: FastAPI reads the routes' dependencies from their
+# annotations.
 
 import asyncio
 import json
@@ -44,7 +44,7 @@ from proxy.store import (
 from .auth import Principal
 from .forms import read_form
 from .layout import esc, page, security_headers
-from .parts import ConsoleParts
+from .parts import ConsoleParts, api_principal, console_parts, page_principal
 from .refusal import ConsoleRefusal
 from .review_queue import ReviewQueue
 from .review_view import item_view
@@ -117,261 +117,291 @@ async def _read_json(request: Request) -> dict[str, Any]:
     return parsed
 
 
-def review_router(parts: ConsoleParts) -> APIRouter:
-    router = APIRouter(prefix="/ui")
-    auth = parts.auth
+# Built once per process: the endpoints reach their gateway's parts through the request.
+review_router = APIRouter(prefix="/ui")
+
+
+async def _blocking(call: Callable[[], T], *, json_refusal: bool = True) -> T:
+    """`call` on a worker thread; the store's outage is a 503 in the caller's format."""
+    try:
+        return await asyncio.to_thread(call)
+    except StoreUnavailableError:
+        raise ConsoleRefusal(
+            503, "the store cannot be reached just now: try again", json=json_refusal
+        ) from None
+
+
+def _choose(
+    parts: ConsoleParts, route: str | None, version: str | None, *, json_refusal: bool
+) -> tuple[str, str]:
+    """The queue asked for: a configured route (default: the first with shadows) and a rule
+    version (`*`: every one)."""
+    routes = parts.config().routes
+    if route is None or route == "":
+        shadowed = [name for name, spec in routes.items() if spec.shadows]
+        route = shadowed[0] if shadowed else next(iter(routes), "")
+    if route not in routes:
+        raise ConsoleRefusal(404, f"there is no route '{route[:100]}'", json=json_refusal)
+    version = version or ANY_VERSION
+    if len(version) > 200:
+        raise ConsoleRefusal(400, "the rule version is too long", json=json_refusal)
+    return route, version
+
+
+def _versions_of(parts: ConsoleParts, route: str) -> list[str]:
+    """The rule versions seen on `route`'s rule, newest first (blocking)."""
+    rule = parts.config().rule_of(route)
+    if rule is None:
+        return []
+    events = [e for e in parts.rule_events.events() if e.rule == rule]
+    return [e.version for e in reversed(events)]
+
+
+def _known_item(parts: ConsoleParts, item_id: str) -> ReviewItem:
+    if not _ITEM_ID.match(item_id):
+        raise _refuse_json(404, "no such item")
+    item = parts.reviews.item(item_id)
+    if item is None:
+        raise _refuse_json(404, "no such item")
+    return item
+
+
+def _progress(
+    parts: ConsoleParts, route: str, version: str, principal: Principal
+) -> dict[str, Any]:
+    """The queue's reviews: yours, agreement between reviewers, position bias (blocking)."""
+    reviewed = parts.reviews.reviewed(route=route, rule_version=version)
+    scored = [
+        ScoredPair(
+            r.item.item_id,
+            r.review.score_a or 0,
+            r.review.score_b or 0,
+            r.review.preference or "tie",
+        )
+        for r in reviewed
+        if r.review.preference is not None
+    ]
+    agreed = agreement(scored)
+    bias = position_bias([s.preference for s in scored])
+    return {
+        "route": route,
+        "rule_version": version,
+        "yours": sum(r.review.reviewer_id == principal.reviewer_id for r in reviewed),
+        "reviews": len(scored),
+        "open": parts.reviews.open_count(route, version, principal.reviewer_id),
+        "agreement": {
+            "items": agreed.items,
+            "kappa": agreed.kappa,
+            "same_preference": agreed.observed,
+            "mean_score_difference": agreed.mean_score_difference,
+        },
+        "position": {
+            "reviews": bias.reviews,
+            "a": bias.a,
+            "b": bias.b,
+            "ties": bias.ties,
+            "a_share": bias.a_share,
+        },
+    }
+
+
+def _next_view(
+    parts: ConsoleParts, route: str, version: str, principal: Principal
+) -> dict[str, Any]:
+    """The next item's view (skipping items whose exchanges are gone), or why there is none
+    (blocking)."""
     queue = ReviewQueue(parts.reviews, parts.rule_events, parts.rollouts.store, parts.config)
-
-    async def blocking(call: Callable[[], T], *, json_refusal: bool = True) -> T:
-        """`call` on a worker thread; the store's outage is a 503 in the caller's format."""
-        try:
-            return await asyncio.to_thread(call)
-        except StoreUnavailableError:
-            raise ConsoleRefusal(
-                503, "the store cannot be reached just now: try again", json=json_refusal
-            ) from None
-
-    def choose(route: str | None, version: str | None, *, json_refusal: bool) -> tuple[str, str]:
-        """The queue asked for: a configured route (default: the first with shadows) and a rule
-        version (`*`: every one)."""
-        routes = parts.config().routes
-        if route is None or route == "":
-            shadowed = [name for name, spec in routes.items() if spec.shadows]
-            route = shadowed[0] if shadowed else next(iter(routes), "")
-        if route not in routes:
-            raise ConsoleRefusal(404, f"there is no route '{route[:100]}'", json=json_refusal)
-        version = version or ANY_VERSION
-        if len(version) > 200:
-            raise ConsoleRefusal(400, "the rule version is too long", json=json_refusal)
-        return route, version
-
-    def versions_of(route: str) -> list[str]:
-        """The rule versions seen on `route`'s rule, newest first (blocking)."""
-        rule = parts.config().rule_of(route)
-        if rule is None:
-            return []
-        events = [e for e in parts.rule_events.events() if e.rule == rule]
-        return [e.version for e in reversed(events)]
-
-    def known_item(item_id: str) -> ReviewItem:
-        if not _ITEM_ID.match(item_id):
-            raise _refuse_json(404, "no such item")
-        item = parts.reviews.item(item_id)
+    for _ in range(20):
+        item = queue.next_item(route, version, principal.reviewer_id)
         if item is None:
-            raise _refuse_json(404, "no such item")
-        return item
+            break
+        texts = parts.reviews.texts(item)
+        if texts is not None:
+            return {"item": item_view(item, texts), "empty": None}
+        # retention took an exchange: put the item out of this reviewer's way
+        parts.reviews.add(ReviewRecord(item.item_id, principal.reviewer_id, _now(), skipped=True))
+    return {"item": None, "empty": queue.why_empty(route, version)}
 
-    def progress(route: str, version: str, principal: Principal) -> dict[str, Any]:
-        """The queue's reviews: yours, agreement between reviewers, position bias (blocking)."""
-        reviewed = parts.reviews.reviewed(route=route, rule_version=version)
-        scored = [
-            ScoredPair(
-                r.item.item_id,
-                r.review.score_a or 0,
-                r.review.score_b or 0,
-                r.review.preference or "tie",
-            )
-            for r in reviewed
-            if r.review.preference is not None
-        ]
-        agreed = agreement(scored)
-        bias = position_bias([s.preference for s in scored])
-        return {
-            "route": route,
-            "rule_version": version,
-            "yours": sum(r.review.reviewer_id == principal.reviewer_id for r in reviewed),
-            "reviews": len(scored),
-            "open": parts.reviews.open_count(route, version, principal.reviewer_id),
-            "agreement": {
-                "items": agreed.items,
-                "kappa": agreed.kappa,
-                "same_preference": agreed.observed,
-                "mean_score_difference": agreed.mean_score_difference,
-            },
-            "position": {
-                "reviews": bias.reviews,
-                "a": bias.a,
-                "b": bias.b,
-                "ties": bias.ties,
-                "a_share": bias.a_share,
-            },
-        }
 
-    def next_view(route: str, version: str, principal: Principal) -> dict[str, Any]:
-        """The next item's view (skipping items whose exchanges are gone), or why there is none
-        (blocking)."""
-        for _ in range(20):
-            item = queue.next_item(route, version, principal.reviewer_id)
-            if item is None:
-                break
-            texts = parts.reviews.texts(item)
-            if texts is not None:
-                return {"item": item_view(item, texts), "empty": None}
-            # retention took an exchange: put the item out of this reviewer's way
-            parts.reviews.add(
-                ReviewRecord(item.item_id, principal.reviewer_id, _now(), skipped=True)
-            )
-        return {"item": None, "empty": queue.why_empty(route, version)}
-
-    def store_review(
-        item: ReviewItem, principal: Principal, fields: tuple[int, int, str, str | None]
-    ) -> bool:
-        score_a, score_b, preference, reason = fields
-        stored = parts.reviews.add(
-            ReviewRecord(
-                item_id=item.item_id,
-                reviewer_id=principal.reviewer_id,
-                created_at=_now(),
-                score_a=score_a,
-                score_b=score_b,
-                preference=preference,  # type: ignore[arg-type]
-                reason=reason,
-            )
+def _store_review(
+    parts: ConsoleParts,
+    item: ReviewItem,
+    principal: Principal,
+    fields: tuple[int, int, str, str | None],
+) -> bool:
+    score_a, score_b, preference, reason = fields
+    stored = parts.reviews.add(
+        ReviewRecord(
+            item_id=item.item_id,
+            reviewer_id=principal.reviewer_id,
+            created_at=_now(),
+            score_a=score_a,
+            score_b=score_b,
+            preference=preference,  # type: ignore[arg-type]
+            reason=reason,
         )
-        if stored:
-            c = item.candidate
-            # An experiment item's sides name their arms (`experiment:<arm>`): the label keeps to
-            # the arms every dashboard knows.
-            arm = Arm.EXPERIMENT.value if c.source == "experiment" else c.candidate_arm
-            parts.metrics.reviews.labels(c.route, c.candidate_target, arm).inc()
-        return stored
+    )
+    if stored:
+        c = item.candidate
+        # An experiment item's sides name their arms (`experiment:<arm>`): the label keeps to
+        # the arms every dashboard knows.
+        arm = Arm.EXPERIMENT.value if c.source == "experiment" else c.candidate_arm
+        parts.metrics.reviews.labels(c.route, c.candidate_target, arm).inc()
+    return stored
 
-    # --- JSON ---------------------------------------------------------------------------------
 
-    @router.get("/api/review/queues")
-    async def queues(principal: Annotated[Principal, Depends(auth.api_principal)]) -> Response:
-        counts = await blocking(parts.reviews.queues)
-        routes = parts.config().routes
-        body = {
-            "routes": [name for name, spec in routes.items() if spec.shadows],
-            "queues": [
-                {
-                    "route": c.route,
-                    "rule_version": c.rule_version,
-                    "open": c.open,
-                    "reviews": c.reviews,
-                }
-                for c in counts
-                if c.route in routes
-            ],
-        }
-        return JSONResponse(body, headers=security_headers())
+# --- JSON ---------------------------------------------------------------------------------
 
-    @router.get("/api/review/next")
-    async def next_item(
-        principal: Annotated[Principal, Depends(auth.api_principal)],
-        route: str | None = None,
-        version: str | None = None,
-    ) -> Response:
-        route, version = choose(route, version, json_refusal=True)
-        body = await blocking(lambda: next_view(route, version, principal))
-        return JSONResponse(body, headers=security_headers())
 
-    @router.get("/api/review/progress")
-    async def progress_of(
-        principal: Annotated[Principal, Depends(auth.api_principal)],
-        route: str | None = None,
-        version: str | None = None,
-    ) -> Response:
-        route, version = choose(route, version, json_refusal=True)
-        body = await blocking(lambda: progress(route, version, principal))
-        return JSONResponse(body, headers=security_headers())
+@review_router.get("/api/review/queues")
+async def queues(
+    principal: Annotated[Principal, Depends(api_principal)],
+    parts: Annotated[ConsoleParts, Depends(console_parts)],
+) -> Response:
+    counts = await _blocking(parts.reviews.queues)
+    routes = parts.config().routes
+    body = {
+        "routes": [name for name, spec in routes.items() if spec.shadows],
+        "queues": [
+            {
+                "route": c.route,
+                "rule_version": c.rule_version,
+                "open": c.open,
+                "reviews": c.reviews,
+            }
+            for c in counts
+            if c.route in routes
+        ],
+    }
+    return JSONResponse(body, headers=security_headers())
 
-    @router.post("/api/review/items/{item_id}")
-    async def submit(
-        request: Request,
-        item_id: str,
-        principal: Annotated[Principal, Depends(auth.api_principal)],
-    ) -> Response:
-        raw = await _read_json(request)
-        try:
-            fields = parse_review(raw)
-        except ValueError as exc:
-            raise _refuse_json(400, str(exc)) from None
-        item = await blocking(lambda: known_item(item_id))
-        if not await blocking(lambda: store_review(item, principal, fields)):
-            raise _refuse_json(409, "you have already reviewed (or skipped) this item")
-        return JSONResponse({"stored": True}, 201, headers=security_headers())
 
-    @router.post("/api/review/items/{item_id}/skip")
-    async def skip(
-        request: Request,
-        item_id: str,
-        principal: Annotated[Principal, Depends(auth.api_principal)],
-    ) -> Response:
-        body = await read_limited_or_refuse(request)
-        if body.strip() not in (b"", b"{}"):
-            raise _refuse_json(400, "a skip has no body")
-        item = await blocking(lambda: known_item(item_id))
+@review_router.get("/api/review/next")
+async def next_item(
+    principal: Annotated[Principal, Depends(api_principal)],
+    parts: Annotated[ConsoleParts, Depends(console_parts)],
+    route: str | None = None,
+    version: str | None = None,
+) -> Response:
+    route, version = _choose(parts, route, version, json_refusal=True)
+    body = await _blocking(lambda: _next_view(parts, route, version, principal))
+    return JSONResponse(body, headers=security_headers())
+
+
+@review_router.get("/api/review/progress")
+async def progress_of(
+    principal: Annotated[Principal, Depends(api_principal)],
+    parts: Annotated[ConsoleParts, Depends(console_parts)],
+    route: str | None = None,
+    version: str | None = None,
+) -> Response:
+    route, version = _choose(parts, route, version, json_refusal=True)
+    body = await _blocking(lambda: _progress(parts, route, version, principal))
+    return JSONResponse(body, headers=security_headers())
+
+
+@review_router.post("/api/review/items/{item_id}")
+async def submit(
+    request: Request,
+    item_id: str,
+    principal: Annotated[Principal, Depends(api_principal)],
+    parts: Annotated[ConsoleParts, Depends(console_parts)],
+) -> Response:
+    raw = await _read_json(request)
+    try:
+        fields = parse_review(raw)
+    except ValueError as exc:
+        raise _refuse_json(400, str(exc)) from None
+    item = await _blocking(lambda: _known_item(parts, item_id))
+    if not await _blocking(lambda: _store_review(parts, item, principal, fields)):
+        raise _refuse_json(409, "you have already reviewed (or skipped) this item")
+    return JSONResponse({"stored": True}, 201, headers=security_headers())
+
+
+@review_router.post("/api/review/items/{item_id}/skip")
+async def skip(
+    request: Request,
+    item_id: str,
+    principal: Annotated[Principal, Depends(api_principal)],
+    parts: Annotated[ConsoleParts, Depends(console_parts)],
+) -> Response:
+    body = await _read_limited_or_refuse(request)
+    if body.strip() not in (b"", b"{}"):
+        raise _refuse_json(400, "a skip has no body")
+    item = await _blocking(lambda: _known_item(parts, item_id))
+    record = ReviewRecord(item.item_id, principal.reviewer_id, _now(), skipped=True)
+    if not await _blocking(lambda: parts.reviews.add(record)):
+        raise _refuse_json(409, "you have already reviewed (or skipped) this item")
+    return JSONResponse({"skipped": True}, headers=security_headers())
+
+
+async def _read_limited_or_refuse(request: Request) -> bytes:
+    try:
+        return await read_limited(request, 1024, "the skip")
+    except GatewayError as exc:
+        raise _refuse_json(exc.status, str(exc)) from None
+
+
+# --- the page -----------------------------------------------------------------------------
+
+
+@review_router.get("/review")
+async def review_page(
+    principal: Annotated[Principal, Depends(page_principal)],
+    parts: Annotated[ConsoleParts, Depends(console_parts)],
+    route: str | None = None,
+    version: str | None = None,
+    done: str | None = None,
+) -> Response:
+    route, version = _choose(parts, route, version, json_refusal=False)
+    view, versions, counts = await _blocking(
+        lambda: (_next_view(parts, route, version, principal), _versions_of(parts, route),
+                 _progress(parts, route, version, principal)),
+        json_refusal=False,
+    )  # fmt: skip
+    csrf = parts.auth.csrf_token(principal)
+    body = render_page(parts, route, version, versions, view, counts, csrf, done)
+    return page(
+        title="Blind review",
+        principal=principal,
+        csrf=csrf,
+        active="review",
+        body=body,
+        scripts=("review.js",),
+    )
+
+
+@review_router.post("/review")
+async def review_form(
+    request: Request,
+    principal: Annotated[Principal, Depends(page_principal)],
+    parts: Annotated[ConsoleParts, Depends(console_parts)],
+) -> Response:
+    form = await read_form(request, {"csrf", "item", "route", "version", "action", *_FIELDS})
+    if not parts.auth.csrf_ok(principal, form.get("csrf")):
+        raise ConsoleRefusal(403, "the form's CSRF token is missing or wrong")
+    route, version = _choose(parts, form.get("route"), form.get("version"), json_refusal=False)
+    item_id = form.get("item", "")
+    try:
+        item = await _blocking(lambda: _known_item(parts, item_id), json_refusal=False)
+    except ConsoleRefusal:
+        raise ConsoleRefusal(404, "no such item") from None
+    done = "skipped"
+    if form.get("action") == "skip":
         record = ReviewRecord(item.item_id, principal.reviewer_id, _now(), skipped=True)
-        if not await blocking(lambda: parts.reviews.add(record)):
-            raise _refuse_json(409, "you have already reviewed (or skipped) this item")
-        return JSONResponse({"skipped": True}, headers=security_headers())
-
-    async def read_limited_or_refuse(request: Request) -> bytes:
+        await _blocking(lambda: parts.reviews.add(record), json_refusal=False)
+    else:
+        fields_in = {k: v for k, v in form.items() if k in _FIELDS and v != ""}
         try:
-            return await read_limited(request, 1024, "the skip")
-        except GatewayError as exc:
-            raise _refuse_json(exc.status, str(exc)) from None
-
-    # --- the page -----------------------------------------------------------------------------
-
-    @router.get("/review")
-    async def review_page(
-        principal: Annotated[Principal, Depends(auth.page_principal)],
-        route: str | None = None,
-        version: str | None = None,
-        done: str | None = None,
-    ) -> Response:
-        route, version = choose(route, version, json_refusal=False)
-        view, versions, counts = await blocking(
-            lambda: (next_view(route, version, principal), versions_of(route),
-                     progress(route, version, principal)),
-            json_refusal=False,
-        )  # fmt: skip
-        csrf = auth.csrf_token(principal)
-        body = render_page(parts, route, version, versions, view, counts, csrf, done)
-        return page(
-            title="Blind review",
-            principal=principal,
-            csrf=csrf,
-            active="review",
-            body=body,
-            scripts=("review.js",),
+            fields = parse_review(fields_in)
+        except ValueError as exc:
+            raise ConsoleRefusal(400, str(exc)) from None
+        stored = await _blocking(
+            lambda: _store_review(parts, item, principal, fields), json_refusal=False
         )
-
-    @router.post("/review")
-    async def review_form(
-        request: Request,
-        principal: Annotated[Principal, Depends(auth.page_principal)],
-    ) -> Response:
-        form = await read_form(request, {"csrf", "item", "route", "version", "action", *_FIELDS})
-        if not auth.csrf_ok(principal, form.get("csrf")):
-            raise ConsoleRefusal(403, "the form's CSRF token is missing or wrong")
-        route, version = choose(form.get("route"), form.get("version"), json_refusal=False)
-        item_id = form.get("item", "")
-        try:
-            item = await blocking(lambda: known_item(item_id), json_refusal=False)
-        except ConsoleRefusal:
-            raise ConsoleRefusal(404, "no such item") from None
-        done = "skipped"
-        if form.get("action") == "skip":
-            record = ReviewRecord(item.item_id, principal.reviewer_id, _now(), skipped=True)
-            await blocking(lambda: parts.reviews.add(record), json_refusal=False)
-        else:
-            fields_in = {k: v for k, v in form.items() if k in _FIELDS and v != ""}
-            try:
-                fields = parse_review(fields_in)
-            except ValueError as exc:
-                raise ConsoleRefusal(400, str(exc)) from None
-            stored = await blocking(
-                lambda: store_review(item, principal, fields), json_refusal=False
-            )
-            done = "stored" if stored else "already"
-        query = urlencode({"route": route, "version": version, "done": done})
-        return RedirectResponse(f"/ui/review?{query}", 303, headers=security_headers())
-
-    return router
+        done = "stored" if stored else "already"
+    query = urlencode({"route": route, "version": version, "done": done})
+    return RedirectResponse(f"/ui/review?{query}", 303, headers=security_headers())
 
 
 def _now() -> datetime:

@@ -17,8 +17,8 @@ with actor `console:<the admin's id>`. 404 unknown route or action, 409 an actio
 phase does not allow, 503 the store cannot be reached (nothing changed).
 """
 
-# No `from __future__ import annotations`: FastAPI reads the dependencies in the routes'
-# annotations, which name this function's locals.
+# No `from __future__ import annotations`: FastAPI reads the routes' dependencies from their
+# annotations.
 
 import asyncio
 import logging
@@ -40,7 +40,7 @@ from .auth import Principal
 from .evidence import example_evidence
 from .forms import read_form
 from .layout import page, security_headers
-from .parts import ConsoleParts
+from .parts import ConsoleParts, admin_page, console_parts
 from .refusal import ConsoleRefusal
 from .rollout_page import BUTTONS, RollbackView, confirm_page, overview, route_link, route_page
 
@@ -124,150 +124,150 @@ def _rollback_views(
     return list(report.transitions), views
 
 
-def rollouts_router(parts: ConsoleParts) -> APIRouter:
-    router = APIRouter(prefix="/ui/rollouts")
-    auth = parts.auth
-    manager = parts.rollouts
+def _known(parts: ConsoleParts, route: str) -> RolloutState:
+    try:
+        return parts.rollouts.state(route)
+    except RouteUnknownError:
+        raise ConsoleRefusal(404, f"no route '{route[:200]}'") from None
 
-    def known(route: str) -> RolloutState:
-        try:
-            return manager.state(route)
-        except RouteUnknownError:
-            raise ConsoleRefusal(404, f"no route '{route[:200]}'") from None
 
-    @router.get("")
-    async def every_route(
-        principal: Annotated[Principal, Depends(auth.admin_page)],
-    ) -> HTMLResponse:
-        states = [state_json(s, parts.routes) for s in manager.states().values()]
-        note = (
-            ""
-            if manager.store_ok
-            else '<p class="problem" role="alert">The store cannot be reached: what is shown '
-            "may be stale.</p>"
-        )
-        return page(
-            title="Rollouts",
-            principal=principal,
-            csrf=auth.csrf_token(principal),
-            active="rollouts",
-            body=note + overview(states, guard_summary(parts)),
-        )
+rollouts_router = APIRouter(prefix="/ui/rollouts")
 
-    @router.get("/{route}")
-    async def one_route(
-        route: str,
-        principal: Annotated[Principal, Depends(auth.admin_page)],
-        done: str = "",
-    ) -> HTMLResponse:
-        state = known(route)
-        warnings = [p.message for p in rollout_warnings(parts.config(), route)]
-        problem = None
-        try:
-            events, verdicts, remembered = await asyncio.to_thread(_history, parts, route)
-            transitions, rollbacks = await asyncio.to_thread(
-                _rollback_views, parts, route, events, verdicts
-            )
-        except StoreUnavailableError as exc:
-            log.warning("console: rollout history unavailable: %s", exc)
-            events, verdicts, remembered, transitions, rollbacks = [], [], [], [], []
-            problem = "The store cannot be reached: history, verdicts and evidence are missing."
-        spec = parts.config().routes.get(route)
-        offline = (
-            await asyncio.to_thread(
-                offline_status, parts.eval_runs, spec, events, state.rollout_id, datetime.now(UTC)
-            )
-            if spec is not None
-            else {"required": False}
-        )
-        if remembered and state.rollout_id:
-            warnings += [w for w in remembered if w not in warnings]
-        body = route_page(
-            state_json(state, parts.routes),
-            verdicts=verdicts,
-            offline=offline,
-            transitions=transitions,
-            rollbacks=rollbacks,
-            warnings=warnings,
-            available=available_actions(state, parts),
-            guard=guard_summary(parts).get(route),
-            done=DONE.get(done),
-            problem=problem,
-        )
-        return page(
-            title=f"Rollout of {route}",
-            principal=principal,
-            csrf=auth.csrf_token(principal),
-            active="rollouts",
-            body=body,
-        )
 
-    @router.get("/{route}/confirm")
-    async def confirm(
-        route: str,
-        principal: Annotated[Principal, Depends(auth.admin_page)],
-        action: str = "",
-    ) -> HTMLResponse:
-        state = known(route)
-        if action not in BUTTONS:
-            raise ConsoleRefusal(404, f"no console action '{action[:50]}'")
-        spec = parts.config().routes.get(route)
-        body = confirm_page(
+@rollouts_router.get("")
+async def every_route(
+    principal: Annotated[Principal, Depends(admin_page)],
+    parts: Annotated[ConsoleParts, Depends(console_parts)],
+) -> HTMLResponse:
+    states = [state_json(s, parts.routes) for s in parts.rollouts.states().values()]
+    note = (
+        ""
+        if parts.rollouts.store_ok
+        else '<p class="problem" role="alert">The store cannot be reached: what is shown '
+        "may be stale.</p>"
+    )
+    return page(
+        title="Rollouts",
+        principal=principal,
+        csrf=parts.auth.csrf_token(principal),
+        active="rollouts",
+        body=note + overview(states, guard_summary(parts)),
+    )
+
+
+@rollouts_router.get("/{route}")
+async def one_route(
+    route: str,
+    principal: Annotated[Principal, Depends(admin_page)],
+    parts: Annotated[ConsoleParts, Depends(console_parts)],
+    done: str = "",
+) -> HTMLResponse:
+    state = _known(parts, route)
+    warnings = [p.message for p in rollout_warnings(parts.config(), route)]
+    problem = None
+    try:
+        events, verdicts, remembered = await asyncio.to_thread(_history, parts, route)
+        transitions, rollbacks = await asyncio.to_thread(
+            _rollback_views, parts, route, events, verdicts
+        )
+    except StoreUnavailableError as exc:
+        log.warning("console: rollout history unavailable: %s", exc)
+        events, verdicts, remembered, transitions, rollbacks = [], [], [], [], []
+        problem = "The store cannot be reached: history, verdicts and evidence are missing."
+    spec = parts.config().routes.get(route)
+    offline = (
+        await asyncio.to_thread(
+            offline_status, parts.eval_runs, spec, events, state.rollout_id, datetime.now(UTC)
+        )
+        if spec is not None
+        else {"required": False}
+    )
+    if remembered and state.rollout_id:
+        warnings += [w for w in remembered if w not in warnings]
+    body = route_page(
+        state_json(state, parts.routes),
+        verdicts=verdicts,
+        offline=offline,
+        transitions=transitions,
+        rollbacks=rollbacks,
+        warnings=warnings,
+        available=available_actions(state, parts),
+        guard=guard_summary(parts).get(route),
+        done=DONE.get(done),
+        problem=problem,
+    )
+    return page(
+        title=f"Rollout of {route}",
+        principal=principal,
+        csrf=parts.auth.csrf_token(principal),
+        active="rollouts",
+        body=body,
+    )
+
+
+@rollouts_router.get("/{route}/confirm")
+async def confirm(
+    route: str,
+    principal: Annotated[Principal, Depends(admin_page)],
+    parts: Annotated[ConsoleParts, Depends(console_parts)],
+    action: str = "",
+) -> HTMLResponse:
+    state = _known(parts, route)
+    if action not in BUTTONS:
+        raise ConsoleRefusal(404, f"no console action '{action[:50]}'")
+    spec = parts.config().routes.get(route)
+    body = confirm_page(
+        route,
+        action,
+        parts.auth.csrf_token(principal),
+        state_json(state, parts.routes),
+        has_fallback=spec is not None and spec.fallback is not None,
+    )
+    return page(
+        title=f"{action.capitalize()} {route}?",
+        principal=principal,
+        csrf=parts.auth.csrf_token(principal),
+        active="rollouts",
+        body=body,
+    )
+
+
+@rollouts_router.post("/{route}/{action}")
+async def act(
+    route: str,
+    action: str,
+    request: Request,
+    principal: Annotated[Principal, Depends(admin_page)],
+    parts: Annotated[ConsoleParts, Depends(console_parts)],
+) -> RedirectResponse:
+    if action not in BUTTONS:
+        raise ConsoleRefusal(404, f"no console action '{action[:50]}'")
+    form = await read_form(request, ("csrf", "confirm", "reason", "to"))
+    if not parts.auth.csrf_ok(principal, form.get("csrf")):
+        raise ConsoleRefusal(403, "the form's CSRF token is missing or wrong: reload the page")
+    _known(parts, route)
+    if form.get("confirm") != action:
+        raise ConsoleRefusal(400, f"confirm the {action} on its confirmation page first")
+    reason = form.get("reason", "").strip()
+    if not reason or len(reason) > MAX_REASON_CHARS:
+        raise ConsoleRefusal(400, f"give a reason of 1 to {MAX_REASON_CHARS} characters")
+    to: RollbackTarget | None = None
+    if "to" in form:
+        if action != "rollback" or form["to"] not in ("primary", "fallback"):
+            raise ConsoleRefusal(400, "'to' is a rollback's, 'primary' or 'fallback'")
+        to = "primary" if form["to"] == "primary" else "fallback"
+    try:
+        await parts.rollouts.act(
             route,
-            action,
-            auth.csrf_token(principal),
-            state_json(state, parts.routes),
-            has_fallback=spec is not None and spec.fallback is not None,
+            Action(action),
+            reason=reason,
+            actor=f"console:{principal.reviewer_id}",
+            to=to,
         )
-        return page(
-            title=f"{action.capitalize()} {route}?",
-            principal=principal,
-            csrf=auth.csrf_token(principal),
-            active="rollouts",
-            body=body,
-        )
-
-    @router.post("/{route}/{action}")
-    async def act(
-        route: str,
-        action: str,
-        request: Request,
-        principal: Annotated[Principal, Depends(auth.admin_page)],
-    ) -> RedirectResponse:
-        if action not in BUTTONS:
-            raise ConsoleRefusal(404, f"no console action '{action[:50]}'")
-        form = await read_form(request, ("csrf", "confirm", "reason", "to"))
-        if not auth.csrf_ok(principal, form.get("csrf")):
-            raise ConsoleRefusal(403, "the form's CSRF token is missing or wrong: reload the page")
-        known(route)
-        if form.get("confirm") != action:
-            raise ConsoleRefusal(400, f"confirm the {action} on its confirmation page first")
-        reason = form.get("reason", "").strip()
-        if not reason or len(reason) > MAX_REASON_CHARS:
-            raise ConsoleRefusal(400, f"give a reason of 1 to {MAX_REASON_CHARS} characters")
-        to: RollbackTarget | None = None
-        if "to" in form:
-            if action != "rollback" or form["to"] not in ("primary", "fallback"):
-                raise ConsoleRefusal(400, "'to' is a rollback's, 'primary' or 'fallback'")
-            to = "primary" if form["to"] == "primary" else "fallback"
-        try:
-            await manager.act(
-                route,
-                Action(action),
-                reason=reason,
-                actor=f"console:{principal.reviewer_id}",
-                to=to,
-            )
-        except IllegalTransition as exc:
-            raise ConsoleRefusal(409, str(exc)) from exc
-        except TransitionConflictError as exc:
-            raise ConsoleRefusal(409, f"the route changed meanwhile: {exc}") from exc
-        except StoreUnavailableError as exc:
-            raise ConsoleRefusal(
-                503, f"nothing changed, the store cannot be reached: {exc}"
-            ) from exc
-        return RedirectResponse(
-            f"{route_link(route)}?done={action}", 303, headers=security_headers()
-        )
-
-    return router
+    except IllegalTransition as exc:
+        raise ConsoleRefusal(409, str(exc)) from exc
+    except TransitionConflictError as exc:
+        raise ConsoleRefusal(409, f"the route changed meanwhile: {exc}") from exc
+    except StoreUnavailableError as exc:
+        raise ConsoleRefusal(503, f"nothing changed, the store cannot be reached: {exc}") from exc
+    return RedirectResponse(f"{route_link(route)}?done={action}", 303, headers=security_headers())

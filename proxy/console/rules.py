@@ -5,8 +5,8 @@ GET /ui/rules    every rule's versions, newest first: the prompt diff, when it w
                  per model (the same tallies as `GET /admin/rules`)
 """
 
-# No `from __future__ import annotations`: FastAPI reads the dependencies in the routes'
-# annotations, which name this function's locals.
+# No `from __future__ import annotations`: FastAPI reads the routes' dependencies from their
+# annotations.
 
 import asyncio
 from collections import defaultdict
@@ -22,7 +22,7 @@ from proxy.store import AnswerTally, StoreUnavailableError
 
 from .auth import Principal
 from .layout import page
-from .parts import ConsoleParts
+from .parts import ConsoleParts, admin_page, console_parts
 from .rules_page import VersionView, rules_page
 
 VERSIONS_SHOWN = 20
@@ -54,29 +54,29 @@ def _versions(parts: ConsoleParts) -> dict[str, list[VersionView]]:
     return dict(by_rule)
 
 
-def rules_router(parts: ConsoleParts) -> APIRouter:
-    router = APIRouter(prefix="/ui")
-    auth = parts.auth
+rules_router = APIRouter(prefix="/ui")
 
-    @router.get("/rules")
-    async def rules(principal: Annotated[Principal, Depends(auth.admin_page)]) -> HTMLResponse:
-        configured = list(parts.config().rules)
-        try:
-            versions = await asyncio.to_thread(_versions, parts)
-            probed = list(parts.probed_rules())
-            scores = await asyncio.to_thread(probe_scores, parts.probes, probed, None)
-            body = rules_page(versions, scores, configured)
-        except StoreUnavailableError:
-            body = (
-                '<p class="problem" role="alert">The store cannot be reached: rule versions '
-                "are read from it. Try again shortly.</p>"
-            )
-        return page(
-            title="Rules",
-            principal=principal,
-            csrf=auth.csrf_token(principal),
-            active="rules",
-            body=body,
+
+@rules_router.get("/rules")
+async def rules(
+    principal: Annotated[Principal, Depends(admin_page)],
+    parts: Annotated[ConsoleParts, Depends(console_parts)],
+) -> HTMLResponse:
+    configured = list(parts.config().rules)
+    try:
+        versions = await asyncio.to_thread(_versions, parts)
+        probed = list(parts.probed_rules())
+        scores = await asyncio.to_thread(probe_scores, parts.probes, probed, None)
+        body = rules_page(versions, scores, configured)
+    except StoreUnavailableError:
+        body = (
+            '<p class="problem" role="alert">The store cannot be reached: rule versions '
+            "are read from it. Try again shortly.</p>"
         )
-
-    return router
+    return page(
+        title="Rules",
+        principal=principal,
+        csrf=parts.auth.csrf_token(principal),
+        active="rules",
+        body=body,
+    )

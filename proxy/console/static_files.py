@@ -1,6 +1,6 @@
 """The console's static assets (`proxy/console/static/`, package data), served at
-`/ui/static/<name>`: read once when the router is built, only the files that are there, each with
-its type and the console's security headers. No CDN, nothing fetched from elsewhere."""
+`/ui/static/<name>`: read once when this module is imported, only the files that are there, each
+with its type and the console's security headers. No CDN, nothing fetched from elsewhere."""
 
 from __future__ import annotations
 
@@ -31,17 +31,18 @@ def load_assets() -> dict[str, tuple[bytes, str]]:
     return assets
 
 
-def build_static_router() -> APIRouter:
-    router = APIRouter(prefix="/ui/static")
-    assets = load_assets()
+ASSETS = load_assets()
+"""Read once, when the module is imported: the assets are the package's, the same for every
+gateway."""
 
-    @router.get("/{name}")
-    async def asset(name: str) -> Response:
-        found = assets.get(name)
-        if found is None:
-            raise ConsoleRefusal(404, f"no console asset '{name[:100]}'")
-        content, media_type = found
-        headers = {**security_headers(), "cache-control": "no-cache"}
-        return Response(content, media_type=media_type, headers=headers)
+static_router = APIRouter(prefix="/ui/static")
 
-    return router
+
+@static_router.get("/{name}")
+async def asset(name: str) -> Response:
+    found = ASSETS.get(name)
+    if found is None:
+        raise ConsoleRefusal(404, f"no console asset '{name[:100]}'")
+    content, media_type = found
+    headers = {**security_headers(), "cache-control": "no-cache"}
+    return Response(content, media_type=media_type, headers=headers)

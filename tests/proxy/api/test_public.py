@@ -7,7 +7,7 @@ import pytest
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Counter
 
-from proxy.api.public import build_public_router
+from proxy.api.public import PublicParts, public_router
 from proxy.gateway.routing import RouteTable
 from tests.conftest import gateway_config
 
@@ -18,15 +18,13 @@ def _client(
     config = gateway_config("http://127.0.0.1:9", "sqlite:///unused.db")
     registry = CollectorRegistry()
     Counter("probe_marker", "A family only this registry has.", registry=registry).inc()
-    app = FastAPI()
-    app.include_router(
-        build_public_router(
-            RouteTable(config),
-            registry,
-            started=lambda: started,
-            store_ok=lambda: store_ok,
-            write_problem=lambda: write_problem,
-        )
+    app = FastAPI(routes=public_router.routes)
+    app.state.public_parts = PublicParts(
+        RouteTable(config),
+        registry,
+        started=lambda: started,
+        store_ok=lambda: store_ok,
+        write_problem=lambda: write_problem,
     )
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
 

@@ -1,5 +1,6 @@
 """Signing a test client in to the console of an in-process gateway, as a browser would: the
-sign-in form first (its cookie and CSRF token), then the post."""
+sign-in form first (its cookie and CSRF token), then the post; and a bare console app on a
+gateway's parts."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import re
 from typing import Any
 
 import httpx
+from fastapi import FastAPI
 
+from proxy.console import ConsoleParts, console_routes, install_console_errors
 from tests.conftest import InProcessGateway
 
 ADMIN_TOKEN = "console-admin-t0ken-for-tests"
@@ -17,6 +20,15 @@ ENV = {
     "MIRRORGATE_REVIEWER_TOKENS": ",".join(REVIEWER_TOKENS),
 }
 FORM = {"content-type": "application/x-www-form-urlencoded"}
+
+
+def console_app(parts: ConsoleParts) -> FastAPI:
+    """An app serving only the console, on `parts`: the gateway's wiring in small (the console's
+    routes as the app's own, its parts on `app.state`, its error answers)."""
+    app = FastAPI(routes=console_routes)
+    app.state.console_parts = parts
+    install_console_errors(app)
+    return app
 
 
 def hidden(html: str, name: str) -> str:

@@ -11,13 +11,17 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
 
-from proxy.console import console_router, install_console_errors
 from tests.asgi_driver import AppThread, sync_transport
 from tests.conftest import InProcessGateway
 from tests.proxy.api.test_experiments import experiment_extra
-from tests.proxy.console.console_client import ADMIN_TOKEN, ENV, REVIEWER_TOKENS, sign_in
+from tests.proxy.console.console_client import (
+    ADMIN_TOKEN,
+    ENV,
+    REVIEWER_TOKENS,
+    console_app,
+    sign_in,
+)
 
 LIFT = {
     "metric": "completion_rate", "scale": "points", "better": "higher",
@@ -84,11 +88,8 @@ def console(start_gateway: Callable[..., InProcessGateway]) -> Iterator[Callable
     threads: list[AppThread] = []
 
     def serve(source: Experiments | None) -> httpx.Client:
-        app = FastAPI()
-        install_console_errors(app)
         parts = dataclasses.replace(gateway.gateway.console_parts, experiments=source)
-        app.include_router(console_router(parts))
-        thread = AppThread(app, name="console")
+        thread = AppThread(console_app(parts), name="console")
         thread.start()
         threads.append(thread)
         return httpx.Client(transport=sync_transport(thread), base_url=gateway.url)
