@@ -133,6 +133,7 @@ class Gateway:
         cpu_clock: Callable[[], float] = time.thread_time,
         freeze_gc: bool = False,
         source: Callable[[], MirrorgateConfig] | None = None,
+        reload_siblings: Callable[[], None] | None = None,
     ) -> None:
         """`cpu_clock`: the CPU time the overload monitor counts as the gateway's. The event
         loop thread's by default; `mirrorgate serve`, alone in its process, passes the process's
@@ -140,9 +141,12 @@ class Gateway:
         `freeze_gc`: after start-up, freeze the objects alive then out of the cyclic collector
         (`mirrorgate serve`, one gateway per process; see `proxy.observability.gcpause`).
         `source`: reads and checks the configuration file anew, for reloads (None: this
-        gateway was not started from a file and cannot reload)."""
+        gateway was not started from a file and cannot reload).
+        `reload_siblings`: asks the other workers of `serve --workers` to reload too, after
+        `POST /admin/reload` reloaded this one (None: no siblings)."""
         self.config = config
         self.env = os.environ if env is None else env
+        self._reload_siblings = reload_siblings
         # No `_created` series beside every counter and histogram: no dashboard or alert reads
         # them, and they double the exposition. prometheus_client's switch is process-wide.
         disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -465,6 +469,9 @@ class Gateway:
     async def _reload_answer(self, reloader: ConfigReloader) -> tuple[int, dict[str, Any]]:
         """`POST /admin/reload`'s status and body."""
         outcome = await reloader.reload("POST /admin/reload")
+        if self._reload_siblings is not None:
+            # Each worker reads the file itself: one call reloads them all (each logs its outcome).
+            self._reload_siblings()
         return (422 if outcome.result is ReloadResult.REJECTED else 200), outcome.answer()
 
     async def apply(self, config: MirrorgateConfig) -> list[str]:
