@@ -178,7 +178,8 @@ class _Supervisor:
                 self._stop(info.si_signo)
             elif info.si_signo == signal.SIGHUP:
                 self._forward_hangup(info.si_pid)
-            # SIGCHLD: a worker that died while starting closes its pipe; _read_pipe sees it.
+            else:  # SIGCHLD: a ready worker died (one still starting: its pipe says so)
+                self._reap()
         return None
 
     def _read_pipe(self, worker: _Worker) -> str | None:
@@ -205,15 +206,13 @@ class _Supervisor:
         return _described(worker.status)
 
     def _reap(self) -> None:
-        while True:
-            try:
-                pid, code = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
+        """Take the exit of every worker that ended (but one still starting, whose end its
+        pipe reports) and plan its restart unless stopping."""
+        for worker in self._alive():
+            if worker.ready_pipe is not None and not self.stopping:
+                continue
+            pid, code = os.waitpid(worker.pid, os.WNOHANG)
             if pid == 0:
-                return
-            worker = next((w for w in self.workers if w.pid == pid and w.status is None), None)
-            if worker is None:
                 continue
             worker.status = os.waitstatus_to_exitcode(code)
             if self.stopping:
