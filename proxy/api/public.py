@@ -4,7 +4,8 @@
     GET /healthz     200 while the process serves
     GET /readyz      200 once the config is loaded, while the store answers and records can be
                      written; else 503 with the reason
-    GET /metrics     the Prometheus exposition of the gateway's registry
+    GET /metrics     the Prometheus exposition of the gateway's registry (of every worker, each
+                     sample labelled `worker`, under `serve --workers`)
 
 None of them needs a token: they say nothing a client of the gateway could not learn by calling it.
 """
@@ -12,7 +13,7 @@ None of them needs a token: they say nothing a client of the gateway could not l
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
@@ -29,11 +30,13 @@ def build_public_router(
     started: Callable[[], bool],
     store_ok: Callable[[], bool],
     write_problem: Callable[[], str | None] = lambda: None,
+    exposition: Callable[[Request], Awaitable[bytes]] | None = None,
 ) -> APIRouter:
     """`started`: whether the gateway finished starting (config loaded, store migrated);
     `store_ok`: a blocking ping of the store (run on a worker thread); `write_problem`: why
     records cannot be written now (the recorder's last write error, a deleted database file), or
-    None."""
+    None; `exposition`: the answer of `GET /metrics` when it is not the registry's own (the
+    merged exposition of `serve --workers`)."""
     router = APIRouter()
 
     @router.get("/v1/models")
@@ -78,7 +81,8 @@ def build_public_router(
         return JSONResponse(body, status_code=200 if ok else 503)
 
     @router.get("/metrics")
-    async def metrics() -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    async def metrics(request: Request) -> Response:
+        body = generate_latest(registry) if exposition is None else await exposition(request)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     return router

@@ -111,6 +111,7 @@ from proxy.upstream import (
 )
 
 from .reload import ConfigReloader, ReloadResult
+from .siblings import WorkerSiblings
 
 log = logging.getLogger("mirrorgate")
 
@@ -134,6 +135,7 @@ class Gateway:
         freeze_gc: bool = False,
         source: Callable[[], MirrorgateConfig] | None = None,
         reload_siblings: Callable[[], None] | None = None,
+        siblings: WorkerSiblings | None = None,
     ) -> None:
         """`cpu_clock`: the CPU time the overload monitor counts as the gateway's. The event
         loop thread's by default; `mirrorgate serve`, alone in its process, passes the process's
@@ -143,10 +145,12 @@ class Gateway:
         `source`: reads and checks the configuration file anew, for reloads (None: this
         gateway was not started from a file and cannot reload).
         `reload_siblings`: asks the other workers of `serve --workers` to reload too, after
-        `POST /admin/reload` reloaded this one (None: no siblings)."""
+        `POST /admin/reload` reloaded this one (None: no siblings).
+        `siblings`: where the other workers answer privately, for a merged `/metrics`."""
         self.config = config
         self.env = os.environ if env is None else env
         self._reload_siblings = reload_siblings
+        self._siblings = siblings
         # No `_created` series beside every counter and histogram: no dashboard or alert reads
         # them, and they double the exposition. prometheus_client's switch is process-wide.
         disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -602,6 +606,11 @@ class Gateway:
                 started=lambda: self.ready,
                 store_ok=self.store.ping,
                 write_problem=lambda: self.recorder.write_problem or self.store.file_problem(),
+                exposition=(
+                    functools.partial(self._siblings.exposition, registry=self.registry)
+                    if self._siblings is not None
+                    else None
+                ),
             )
         )
         # The routers are built once per process; each app carries its own gateway's parts.

@@ -35,6 +35,7 @@ from proxy.store import StoreError, masked_url
 
 from .connection import connection_cap_warning, limited_protocol
 from .gateway import Gateway
+from .siblings import WorkerSiblings
 
 log = logging.getLogger("mirrorgate")
 
@@ -175,6 +176,10 @@ class WorkerRole:
     """Called with the one-line reason when the worker cannot start."""
     reload_siblings: Callable[[], None]
     """Asks the other workers to reload (after `POST /admin/reload` reloaded this one)."""
+    siblings: WorkerSiblings
+    """Where every worker answers privately (for the merged `/metrics`)."""
+    private: socket.socket
+    """This worker's private loopback socket (served beside `listener`)."""
 
 
 def serve_listener(
@@ -189,6 +194,8 @@ def serve_listener(
 
     def fail(message: str) -> int:
         listener.close()
+        if worker is not None:
+            worker.private.close()
         if worker is None:
             print(f"mirrorgate: {message}", file=sys.stderr)
         else:
@@ -205,6 +212,7 @@ def serve_listener(
             freeze_gc=freeze,
             source=source,
             reload_siblings=worker.reload_siblings if worker is not None else None,
+            siblings=worker.siblings if worker is not None else None,
         )
         # Reached and migrated before serving: a store that cannot be opened is one line on
         # stderr and exit 1, not a startup traceback (the lifespan's own migrate is then a no-op).
@@ -226,7 +234,7 @@ def serve_listener(
     )
     if worker is None:
         log.info("listening on %s", listening_url(listener))
-    server.run(sockets=[listener])
+    server.run(sockets=[listener] if worker is None else [listener, worker.private])
     if not server.started and worker is not None:
         worker.failed("the gateway stopped during start-up (see the log above)")
     return 0 if server.started else 1

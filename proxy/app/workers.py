@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from proxy.config import MirrorgateConfig
 
 from .serve import ListenError, WorkerRole, listen, listening_url, serve_listener
+from .siblings import WorkerSiblings
 
 log = logging.getLogger("mirrorgate.workers")
 
@@ -107,9 +108,17 @@ def run_workers(
         log.warning("forking workers beside %d other thread(s)", threading.active_count() - 1)
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
     try:
-        return _Supervisor(config, source, listeners).run()
-    finally:
+        supervisor = _Supervisor(config, source, listeners)
+    except ListenError as exc:
         for listener in listeners:
+            listener.close()
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        print(f"mirrorgate: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return supervisor.run()
+    finally:
+        for listener in [*listeners, *supervisor.private]:
             listener.close()
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
@@ -125,6 +134,10 @@ class _Supervisor:
         self.source = source
         self.listeners = listeners
         self.workers = [_Worker(i, listener) for i, listener in enumerate(listeners)]
+        # Each worker's private socket, on loopback whatever the public host (the merged
+        # /metrics fetches the siblings' expositions there).
+        self.private = [listen("127.0.0.1", 0) for _ in listeners]
+        self.private_ports = tuple(p.getsockname()[1] for p in self.private)
         self.stopping = False
 
     # --- the parent's loop ------------------------------------------------------------------------
@@ -253,7 +266,7 @@ class _Supervisor:
     def _stop(self, signo: int) -> None:
         """Forward `signo` once to every live worker, after closing the parent's sockets."""
         self.stopping = True
-        for listener in self.listeners:
+        for listener in [*self.listeners, *self.private]:
             listener.close()
         for worker in self.workers:
             worker.restart_at = None
@@ -309,6 +322,7 @@ class _Supervisor:
             for other in self.workers:
                 if other is not worker:
                     other.listener.close()
+                    self.private[other.index].close()
                     if other.ready_pipe is not None:
                         os.close(other.ready_pipe)
             role = WorkerRole(
@@ -316,6 +330,8 @@ class _Supervisor:
                 ready=lambda: _say(pipe, "ready"),
                 failed=lambda message: _say(pipe, f"error {message}", stderr=pipe is None),
                 reload_siblings=lambda: os.kill(parent, signal.SIGHUP),
+                siblings=WorkerSiblings(worker.index, self.private_ports),
+                private=self.private[worker.index],
             )
             code = serve_listener(self.config, self.source, worker.listener, role)
         except SystemExit as exc:

@@ -72,6 +72,18 @@ def seen_on_every_worker(
     return check
 
 
+def metric(scrape: str, name: str, **labels: str) -> float:
+    """The sum of every sample of `name` carrying `labels` in an exposition."""
+    total = 0.0
+    for line in scrape.splitlines():
+        series, _, value = line.rpartition(" ")
+        if series.partition("{")[0] == name and all(
+            f'{k}="{v}"' in series for k, v in labels.items()
+        ):
+            total += float(value)
+    return total
+
+
 def stored_exchanges(db_url: str) -> int:
     engine = sa.create_engine(db_url)
     try:
@@ -121,6 +133,18 @@ def test_two_workers_serve_one_port_one_decides_and_sigterm_stops_both_with_ever
             gateway.url + "/v1/chat/completions", **rule_request(f"user-{i}"), timeout=10
         )
         assert answer.status_code == 200, answer.text
+
+    # One scrape, whichever worker takes it, has both workers' samples, each labelled; their
+    # request counts add up to what was sent, and both workers served some.
+    scrape = httpx.get(gateway.url + "/metrics", timeout=10).text
+    assert scrape.count("# TYPE mirrorgate_requests_total counter") == 1
+    assert 'mirrorgate_worker_up{worker="0"} 1.0' in scrape
+    assert 'mirrorgate_worker_up{worker="1"} 1.0' in scrape
+    served = {
+        worker: metric(scrape, "mirrorgate_requests_total", route="bot", worker=worker)
+        for worker in ("0", "1")
+    }
+    assert sum(served.values()) == sent and all(served.values()), served
 
     workers = worker_pids(gateway.pid)
     assert gateway.terminate() == 0
