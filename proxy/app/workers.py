@@ -76,6 +76,14 @@ def reuse_port_listeners(host: str, port: int, count: int) -> list[socket.socket
     return listeners
 
 
+def restart_waits(planned_s: float, up_s: float) -> tuple[float, float]:
+    """(the wait before this restart, the one planned for the next) for a worker that died
+    after `up_s` seconds up, when `planned_s` was planned: doubling up to `RESTART_MAX_S`, from
+    `RESTART_FIRST_S` again once a worker stayed up `STABLE_S`."""
+    wait_s = RESTART_FIRST_S if up_s >= STABLE_S else planned_s
+    return wait_s, min(wait_s * 2, RESTART_MAX_S)
+
+
 @dataclass(slots=True)
 class _Worker:
     index: int
@@ -237,17 +245,17 @@ class _Supervisor:
                 )
                 continue
             now = time.monotonic()
-            if now - worker.started_at >= STABLE_S:
-                worker.restart_wait_s = RESTART_FIRST_S
-            worker.restart_at = now + worker.restart_wait_s
+            wait_s, worker.restart_wait_s = restart_waits(
+                worker.restart_wait_s, now - worker.started_at
+            )
+            worker.restart_at = now + wait_s
             log.warning(
                 "worker %d (pid %d) exited (%s): restarting it in %gs",
                 worker.index,
                 pid,
                 _described(worker.status),
-                worker.restart_wait_s,
+                wait_s,
             )
-            worker.restart_wait_s = min(worker.restart_wait_s * 2, RESTART_MAX_S)
 
     def _restart_due(self) -> None:
         now = time.monotonic()

@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from proxy.app.serve import ListenError, listen
-from proxy.app.workers import _described, reuse_port_listeners
+from proxy.app.workers import _described, restart_waits, reuse_port_listeners
 
 
 def test_the_workers_sockets_share_one_port_even_when_the_port_is_chosen_by_the_kernel() -> None:
@@ -58,3 +58,13 @@ def test_a_workers_end_is_described_by_its_code_or_its_signal() -> None:
     assert _described(0) == "exit code 0"
     assert _described(1) == "exit code 1"
     assert _described(-signal.SIGKILL) == "killed by SIGKILL"
+
+
+def test_restart_waits_double_to_30_s_and_start_over_after_a_minute_up() -> None:
+    waits, planned = [], 0.5
+    for _ in range(9):  # a worker that dies at once, again and again
+        wait, planned = restart_waits(planned, up_s=1.0)
+        waits.append(wait)
+    assert waits == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    assert restart_waits(30.0, up_s=59.0) == (30.0, 30.0)
+    assert restart_waits(30.0, up_s=60.0) == (0.5, 1.0)  # it had stayed up: from the start
