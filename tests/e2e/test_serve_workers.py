@@ -26,6 +26,7 @@ from tests.e2e.conftest import (
     ADMIN,
     ADMIN_TOKEN,
     GatewayProcess,
+    Process,
     free_port,
     rollout_gateway_config,
 )
@@ -248,3 +249,33 @@ def test_a_worker_that_cannot_start_stops_the_command_with_its_reason(tmp_path: 
     assert len(problems) == 1, done.stderr
     assert problems[0].startswith("mirrorgate: cannot use the store at postgresql+psycopg://")
     assert "listening on" not in done.stderr
+
+
+def test_the_workers_flag_forks_and_sigint_is_forwarded_once_to_each_worker(
+    tmp_path: Path, mock_process: str, pg_schema: tuple[str, str]
+) -> None:
+    port = free_port()
+    path = tmp_path / "gw.yaml"
+    path.write_text(yaml.safe_dump(rollout_gateway_config(mock_process, pg_schema[0])))
+    gateway = Process(
+        ["serve", "--config", str(path), "--port", str(port), "--workers", "2"],
+        tmp_path / "gw.log",
+        {"MIRRORGATE_ADMIN_TOKEN": ADMIN_TOKEN},
+    )
+    try:
+        wait_until(
+            lambda: "(2 workers)" in gateway.output() or gateway.proc.poll() is not None,
+            timeout_s=60,
+            what="the parent saying it listens",
+        )
+        assert f"listening on http://127.0.0.1:{port} (2 workers)" in gateway.output()
+        workers = worker_pids(gateway.pid)
+        assert len(workers) == 2
+        gateway.proc.send_signal(signal.SIGINT)
+        assert gateway.proc.wait(60) == 0
+    finally:
+        gateway.terminate()
+    output = gateway.output()
+    assert output.count("SIGINT forwarded to the workers") == 1
+    for pid in workers:
+        assert f"(pid {pid}) exited (exit code 0)" in output
