@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from proxy.observability import WorkerMetrics
 from tests.metric_catalog import wired_registry
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "reference.md"
@@ -15,6 +16,7 @@ ROW = re.compile(r"^\| `(mirrorgate_[a-z0-9_]+)` \| (\w+) \| ([^|]*) \| [^|]+ \|
 def exposed_families(tmp_path: Path) -> dict[str, tuple[str, tuple[str, ...], str]]:
     """{exposed name: (type, label names, help)} of a gateway with every optional part wired."""
     registry = wired_registry(tmp_path)
+    WorkerMetrics(registry)  # what the merged /metrics of `serve --workers` adds
     families: dict[str, tuple[str, tuple[str, ...], str]] = {}
     for collector in list(registry._collector_to_names):
         labels = tuple(getattr(collector, "_labelnames", ()))

@@ -4,7 +4,8 @@
     GET /healthz     200 while the process serves
     GET /readyz      200 once the config is loaded, while the store answers and records can be
                      written; else 503 with the reason
-    GET /metrics     the Prometheus exposition of the gateway's registry
+    GET /metrics     the Prometheus exposition of the gateway's registry (of every worker, each
+                     sample labelled `worker`, under `serve --workers`)
 
 None of them needs a token: they say nothing a client of the gateway could not learn by calling it.
 """
@@ -12,7 +13,7 @@ None of them needs a token: they say nothing a client of the gateway could not l
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from fastapi import APIRouter, Request, Response
@@ -29,13 +30,15 @@ class PublicParts:
     wiring. `started`: whether the gateway finished starting (config loaded, store migrated);
     `store_ok`: a blocking ping of the store (run on a worker thread); `write_problem`: why
     records cannot be written now (the recorder's last write error, a deleted database file), or
-    None."""
+    None; `exposition`: the answer of `GET /metrics` when it is not the registry's own (the
+    merged exposition of `serve --workers`)."""
 
     routes: RouteTable
     registry: CollectorRegistry
     started: Callable[[], bool]
     store_ok: Callable[[], bool]
     write_problem: Callable[[], str | None] = lambda: None
+    exposition: Callable[[Request], Awaitable[bytes]] | None = None
 
 
 def public_parts(request: Request) -> PublicParts:
@@ -92,5 +95,9 @@ async def readyz(request: Request) -> JSONResponse:
 
 @public_router.get("/metrics")
 async def metrics(request: Request) -> Response:
-    registry = public_parts(request).registry
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    parts = public_parts(request)
+    if parts.exposition is None:
+        body = generate_latest(parts.registry)
+    else:
+        body = await parts.exposition(request)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

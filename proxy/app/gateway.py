@@ -112,6 +112,7 @@ from proxy.upstream import (
 )
 
 from .reload import ConfigReloader, ReloadResult
+from .siblings import WorkerSiblings
 
 log = logging.getLogger("mirrorgate")
 
@@ -134,6 +135,8 @@ class Gateway:
         cpu_clock: Callable[[], float] = time.thread_time,
         freeze_gc: bool = False,
         source: Callable[[], MirrorgateConfig] | None = None,
+        reload_siblings: Callable[[], None] | None = None,
+        siblings: WorkerSiblings | None = None,
     ) -> None:
         """`cpu_clock`: the CPU time the overload monitor counts as the gateway's. The event
         loop thread's by default; `mirrorgate serve`, alone in its process, passes the process's
@@ -141,9 +144,14 @@ class Gateway:
         `freeze_gc`: after start-up, freeze the objects alive then out of the cyclic collector
         (`mirrorgate serve`, one gateway per process; see `proxy.observability.gcpause`).
         `source`: reads and checks the configuration file anew, for reloads (None: this
-        gateway was not started from a file and cannot reload)."""
+        gateway was not started from a file and cannot reload).
+        `reload_siblings`: asks the other workers of `serve --workers` to reload too, after
+        `POST /admin/reload` reloaded this one (None: no siblings).
+        `siblings`: where the other workers answer privately, for a merged `/metrics`."""
         self.config = config
         self.env = os.environ if env is None else env
+        self._reload_siblings = reload_siblings
+        self._siblings = siblings
         # No `_created` series beside every counter and histogram: no dashboard or alert reads
         # them, and they double the exposition. prometheus_client's switch is process-wide.
         disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -466,6 +474,9 @@ class Gateway:
     async def _reload_answer(self, reloader: ConfigReloader) -> tuple[int, dict[str, Any]]:
         """`POST /admin/reload`'s status and body."""
         outcome = await reloader.reload("POST /admin/reload")
+        if self._reload_siblings is not None:
+            # Each worker reads the file itself: one call reloads them all (each logs its outcome).
+            self._reload_siblings()
         return (422 if outcome.result is ReloadResult.REJECTED else 200), outcome.answer()
 
     async def apply(self, config: MirrorgateConfig) -> list[str]:
@@ -597,6 +608,11 @@ class Gateway:
             started=lambda: self.ready,
             store_ok=self.store.ping,
             write_problem=lambda: self.recorder.write_problem or self.store.file_problem(),
+            exposition=(
+                functools.partial(self._siblings.exposition, registry=self.registry)
+                if self._siblings is not None
+                else None
+            ),
         )
         admin_auth = AdminAuth(
             self.config.server.admin_token_env, self.env, StateChangeGuard(self.config)

@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -34,6 +35,7 @@ from proxy.store import StoreError, masked_url
 
 from .connection import connection_cap_warning, limited_protocol
 from .gateway import Gateway
+from .siblings import WorkerSiblings
 
 log = logging.getLogger("mirrorgate")
 
@@ -75,9 +77,20 @@ class _DrainingServer(uvicorn.Server):
     as a crash.
     """
 
-    def __init__(self, config: uvicorn.Config, gateway: Gateway) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        gateway: Gateway,
+        on_started: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(config)
         self.gateway = gateway
+        self._on_started = on_started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self._on_started is not None:
+            self._on_started()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
@@ -143,55 +156,112 @@ def run_gateway(
     reloads the configuration from `source` (the file `config` was read from).
     A start-up failure the user can fix (the address cannot be listened on, the store cannot
     be used, an analyzer plugin fails) is one line on stderr and exit 1."""
-    host, port = config.server.host, config.server.port
     try:
-        listener = listen(host, port)
+        listener = listen(config.server.host, config.server.port)
     except ListenError as exc:
         print(f"mirrorgate: {exc}", file=sys.stderr)
         return 1
+    return serve_listener(config, source, listener)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRole:
+    """How one worker of `serve --workers` speaks to the process that forked it."""
+
+    index: int
+    """The worker's number, 0 to `server.workers` - 1."""
+    ready: Callable[[], None]
+    """Called once the worker serves (its lifespan started, its socket accepting)."""
+    failed: Callable[[str], None]
+    """Called with the one-line reason when the worker cannot start."""
+    reload_siblings: Callable[[], None]
+    """Asks the other workers to reload (after `POST /admin/reload` reloaded this one)."""
+    siblings: WorkerSiblings
+    """Where every worker answers privately (for the merged `/metrics`)."""
+    private: socket.socket
+    """This worker's private loopback socket (served beside `listener`)."""
+
+
+def serve_listener(
+    config: MirrorgateConfig,
+    source: Callable[[], MirrorgateConfig] | None,
+    listener: socket.socket,
+    worker: WorkerRole | None = None,
+) -> int:
+    """Serve on `listener` as `run_gateway` describes; as one worker of several when `worker`
+    is given (its start-up failure goes to `worker.failed`, not stderr, and it does not say it
+    listens: the parent does, once every worker is ready)."""
+
+    def fail(message: str) -> int:
+        listener.close()
+        if worker is not None:
+            worker.private.close()
+        if worker is None:
+            print(f"mirrorgate: {message}", file=sys.stderr)
+        else:
+            worker.failed(message)
+        return 1
+
     try:
         # Alone in this process: all its CPU is the gateway's (see `Gateway`'s `cpu_clock`), and
         # its start-up objects are frozen unless MIRRORGATE_GC_FREEZE=0 (gcpause.freeze_wanted).
         freeze = gcpause.freeze_wanted(os.environ)
-        gateway = Gateway(config, cpu_clock=time.process_time, freeze_gc=freeze, source=source)
+        gateway = Gateway(
+            config,
+            cpu_clock=time.process_time,
+            freeze_gc=freeze,
+            source=source,
+            reload_siblings=worker.reload_siblings if worker is not None else None,
+            siblings=worker.siblings if worker is not None else None,
+        )
         # Reached and migrated before serving: a store that cannot be opened is one line on
         # stderr and exit 1, not a startup traceback (the lifespan's own migrate is then a no-op).
         gateway.store.migrate()
     except PluginError as exc:
-        listener.close()
-        print(f"mirrorgate: analyzers: {exc}", file=sys.stderr)
-        return 1
+        return fail(f"analyzers: {exc}")
     except StoreError as exc:
-        listener.close()
-        print(f"mirrorgate: {store_problem(config.store.url, exc)}", file=sys.stderr)
-        return 1
+        return fail(store_problem(config.store.url, exc))
     open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if open_files != resource.RLIM_INFINITY:
+    if open_files != resource.RLIM_INFINITY and (worker is None or worker.index == 0):
         warning = connection_cap_warning(config.server.limits, open_files)
         if warning is not None:
             log.warning(warning)
-    server = _DrainingServer(_uvicorn_config(gateway, host, port, None), gateway)
+    host, port = config.server.host, config.server.port
+    server = _DrainingServer(
+        _uvicorn_config(gateway, host, port, None),
+        gateway,
+        on_started=worker.ready if worker is not None else None,
+    )
+    if worker is None:
+        log.info("listening on %s", listening_url(listener))
+    server.run(sockets=[listener] if worker is None else [listener, worker.private])
+    if not server.started and worker is not None:
+        worker.failed("the gateway stopped during start-up (see the log above)")
+    return 0 if server.started else 1
+
+
+def listening_url(listener: socket.socket) -> str:
+    """`http://host:port` of a bound socket (IPv6 hosts in brackets)."""
     bound = listener.getsockname()
     shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
-    log.info("listening on http://%s:%d", shown, bound[1])
-    server.run(sockets=[listener])
-    return 0 if server.started else 1
+    return f"http://{shown}:{bound[1]}"
 
 
 class ListenError(Exception):
     """The gateway's address cannot be listened on; the message says why, in one line."""
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on `host:port` (`SO_REUSEADDR`, as uvicorn binds), or
-    `ListenError` naming the address and the reason."""
+def listen(host: str, port: int, reuse_port: bool = False) -> socket.socket:
+    """A listening TCP socket on `host:port` (`SO_REUSEADDR`, as uvicorn binds; `SO_REUSEPORT`
+    too when `reuse_port`, so that several sockets share the port), or `ListenError` naming the
+    address and the reason."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise ListenError(f"cannot listen on {host}:{port}: unknown host ({exc.strerror})") from exc
     family, _, _, _, address = infos[0]
     try:
-        return socket.create_server(address, family=family, backlog=2048)
+        return socket.create_server(address, family=family, backlog=2048, reuse_port=reuse_port)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             raise ListenError(f"port {port} on {host} is in use") from exc

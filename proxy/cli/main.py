@@ -92,15 +92,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     path = _config_path(args.config)
     # The flags go through the loader with the file, so every check (a listener beyond loopback
     # needs the admin token) holds for the address actually served, not only the file's.
-    server = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    flags = (("host", args.host), ("port", args.port), ("workers", args.workers))
+    server = {k: v for k, v in flags if v is not None}
     cfg = _load(path, {"server": server})
     if cfg is None:
         return 1
     configure_logging(args.log_level, args.log_format or cfg.server.log_format)
-    from proxy.app import run_gateway
+    from proxy.app import run_gateway, run_workers
 
     # A reload (SIGHUP, POST /admin/reload) reads the same file with the same flags.
-    return run_gateway(cfg, lambda: load_config(path, overrides={"server": server}))
+    run = run_workers if cfg.server.workers > 1 else run_gateway
+    return run(cfg, lambda: load_config(path, overrides={"server": server}))
 
 
 def cmd_mock_upstream(args: argparse.Namespace) -> int:
@@ -240,6 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", help="listen address (default: the config's server.host)")
     serve.add_argument("--port", type=int, help="listen port (default: the config's server.port)")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="processes serving the port, 1 to 64 (default: the config's server.workers); more "
+        "than one needs the store on PostgreSQL",
+    )
     serve.add_argument(
         "--log-format",
         choices=LOG_FORMATS,

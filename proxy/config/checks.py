@@ -387,17 +387,29 @@ def _check_list(
 
 
 def check_server(cfg: MirrorgateConfig, env: Mapping[str, str]) -> list[ConfigProblem]:
-    """`server`: the admin API is open without a token only on loopback."""
+    """`server`: the admin API is open without a token only on loopback; more than one worker
+    needs a store the workers can share (PostgreSQL)."""
     server = cfg.server
+    problems = []
+    if server.workers > 1 and cfg.store.url.startswith("sqlite"):
+        problems.append(
+            ConfigProblem(
+                "server.workers",
+                f"{server.workers} workers need store.url on PostgreSQL (the workers share one "
+                "store and one decider lock); store.url is SQLite, which takes one worker",
+            )
+        )
     if not _is_loopback(server.host) and not env.get(server.admin_token_env):
         return [
+            *problems,
             ConfigProblem(
                 "server.admin_token_env",
                 f"{server.admin_token_env} must be set when listening on {server.host} "
                 "(the admin API is only open without a token on loopback)",
-            )
+            ),
         ]
     return [
+        *problems,
         *_check_feedback_secrets(server.feedback_tokens_env, server.feedback_signing_key_env, env),
         *_check_reviewer_tokens(server.reviewer_tokens_env, server.admin_token_env, env),
     ]

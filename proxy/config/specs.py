@@ -144,6 +144,11 @@ class ServerSpec(Spec):
     access_log_sample: float = Field(1.0, ge=0, le=1)
     """Share of answered client requests that get an access-log line (`mirrorgate.access`);
     requests that end in an error are always logged, whatever the share."""
+    workers: int = Field(1, ge=1, le=64)
+    """Processes serving the one port (`serve --workers` overrides it). 1: the gateway serves in
+    the process `serve` started. More: that process binds one `SO_REUSEPORT` socket per worker,
+    forks the workers and supervises them (restarts a dead one, forwards SIGTERM, SIGINT and
+    SIGHUP); the workers share the store and its decider lock, so they need PostgreSQL."""
 
     @field_validator("allowed_hosts")
     @classmethod

@@ -12,12 +12,14 @@ from .logs import (
     access_fields,
     configure_logging,
 )
+from .merging import merge_worker_expositions
 from .metrics import (
     AlertDeliveryMetrics,
     ConnectionMetrics,
     GatewayMetrics,
     JournalMetrics,
     RecorderMetrics,
+    WorkerMetrics,
 )
 from .tracing import ExchangeTracer, build_tracer_provider
 
@@ -32,8 +34,10 @@ __all__ = [
     "LogFormat",
     "RecorderMetrics",
     "TextFormatter",
+    "WorkerMetrics",
     "access_fields",
     "build_tracer_provider",
     "configure_logging",
     "gcpause",
+    "merge_worker_expositions",
 ]

@@ -433,3 +433,16 @@ class ConnectionMetrics:
         )  # fmt: skip
         for reason in self.CLOSE_REASONS:
             self.closed.labels(reason)
+
+
+class WorkerMetrics:
+    """What the merged `/metrics` of `serve --workers` adds to its workers' families (each of
+    their samples gets a `worker` label there; `proxy.observability.merging`)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.up = Gauge(
+            "mirrorgate_worker_up",
+            "1 for each worker whose samples this scrape includes, 0 for one that did not "
+            "answer its sibling in time or answered something that is not an exposition.",
+            ("worker",), registry=registry,
+        )  # fmt: skip

@@ -165,3 +165,17 @@ def test_provisioning_points_grafana_at_the_dashboards() -> None:
     assert provider["type"] == "file"
     assert provider["options"]["path"].startswith("/")
     assert provider["folderUid"] == "mirrorgate"
+
+
+AGGREGATED = re.compile(
+    r"^([0-9.]+\s*\*\s*)?\(*\s*(sum|max|min|avg|count|topk|bottomk|histogram_quantile)\b"
+)
+"""An expression that aggregates first (after an optional scale such as `100 *`)."""
+
+
+def test_every_panel_aggregates_so_serve_workers_extra_label_changes_nothing() -> None:
+    # Under `serve --workers N` every sample also carries `worker`: a panel reads the same only
+    # if it aggregates with a `by` list (or without one) that leaves `worker` out.
+    for query in panel_queries():
+        assert AGGREGATED.match(query.expr.strip()), (query.key, query.expr)
+        assert "worker" not in query.expr, (query.key, query.expr)

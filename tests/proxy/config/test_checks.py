@@ -550,3 +550,25 @@ def test_human_preference_judges_an_experiment_only_where_its_pairs_can_exist() 
     )
     found = problems(hostile, env={})
     assert found[0].startswith("routes.bot.experiment.primary_metric") and "unknown" in found[0]
+
+
+def test_several_workers_on_sqlite_is_refused_naming_both_keys() -> None:
+    text = """
+server: {workers: 2}
+store: {url: "sqlite:///gateway.db"}
+models: {prod: {provider: openai, base_url: "http://h/v1", model: m}}
+routes: {bot: {primary: prod}}
+"""
+    found = problems(text)
+    assert len(found) == 1
+    assert found[0].startswith("server.workers: 2 workers need store.url on PostgreSQL")
+    assert "SQLite" in found[0]
+    on_postgres = text.replace("sqlite:///gateway.db", "postgresql+psycopg://u@127.0.0.1/db")
+    assert parse_config(on_postgres, {}).server.workers == 2
+    assert parse_config(text.replace("workers: 2", "workers: 1"), {}).server.workers == 1
+
+
+@pytest.mark.parametrize("workers", [0, 65])
+def test_the_worker_count_is_bounded(workers: int) -> None:
+    found = problems(f"server: {{workers: {workers}}}\n")
+    assert [p for p in found if p.startswith("server.workers:")], found

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from proxy.config import parse_config
+from proxy.config.specs import LimitsSpec, ServerSpec, StoreSpec
 
 from .documents import ENV, GOOD, problems
 
@@ -229,3 +233,16 @@ def test_the_judges_both_orders_is_on_by_default_and_only_a_boolean() -> None:
     for bad in ("[true]", "'sometimes'", "{x: 1}", "'" + "y" * 10_000 + "'"):
         (problem,) = problems(base % f", both_orders: {bad}")
         assert problem.startswith("judge.both_orders:"), problem
+
+
+CONFIGURATION_DOC = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
+
+
+@pytest.mark.parametrize("spec", [ServerSpec, LimitsSpec, StoreSpec])
+def test_every_key_of_the_server_and_store_sections_has_a_row_in_the_configuration_doc(
+    spec: type[ServerSpec | LimitsSpec | StoreSpec],
+) -> None:
+    rows = set(re.findall(r"^\| `([a-z_]+)` \|", CONFIGURATION_DOC.read_text(), re.MULTILINE))
+    sections = {"limits"}  # a table of its own (`server.limits`)
+    missing = sorted(set(spec.model_fields) - rows - sections)
+    assert not missing, f"{spec.__name__} keys missing from docs/configuration.md: {missing}"
