@@ -45,11 +45,16 @@ last words, admin calls) before it cancels them."""
 
 
 def _uvicorn_config(
-    gateway: Gateway, host: str, port: int, log_level: str | None = "warning"
+    gateway: Gateway,
+    host: str,
+    port: int,
+    log_level: str | None = "warning",
+    app: Any = None,
 ) -> uvicorn.Config:
-    """`log_level`: uvicorn's loggers' own level; None leaves them at the root's (`serve`)."""
+    """`log_level`: uvicorn's loggers' own level; None leaves them at the root's (`serve`).
+    `app`: what to serve instead of `gateway.app` (a worker's, guarding its private socket)."""
     return uvicorn.Config(
-        gateway.app,
+        gateway.app if app is None else app,
         host=host,
         port=port,
         loop="uvloop",
@@ -227,8 +232,9 @@ def serve_listener(
         if warning is not None:
             log.warning(warning)
     host, port = config.server.host, config.server.port
+    app = None if worker is None else worker.siblings.guarded(gateway.app)
     server = _DrainingServer(
-        _uvicorn_config(gateway, host, port, None),
+        _uvicorn_config(gateway, host, port, None, app),
         gateway,
         on_started=worker.ready if worker is not None else None,
     )

@@ -5,19 +5,27 @@ Each worker serves its app on two sockets: its share of the public port, and a p
 on the public port is answered by whichever worker the kernel gave it to: it fetches its
 siblings' expositions from their private sockets (at most `FETCH_TIMEOUT_S`, all at once) and
 merges them with its own (`proxy.observability.merging`). A scrape on a private socket is
-answered with that worker's own exposition, unmerged: that is what the siblings fetch.
+answered with that worker's own exposition, unmerged: that is what the siblings fetch. The
+private socket answers nothing else (`guarded`: 404), so it is no second door to the gateway
+beside the public port that network policies and probes know.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from prometheus_client import CollectorRegistry, generate_latest
 from starlette.requests import Request
 
 from proxy.observability import merge_worker_expositions
+
+ASGIApp = Callable[[MutableMapping[str, Any], Any, Any], Awaitable[None]]
+
+_NOT_HERE = b"this port only answers GET /metrics"
 
 FETCH_TIMEOUT_S = 0.5
 """How long a scrape waits for a sibling's exposition; a late one counts as not answering."""
@@ -33,6 +41,30 @@ class WorkerSiblings:
     """This worker's number."""
     ports: tuple[int, ...]
     """The private loopback port of each worker, by number."""
+
+    def guarded(self, app: ASGIApp) -> ASGIApp:
+        """`app`, but for requests on this worker's private socket other than `GET /metrics`,
+        which get 404."""
+        private_port = self.ports[self.index]
+
+        async def serve(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+            server = scope.get("server")
+            if (
+                scope["type"] == "http"
+                and server is not None
+                and server[1] == private_port
+                and (scope["method"], scope["path"]) != ("GET", "/metrics")
+            ):
+                headers = [
+                    (b"content-type", b"text/plain; charset=utf-8"),
+                    (b"content-length", str(len(_NOT_HERE)).encode()),
+                ]
+                await send({"type": "http.response.start", "status": 404, "headers": headers})
+                await send({"type": "http.response.body", "body": _NOT_HERE})
+                return
+            await app(scope, receive, send)
+
+        return serve
 
     async def exposition(self, request: Request, registry: CollectorRegistry) -> bytes:
         """`GET /metrics`: merged on the public port, this worker's own on its private one."""

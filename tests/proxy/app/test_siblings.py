@@ -87,3 +87,33 @@ def test_on_its_private_port_a_worker_answers_its_own_exposition() -> None:
     siblings = WorkerSiblings(1, (9, 4242))
     body = asyncio.run(siblings.exposition(request_on(4242), registry)).decode()
     assert "mirrorgate_requests_total 1.0" in body and "worker" not in body
+
+
+@pytest.mark.parametrize(
+    ("port", "method", "path", "reaches_the_app"),
+    [
+        (7001, "GET", "/metrics", True),  # what the siblings fetch
+        (7001, "GET", "/admin/rollouts", False),
+        (7001, "POST", "/v1/chat/completions", False),
+        (7001, "POST", "/metrics", False),
+        (8080, "POST", "/admin/reload", True),  # the public port: the whole gateway
+    ],
+)
+def test_the_private_socket_answers_only_the_metrics(
+    port: int, method: str, path: str, reaches_the_app: bool
+) -> None:
+    called: list[str] = []
+    sent: list[dict[str, object]] = []
+
+    async def app(scope: object, receive: object, send: object) -> None:
+        called.append(path)
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    guarded = WorkerSiblings(1, (7000, 7001)).guarded(app)
+    scope = {"type": "http", "method": method, "path": path, "server": ("127.0.0.1", port)}
+    asyncio.run(guarded(scope, None, send))
+    assert called == ([path] if reaches_the_app else [])
+    if not reaches_the_app:
+        assert sent[0]["status"] == 404 and b"only answers GET /metrics" in sent[1]["body"]  # type: ignore[operator]
