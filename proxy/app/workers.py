@@ -44,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from proxy.config import MirrorgateConfig
+from proxy.observability import tag_worker
 
 from .serve import ListenError, WorkerRole, listen, listening_url, serve_listener
 from .siblings import WorkerSiblings
@@ -327,6 +328,7 @@ class _Supervisor:
                 signal.signal(signo, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.pthread_sigmask(signal.SIG_SETMASK, set())
+            tag_worker(worker.index)
             for other in self.workers:
                 if other is not worker:
                     other.listener.close()

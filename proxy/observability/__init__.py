@@ -11,6 +11,7 @@ from .logs import (
     TextFormatter,
     access_fields,
     configure_logging,
+    tag_worker,
 )
 from .merging import merge_worker_expositions
 from .metrics import (
@@ -40,4 +41,5 @@ __all__ = [
     "configure_logging",
     "gcpause",
     "merge_worker_expositions",
+    "tag_worker",
 ]

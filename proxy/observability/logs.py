@@ -134,6 +134,25 @@ def configure_logging(
     logging.getLogger("uvicorn.access").disabled = True
 
 
+def tag_worker(index: int) -> None:
+    """Every line this process writes from now on carries the field `worker` (its number under
+    `serve --workers`: `worker=1` in text, `"worker": 1` in JSON), so that the lines of N
+    processes interleaved on one stderr can be told apart. For each handler on the root logger."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _WorkerTag) for f in handler.filters):
+            handler.addFilter(_WorkerTag(index))
+
+
+class _WorkerTag(logging.Filter):
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker = self.index
+        return True
+
+
 class _GatewayHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """The handler `configure_logging` installs (so that it knows its own)."""
 

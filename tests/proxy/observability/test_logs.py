@@ -12,7 +12,13 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from proxy.core import Arm, ExchangeRecord, Status, Usage
-from proxy.observability import JsonFormatter, TextFormatter, access_fields, configure_logging
+from proxy.observability import (
+    JsonFormatter,
+    TextFormatter,
+    access_fields,
+    configure_logging,
+    tag_worker,
+)
 
 
 def log_record(msg: str = "hello %s", *args: object, **extra: object) -> logging.LogRecord:
@@ -123,3 +129,22 @@ def test_access_fields_name_the_request_and_never_carry_a_body() -> None:
         "streamed": True,
         "error_class": None,
     }
+
+
+def test_a_worker_tags_every_line_with_its_number() -> None:
+    text, out = io.StringIO(), io.StringIO()
+    with bare_root():
+        configure_logging("info", "json", out)
+        tag_worker(3)
+        tag_worker(3)  # once is enough: no second tag
+        logging.getLogger("mirrorgate.access").info("done", extra={"route": "bot"})
+        logging.getLogger("uvicorn.error").info("Started server process [7]")
+        configure_logging("info", "text", text)
+        tag_worker(1)
+        logging.getLogger("mirrorgate").warning("cut")
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(x["msg"], x["worker"]) for x in lines] == [
+        ("done", 3),
+        ("Started server process [7]", 3),
+    ]
+    assert text.getvalue().rstrip().endswith("mirrorgate: cut worker=1")
