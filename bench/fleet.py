@@ -37,6 +37,7 @@ from typing import Any
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 
+from bench import databases
 from bench.processes import process_stats
 from proxy.config import StoreSpec
 from proxy.core.records import Arm, ExchangeRecord, Status, Usage
@@ -335,19 +336,6 @@ def time_retention(url: str, chunks: int, chunk: int) -> None:
     )
 
 
-def _database_url(admin_url: str, database: str) -> str:
-    return sa.make_url(admin_url).set(database=database).render_as_string(hide_password=False)
-
-
-def _admin(admin_url: str, statement: str) -> None:
-    engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            conn.execute(sa.text(statement))
-    finally:
-        engine.dispose()
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 4, 10])
@@ -364,10 +352,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--keep", action="store_true", help="do not drop bench_fleet at the end")
     args = parser.parse_args(argv)
-    url = _database_url(args.admin_url, DATABASE)
-    _admin(args.admin_url, f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-    _admin(args.admin_url, f'CREATE DATABASE "{DATABASE}"')
-    try:
+    with databases.fresh_database(args.admin_url, DATABASE, keep=args.keep) as url:
         store = Store(url)
         store.migrate()
         store.close()
@@ -382,9 +367,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
         if args.retention_chunks:
             time_retention(url, args.retention_chunks, chunk=5000)
-    finally:
-        if not args.keep:
-            _admin(args.admin_url, f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
 
 
 if __name__ == "__main__":

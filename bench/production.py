@@ -10,17 +10,14 @@ exporter does its real work (encode, POST) and the bench can tell that every req
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import threading
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import orjson
-import sqlalchemy as sa
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -279,22 +276,6 @@ class RouteTally:
     @property
     def upstream_calls(self) -> float:
         return self.client_requests + self.shadow + self.probe
-
-
-@contextlib.contextmanager
-def fresh_database(admin_url: str, name: str) -> Iterator[str]:
-    """A new PostgreSQL database `name` (dropped first if a run left it behind, dropped after);
-    yields its URL. `admin_url` is a database the role may connect to (it needs CREATEDB)."""
-    engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        yield sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with engine.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        engine.dispose()
 
 
 PLAIN = "plain"

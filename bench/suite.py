@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import hotpath, production, shadows, targets
+from bench import databases, hotpath, production, shadows, targets
 from bench.fleet import postgres_cpu_s
 from bench.loadgen import LoadResult
 from bench.processes import ServerProcess, StartupError, machine_busy_seconds, port_free
@@ -720,7 +720,7 @@ def production_gateway(
     gateway (`targets.mirrorgate_production`, ready) and its canary started through the admin
     API. Yields (gateway, collector, rollout state); stops the gateway and drops the database."""
     with (
-        production.fresh_database(pg_admin_url, database) as url,
+        databases.fresh_database(pg_admin_url, database) as url,
         production.SpanCollector() as collector,
     ):
         server = targets.mirrorgate_production(rig, url, collector.endpoint, port, mock_port)
