@@ -480,9 +480,7 @@ class ProxyHandler:
                 attempt.error_class,
             ):
                 duration = ended - ctx.t0
-                record = dataclasses.replace(
-                    prebuilt, duration_s=duration, overhead_s=max(0.0, duration - ctx.waited)
-                )
+                record = prebuilt.retimed(duration, max(0.0, duration - ctx.waited))
             else:
                 record = self.caller.record(ctx, attempt, http_status, ended, own_clock=False)
         except Exception:
