@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.switching                       # 5 1 5 1 ms, 15 s per route
     .venv/bin/python -m bench.switching --intervals 5 1 0.5 --seconds 30
+    .venv/bin/python -m bench.switching --intervals 1 --gateway-cpus 0,1   # threads beside the loop
 
 For each interval in turn it starts the production stage's gateway (`bench.suite.
 production_gateway`: PostgreSQL with `bodies: redacted`, OTLP to the span collector, the canary
@@ -17,6 +18,7 @@ between repeats of one interval.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -66,8 +68,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=15.0, help="measured seconds per route")
     parser.add_argument("--pg-admin-url", default=PG_ADMIN_URL)
     parser.add_argument("--out", type=Path, default=Path("bench/out/switching"))
+    parser.add_argument(
+        "--gateway-cpus", default="",
+        help="pin the gateway here instead of its own core (taskset -c syntax, e.g. 0,1: its "
+        "threads may then run beside the event loop instead of taking turns with it)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     rig = targets.Rig.create(args.out.resolve())
+    if args.gateway_cpus:
+        rig = dataclasses.replace(
+            rig, layout=dataclasses.replace(rig.layout, gateway=args.gateway_cpus)
+        )
     mock = targets.mock_upstream(rig)
     mock.start()
     routes = (
