@@ -120,9 +120,10 @@ _SK_KEY = re.compile(r"sk-(?<![A-Za-z0-9_-]sk-)[A-Za-z0-9_-]{20,}+", re.ASCII)
 _STRIPE = re.compile(
     r"k_(?<![A-Za-z0-9][rs]k_)(?<=[rs]k_)(?:live|test)_[A-Za-z0-9]{10,}+", re.ASCII
 )
-_GITHUB = re.compile(
-    r"g(?<![A-Za-z0-9_]g)(?:h[pousr]_[A-Za-z0-9]{36,}+|ithub_pat_\w{22,}+)", re.ASCII
-)
+# Two patterns, so that the regex engine scans for `gh` and `github_pat_` rather than trying at
+# every `g` of the text.
+_GITHUB = re.compile(r"gh(?<![A-Za-z0-9_]gh)[pousr]_[A-Za-z0-9]{36,}+", re.ASCII)
+_GITHUB_PAT = re.compile(r"github_pat_(?<![A-Za-z0-9_]github_pat_)\w{22,}+", re.ASCII)
 _AWS = re.compile(r"A(?:KIA|SIA)(?<![A-Za-z0-9]A...)[A-Z0-9]{16}(?![A-Za-z0-9])", re.ASCII)
 _GOOGLE = re.compile(r"AIza(?<![A-Za-z0-9_-]AIza)[A-Za-z0-9_-]{35}", re.ASCII)
 _SLACK = re.compile(r"x(?<![A-Za-z0-9_-]x)(?:ox[abeoprs]|app)-[A-Za-z0-9-]{10,}+", re.ASCII)
@@ -188,6 +189,7 @@ _PASSES = (
     _Pass(_SK_KEY, _sk_kind, "-", "sk-"),
     _Pass(_STRIPE, "k_[REDACTED:stripe_key]", "_", "k_"),
     _Pass(_GITHUB, "[REDACTED:github_token]", "_g"),
+    _Pass(_GITHUB_PAT, "[REDACTED:github_token]", "_g", "github_pat_"),
     _Pass(_AWS, "[REDACTED:aws_key]", "AI"),
     _Pass(_GOOGLE, "[REDACTED:google_key]", "zAI", "AIza"),
     _Pass(_SLACK, "[REDACTED:slack_token]", "x-"),
