@@ -139,6 +139,7 @@ _EMAIL_DOMAIN = re.compile(
 )
 _EMAIL_LOCAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-")
 _HEX4 = re.compile(r"u[0-9A-Fa-f]{4}")
+_ASCII_LOCAL_RUN = re.compile(r"[A-Za-z0-9._%+-]++")
 _EMAIL_LOCAL_MAX = 64
 
 
@@ -234,7 +235,17 @@ def _local_start(text: str, at: int, floor: int) -> int:
     """Where the local part of the address whose `@` is at `at` starts. A JSON `\\uXXXX` escape
     is part of it (a non-ASCII letter, as JSON writers escape it); another escape (`\\n`) ends
     it, the escaped character excluded."""
-    start = at
+    # Most local parts are plain ASCII after a space or a quote: one regex match on the reversed
+    # window finds that run; only a backslash or a non-ASCII character before it needs the walk.
+    run = _ASCII_LOCAL_RUN.match(text[floor:at][::-1])
+    start = at - (run.end() if run else 0)
+    if start == floor or (text[start - 1] != "\\" and text[start - 1] <= "\x7f"):
+        return start
+    return _walk_local_start(text, at, start, floor)
+
+
+def _walk_local_start(text: str, at: int, start: int, floor: int) -> int:
+    """`_local_start`'s walk back, one character at a time, from `start` (`at` the `@`)."""
     while start > floor:
         char = text[start - 1]
         if char != "\\":

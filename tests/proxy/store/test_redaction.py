@@ -306,3 +306,20 @@ def test_a_pair_after_a_masked_key_is_still_masked() -> None:
         "[REDACTED:openai_key] then password=[REDACTED:secret_pair] and [REDACTED:github_token]"
         " api_key: [REDACTED:secret_pair]"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("x\\\\ann@example.com", "x\\\\[REDACTED:email]"),  # an escaped backslash ends it
+        ("\\\\\\nann@example.com", "\\\\\\n[REDACTED:email]"),  # so does an escaped newline
+        ('"\\u00e9ann@example.com"', '"[REDACTED:email]"'),  # a JSON escape is part of it
+        ("Ωann@example.com", "[REDACTED:email]"),  # a non-ASCII letter before the ASCII run
+        ("é\\\\ann@example.com", "é\\\\[REDACTED:email]"),
+        ("ann@example.com", "[REDACTED:email]"),  # from the text's first character
+    ],
+)
+def test_the_local_part_ends_where_the_walk_back_would_end_it(text: str, expected: str) -> None:
+    # A plain ASCII local part is found by one match; the characters before it decide whether
+    # the walk back goes on.
+    assert redact(text) == expected
