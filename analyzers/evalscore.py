@@ -221,11 +221,19 @@ class Accuracy:
     """Items whose call failed (error, timeout, broken stream): no answer to score."""
     correct: int = 0
     """Items the item's own method (`AnswerScore.correct`) found correct."""
+    unjudged: int = 0
+    """`judge` items answered but not judged (no judge configured, or its call failed): neither
+    right nor wrong, so `correct` is out of `items - unjudged`."""
+
+    @property
+    def decided(self) -> int:
+        """Items whose correctness was decided: what `correct` is counted out of."""
+        return self.items - self.unjudged
 
 
 def accuracy(scores: Iterable[AnswerScore | None]) -> Accuracy:
     """Sum up the scores of a group of items; None stands for an item that got no answer."""
-    items = exact = normalized = unanswered = correct = 0
+    items = exact = normalized = unanswered = correct = unjudged = 0
     for score in scores:
         items += 1
         if score is None:
@@ -233,5 +241,7 @@ def accuracy(scores: Iterable[AnswerScore | None]) -> Accuracy:
             continue
         exact += score.exact
         normalized += score.normalized
+        if score.method == "judge" and score.correct is None:
+            unjudged += 1
         correct += bool(score.correct)
-    return Accuracy(items, exact, normalized, unanswered, correct)
+    return Accuracy(items, exact, normalized, unanswered, correct, unjudged)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from bench.loadgen import LoadResult
-from bench.processes import ServerProcess, http_ok
+from bench.processes import ServerProcess, free_port, http_ok
 from bench.report import percentile
 from bench.targets import HOST, CpuLayout, Rig, _base_env
 from proxy.core.records import Arm, ExchangeRecord, Status, Usage
@@ -42,12 +41,6 @@ from proxy.store.journal import Journal
 
 CELLS = [(False, 1), (False, 16), (True, 1), (True, 16)]
 """(stream, concurrency)."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

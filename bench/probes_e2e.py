@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import sys
 import tempfile
 import threading
@@ -32,19 +31,13 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.processes import ServerProcess, http_ok
+from bench.processes import ServerProcess, free_port, http_ok
 
 HOST = "127.0.0.1"
 RULE = "shipping"
 STAGED = {"adapt-0": 0.0, "adapt-30": 0.30, "adapt-95": 0.95}
 """Each probed model and the share of probes it follows (it answers 100 on the rest)."""
 PATTERN = r"max_weight\s*=\s*(\d+)"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def behavior() -> dict[str, Any]:

@@ -59,6 +59,13 @@ def port_free(host: str, port: int) -> bool:
     return not tcp_open(host, port)()
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the kernel has free on `host` now (another process may take it before we bind)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
 def process_stats() -> Iterator[tuple[int, str, list[str]]]:
     """(pid, command name, the fields after the name) of every process /proc lets us read; a
     process gone since the listing is skipped."""

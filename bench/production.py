@@ -288,7 +288,7 @@ DIRECT_JSON = "direct-json"
 
 @dataclass
 class StageCell:
-    """One (target, mode, concurrency) cell of the production stage."""
+    """One (target, mode, load) cell of the production stage."""
 
     target: str
     stream: bool
@@ -308,10 +308,17 @@ class StageCell:
     added_p99_ms: float | None = None
     tally: RouteTally | None = None
     """The production route's counters over the measured phase."""
+    think_s: float = 0.0
+    """Each client paused a random 0 to this many seconds before a request (0: a closed loop)."""
 
     @property
     def mode(self) -> str:
         return "stream" if self.stream else "non-stream"
+
+    @property
+    def load(self) -> str:
+        """`c=16`, or `c=8 paced` for clients that pause between requests."""
+        return f"c={self.concurrency}" + (" paced" if self.think_s else "")
 
 
 @dataclass
@@ -331,13 +338,12 @@ class StageResult:
     litellm: str = ""
     """Why LiteLLM is missing from the table (empty when it is there)."""
 
-    def cell(self, target: str, stream: bool, concurrency: int) -> StageCell | None:
+    def cell(
+        self, target: str, stream: bool, concurrency: int, think_s: float = 0.0
+    ) -> StageCell | None:
+        key = (target, stream, concurrency, think_s)
         return next(
-            (
-                c
-                for c in self.cells
-                if (c.target, c.stream, c.concurrency) == (target, stream, concurrency)
-            ),
+            (c for c in self.cells if (c.target, c.stream, c.concurrency, c.think_s) == key),
             None,
         )
 
@@ -358,16 +364,16 @@ def markdown(result: StageResult) -> str:
         f"Load average before / after: {' '.join(result.loadavg[0]) if result.loadavg else '?'}"
         f" / {' '.join(result.loadavg[-1]) if result.loadavg else '?'}. "
         "CPU per client request from /proc (all threads); added latency against the direct call "
-        f"of the same mode and concurrency (`{DIRECT_JSON}`, with the route's system prompt, for "
+        f"of the same mode and load (`{DIRECT_JSON}`, with the route's system prompt, for "
         "the production route).",
         "",
-        "| mode | c | target | req/s | gateway CPU µs/req | PostgreSQL CPU µs/req "
+        "| mode | load | target | req/s | gateway CPU µs/req | PostgreSQL CPU µs/req "
         "| CPU ÷ plain | added p50 / p99 ms | p99 ÷ plain | canary share | probe calls "
         "| shadow calls |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in result.cells:
-        plain = result.cell(PLAIN, c.stream, c.concurrency)
+        plain = result.cell(PLAIN, c.stream, c.concurrency, c.think_s)
         ratio = p99_ratio = None
         if c.target in (PRODUCTION, "litellm") and plain is not None:
             if c.gateway_cpu_us and plain.gateway_cpu_us:
@@ -380,7 +386,7 @@ def markdown(result: StageResult) -> str:
         )
         tally = c.tally
         lines.append(
-            f"| {c.mode} | {c.concurrency} | {c.target} | {c.rps:,.0f} "
+            f"| {c.mode} | {c.load} | {c.target} | {c.rps:,.0f} "
             f"| {_num(c.gateway_cpu_us)} | {_num(c.postgres_cpu_us)} | {_num(ratio, 2)} "
             f"| {added} | {_num(p99_ratio, 2)} "
             f"| {f'{100 * tally.canary_share:.1f} %' if tally else '-'} "

@@ -17,8 +17,8 @@ Stages, in order:
 7. production: a second gateway on PostgreSQL (`bodies: redacted`) with OTLP tracing to a stand-in
    collector, serving the plain `bench` route and the production-shaped `bench-production`
    (checks, a shadow, a canary started through the admin API, probes; bench/production.py), side by
-   side with direct calls and LiteLLM, {non-stream, stream} x {1, 16}; then py-spy on the production
-   route at c=16 non-streaming, folded by component;
+   side with direct calls and LiteLLM, {non-stream, stream} x {c=1, c=16, c=8 paced}; then py-spy
+   on the production route at c=16 non-streaming, folded by component;
 8. stop everything (by PID), write results.json and results.md, print the Markdown.
 """
 
@@ -63,7 +63,14 @@ PROFILE_RATE_HZ = 250
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 """Where the production stage creates (and afterwards drops) its database."""
 PRODUCTION_DATABASE = "bench_production"
-PRODUCTION_CONCURRENCIES = (1, 16)
+PRODUCTION_LOADS = ((1, 0.0), (16, 0.0), (8, 0.08))
+"""(concurrency, think seconds) of the production stage's cells. The closed loops at c=1 and c=16
+keep the gateway's core busy with client traffic (the mock answers at once), so the overload guard
+sheds shadows and probes there; in the paced cell 8 clients each pause a random 0-80 ms before
+a request (~200 req/s, the gateway's core ~20-30 % busy): shadows and probes run, and its p99 says
+whether the client path waits for them."""
+PRODUCTION_PACED_CELL_FACTOR = 2
+"""A paced cell runs this many times a closed-loop cell's seconds (fewer requests per second)."""
 SPAN_DRAIN_S = 30.0
 """How long the production stage waits for the exporter to send the last spans (it batches
 every 5 s)."""
@@ -519,9 +526,9 @@ class Suite:
             baselines = {production.PLAIN: direct, production.PRODUCTION: direct_json}
             order = [direct, direct_json, plain, shaped, *([litellm] if litellm else [])]
             for stream in (False, True):
-                for concurrency in PRODUCTION_CONCURRENCIES:
+                for concurrency, think in PRODUCTION_LOADS:
                     measured = {
-                        t.name: self._production_cell(t, stream, concurrency) for t in order
+                        t.name: self._production_cell(t, stream, concurrency, think) for t in order
                     }
                     for name, cell in measured.items():
                         base = measured[baselines.get(name, direct).name]
@@ -538,7 +545,7 @@ class Suite:
         )
 
     def _production_cell(
-        self, target: Target, stream: bool, concurrency: int
+        self, target: Target, stream: bool, concurrency: int, think: float = 0.0
     ) -> production.StageCell:
         route_tally = target.name == production.PRODUCTION
         before: dict[str, Any] = {}
@@ -548,21 +555,24 @@ class Suite:
             if route_tally:
                 before["tally"] = production_tally(target.port)
 
-        cell = self._cell(target, stream, concurrency, on_measure=snapshot)
+        cell = self._cell(
+            target, stream, concurrency, on_measure=snapshot, think=think,
+            seconds=self.plan.cell_s * (PRODUCTION_PACED_CELL_FACTOR if think else 1),
+        )  # fmt: skip
         pg_after = postgres_cpu_s()
         done = max(cell.requests, 1)
         result = production.StageCell(
             target.name, stream, concurrency, cell.requests, cell.errors, cell.rps,
             cell.latency_ms.p50 if cell.latency_ms else float("nan"),
             cell.latency_ms.p99 if cell.latency_ms else float("nan"),
-            gateway_cpu_us=cell.server_cpu_us_per_request,
+            gateway_cpu_us=cell.server_cpu_us_per_request, think_s=think,
         )  # fmt: skip
         if target.server is not None and pg_after is not None and before["pg"] is not None:
             result.postgres_cpu_us = (pg_after - before["pg"]) * 1e6 / done
         if route_tally:
             result.tally = production_tally(target.port) - before["tally"]
         log(
-            f"{cell.mode:10} c={concurrency:<3} {target.name:11} {cell.rps:7.0f} req/s  "
+            f"{cell.mode:10} {result.load:9} {target.name:11} {cell.rps:7.0f} req/s  "
             f"p50 {result.p50_ms:7.2f} ms  p99 {result.p99_ms:7.2f} ms  "
             f"CPU {_fmt(result.gateway_cpu_us)} µs/req  errors {cell.errors}"
             + (

@@ -36,6 +36,7 @@ from proxy.store import StoreError, masked_url
 from .connection import connection_cap_warning, limited_protocol
 from .gateway import Gateway
 from .siblings import WorkerSiblings
+from .switching import set_switch_interval
 
 log = logging.getLogger("mirrorgate")
 
@@ -211,6 +212,8 @@ def serve_listener(
         # Alone in this process: all its CPU is the gateway's (see `Gateway`'s `cpu_clock`), and
         # its start-up objects are frozen unless MIRRORGATE_GC_FREEZE=0 (gcpause.freeze_wanted).
         freeze = gcpause.freeze_wanted(os.environ)
+        # The loop waits at most ~1 ms for one of the gateway's threads to give up the GIL.
+        set_switch_interval(os.environ)
         gateway = Gateway(
             config,
             cpu_clock=time.process_time,

@@ -17,7 +17,8 @@ handler ever runs in the middle of its bookkeeping):
   has stayed up 60 s;
 - SIGTERM or SIGINT is forwarded once to every worker (each drains as a single gateway does);
   the parent closes its copies of the sockets first, so the kernel stops queueing on them, and
-  exits 0 when every worker exited 0;
+  exits 0 when every worker exited 0; a worker still starting (it serves nothing yet) ends at
+  once with exit code 0, so a stop during start-up is a clean stop too;
 - SIGHUP is forwarded to every worker (each reloads its own configuration); a worker that was
   asked `POST /admin/reload` reloads itself and sends SIGHUP to the parent, which forwards it to
   the others only.
@@ -155,14 +156,13 @@ class _Supervisor:
         for worker in self.workers:
             self._fork(worker, first=True)
         problem = self._wait_ready()
+        if self.stopping:  # stopped while starting: the workers' ends say how it went
+            return self._wait_all()
         if problem is not None:
-            if not self.stopping:
-                print(f"mirrorgate: {problem}", file=sys.stderr)
-                self._stop(signal.SIGTERM)
+            print(f"mirrorgate: {problem}", file=sys.stderr)
+            self._stop(signal.SIGTERM)
             self._wait_all()
             return 1
-        if self.stopping:  # stopped while starting
-            return self._wait_all()
         log.info(
             "listening on %s (%d workers)", listening_url(self.listeners[0]), len(self.workers)
         )
@@ -324,9 +324,12 @@ class _Supervisor:
         try:
             parent = os.getppid()
             _leave_terminal_group_and_follow(parent)
-            for signo in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+            for signo in (signal.SIGHUP, signal.SIGCHLD):
                 signal.signal(signo, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            # Until uvicorn takes them over (and after it gives them back), a stop forwarded
+            # by the parent ends a worker that serves nothing yet: quietly, with exit code 0.
+            for signo in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signo, _stop_before_serving)
             signal.pthread_sigmask(signal.SIG_SETMASK, set())
             tag_worker(worker.index)
             for other in self.workers:
@@ -353,6 +356,10 @@ class _Supervisor:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
+
+
+def _stop_before_serving(signo: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def _say(pipe: int | None, line: str, stderr: bool = False) -> None:

@@ -173,7 +173,8 @@ def render_eval(
             values = [0.0 if s is None else s.value for s in scores]
             counted = [v for v in values if v is not None]
             accuracy_row += [
-                _count(scored.correct, scored.items),
+                _count(scored.correct, scored.decided)
+                + (f" ({scored.unjudged} unjudged)" if scored.unjudged else ""),
                 f"{sum(counted) / len(counted):.2f}" if counted else "-",
                 _count(scored.exact, scored.items),
                 _count(scored.normalized, scored.items),
@@ -186,8 +187,9 @@ def render_eval(
         f"evaluation set {evalset.name}: {len(evalset.items)} items, "
         f"{len(candidates)} candidate(s)",
         "",
-        "accuracy (right/items; a failed call counts as wrong; correct: by each item's score; "
-        "score: mean 0..1, JSON per field, a judge item unjudged left out)",
+        "accuracy (right/items; a failed call counts as wrong; correct: by each item's score, "
+        "a judge item unjudged left out; score: mean 0..1, JSON per field, a judge item unjudged "
+        "left out)",
         *_table(accuracy_header, accuracy_rows),
         "",
         "latency and cost",

@@ -104,6 +104,14 @@ def test_score_checks_is_correct_only_when_every_check_passes() -> None:
     assert (result.items, result.correct, result.unanswered) == (3, 1, 1)
 
 
+def test_an_unjudged_judge_item_is_left_out_of_what_correct_is_counted_of() -> None:
+    unjudged = AnswerScore(False, False, None, method="judge")
+    judged = AnswerScore(False, False, None, method="judge", correct=True, score=0.9)
+    result = accuracy([unjudged, judged, AnswerScore(False, False, None, correct=False), None])
+    assert (result.items, result.correct, result.unjudged, result.decided) == (4, 1, 1, 3)
+    assert result.unanswered == 1  # a failed call stays wrong, not unjudged
+
+
 def test_score_json_of_a_hostile_answer_is_wrong_not_a_crash() -> None:
     deep = "[" * 200_000 + "]" * 200_000
     assert score_json(deep, [1]).correct is False

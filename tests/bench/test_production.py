@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import socket
 import sys
 import urllib.error
 import urllib.request
@@ -19,6 +18,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from proxy.config import parse_config
 from tests.conftest import PG_ADMIN_URL, _port_open, require_service, wait_until
+from tests.e2e.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,12 +80,6 @@ def test_the_collector_counts_spans_and_rejects_what_is_not_an_export(
         assert post(collector.endpoint, b"\xff\xff\xff") == 400
         count = collector.snapshot()
     assert (count.posts, count.spans, count.rejected) == (2, 5, 2)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.e2e

@@ -5,20 +5,15 @@ run and its figures are in bench/README.md.)"""
 from __future__ import annotations
 
 import importlib.util
-import socket
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.e2e.conftest import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

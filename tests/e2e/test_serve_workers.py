@@ -1,7 +1,8 @@
 """`mirrorgate serve --workers 2` as real processes on one port, sharing one PostgreSQL store:
 new connections reach both workers, exactly one decides, a route change made through one is
 applied by both within 2 s, a killed worker is replaced, a reload reaches both, SIGTERM stops all
-with every request recorded, and a worker that cannot start stops the whole command.
+with every request recorded, a stop during start-up is clean, and a worker that cannot start
+stops the whole command.
 
 Which worker answered is read from `GET /admin/rollouts` (`replica` is host:pid); every call
 here opens a connection of its own, so the kernel picks a worker's socket afresh each time."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -249,6 +251,45 @@ def test_a_worker_that_cannot_start_stops_the_command_with_its_reason(tmp_path: 
     assert len(problems) == 1, done.stderr
     assert problems[0].startswith("mirrorgate: cannot use the store at postgresql+psycopg://")
     assert "listening on" not in done.stderr
+
+
+@pytest.mark.parametrize("signo", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_while_the_workers_are_starting_is_a_clean_stop(
+    tmp_path: Path, signo: signal.Signals
+) -> None:
+    # A store that takes the connection and never answers holds every worker in its start-up
+    # (connecting to the store) for as long as the test needs.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    config = {
+        "server": {"port": free_port(), "workers": 2},
+        "store": {"url": f"postgresql+psycopg://nobody@127.0.0.1:{silent.getsockname()[1]}/x"},
+        "models": {"m": {"provider": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}},
+        "routes": {"r": {"primary": "m"}},
+    }
+    path = tmp_path / "gw.yaml"
+    path.write_text(yaml.safe_dump(config))
+    gateway = Process(["serve", "--config", str(path)], tmp_path / "gw.log")
+    try:
+        wait_until(
+            lambda: "worker 1 started" in gateway.output() or gateway.proc.poll() is not None,
+            timeout_s=60,
+            what="the parent forking its second worker",
+        )
+        workers = worker_pids(gateway.pid)
+        assert len(workers) == 2, gateway.output()
+        gateway.proc.send_signal(signo)
+        assert gateway.proc.wait(60) == 0, gateway.output()
+    finally:
+        gateway.terminate()
+        silent.close()
+    output = gateway.output()
+    assert "listening on" not in output
+    assert "Traceback" not in output
+    assert output.count(f"{signo.name} forwarded to the workers") == 1
+    for pid in workers:
+        assert f"(pid {pid}) exited (exit code 0)" in output
 
 
 def test_the_workers_flag_forks_and_sigint_is_forwarded_once_to_each_worker(

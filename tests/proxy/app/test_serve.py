@@ -114,3 +114,32 @@ def test_serve_freezes_its_startup_objects_unless_the_environment_says_0(
     config = gateway_config("http://127.0.0.1:9", "sqlite:///unused.db", {"server": {"port": 0}})
     assert serve.run_gateway(config) == 1
     assert seen == [frozen]
+
+
+@pytest.mark.parametrize(("value", "seconds"), [(None, 0.001), ("2.5", 0.0025)])
+def test_serve_sets_the_gil_switch_interval_before_it_builds_the_gateway(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, seconds: float
+) -> None:
+    import sys
+
+    from analyzers.errors import PluginError
+    from proxy.app import serve
+
+    seen: list[float] = []
+
+    def built(config: object, **kwargs: object) -> Gateway:
+        seen.append(sys.getswitchinterval())
+        raise PluginError("stop here")
+
+    if value is None:
+        monkeypatch.delenv("MIRRORGATE_SWITCH_INTERVAL_MS", raising=False)
+    else:
+        monkeypatch.setenv("MIRRORGATE_SWITCH_INTERVAL_MS", value)
+    monkeypatch.setattr(serve, "Gateway", built)
+    before = sys.getswitchinterval()
+    config = gateway_config("http://127.0.0.1:9", "sqlite:///unused.db", {"server": {"port": 0}})
+    try:
+        assert serve.run_gateway(config) == 1
+    finally:
+        sys.setswitchinterval(before)
+    assert seen == [pytest.approx(seconds)]

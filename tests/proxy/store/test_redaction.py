@@ -206,3 +206,120 @@ def test_check_reasons_and_finding_details_follow_the_bodies_policy() -> None:
     assert apply_bodies_policy(check, "none").reason == NOT_KEPT
     assert apply_bodies_policy(finding, "redacted").detail == "saw [REDACTED:aws_key]"
     assert apply_bodies_policy(finding, "none").detail == NOT_KEPT
+
+
+# Each pass runs only when the text holds characters and substrings all its matches hold (`_` and
+# `g` for GitHub, `key"` or `token"` in the lower-cased text for a secret field): every variant must
+# still be found, in any case, and what only looks like one left alone.
+_FIELD_NAMES = (
+    "api_key", "api-key", "apikey", "x-api-key", "secret", "secret_key", "secret-key", "secretkey",
+    "client_secret", "client-secret", "clientsecret", "access_key", "accesskey",
+    "aws_secret_access_key", "secret_access_key", "secretaccesskey", "password", "passwd",
+    "token", "access_token", "refresh-token", "refreshtoken", "id_token", "auth_token",
+    "authtoken", "authorization", "private_key", "privatekey",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", [*_FIELD_NAMES, *(n.upper() for n in _FIELD_NAMES), "Api_Key"])
+def test_every_secret_field_name_is_masked_in_any_case(name: str) -> None:
+    body = json.dumps({"model": "m", name: "s3cr3t-value", "max_tokens": 400})
+    assert json.loads(redact(body))[name] == "[REDACTED:secret_field]"
+    wrapped = json.dumps({"content": body})
+    assert "s3cr3t-value" not in redact(wrapped)
+    assert json.loads(json.loads(redact(wrapped))["content"])[name] == "[REDACTED:secret_field]"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"max_tokens": "400", "tokens": "12", "keys": "a", "secrets": "b", "monkey": "c"}',
+        '{"content": "{\\"tokens\\": \\"12\\", \\"keyring\\": \\"x\\"}"}',
+        '{"token_count": "5", "password_hint": "first pet"}',
+    ],
+)
+def test_fields_that_only_contain_a_secret_word_are_left_alone(body: str) -> None:
+    assert redact(body) == body
+
+
+_PAIR_NAMES = (
+    "password", "passwd", "pwd", "secret", "api_key", "api-key", "apikey", "token",
+    "secret_key", "access_key", "private_key", "client_secret", "access_token",
+    "aws_secret_access_key",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("separator", ["=", " =", ":", " :"])
+@pytest.mark.parametrize("name", [*_PAIR_NAMES, *(n.upper() for n in _PAIR_NAMES), "PassWd"])
+def test_every_secret_pair_name_is_masked_in_any_case(name: str, separator: str) -> None:
+    assert redact(f"set {name}{separator} hunter2x now") == (
+        f"set {name}{separator} [REDACTED:secret_pair] now"
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["tokens=12 keys: 3", "monkeys: 4", "passwords = many", "key_id=abc123", "the token is xyz"],
+)
+def test_pairs_that_only_contain_a_secret_word_are_left_alone(text: str) -> None:
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        *((f"{p}_{'A1b2C3d4E5' * 4}", "[REDACTED:github_token]") for p in
+          ("ghp", "gho", "ghu", "ghs", "ghr")),
+        ("sk_test_51HqLyjK9z8X7w6V5u4", "sk_[REDACTED:stripe_key]"),
+        ("rk_live_51HqLyjK9z8X7w6V5u4", "rk_[REDACTED:stripe_key]"),
+        ("rk_test_51HqLyjK9z8X7w6V5u4", "rk_[REDACTED:stripe_key]"),
+        ("ASIAIOSFODNN7EXAMPLE", "[REDACTED:aws_key]"),
+        *((f"x{p}-1234567890-abc", "[REDACTED:slack_token]") for p in
+          ("oxa", "oxb", "oxe", "oxo", "oxp", "oxr", "oxs", "app")),
+    ],
+)  # fmt: skip
+def test_every_key_prefix_is_masked(text: str, expected: str) -> None:
+    assert redact(f"see {text} here") == f"see {expected} here"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ghx_" + "A1b2C3d4E5" * 4,  # not a GitHub prefix
+        "through the night, high and right: " + "A1b2C3d4E5" * 4,  # `gh` in prose
+        "github_" + "a1_B" * 20,
+        "sk_prod_51HqLyjK9z8X7w6V5u4",
+        "AKIBIOSFODNN7EXAMPLE",
+        "Asia AKIA",
+        "xoxz-1234567890-abc",
+        "xap-1234567890-abc",
+        "box-office xo-1234567890",
+    ],
+)
+def test_near_misses_of_key_prefixes_are_left_alone(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_a_pair_after_a_masked_key_is_still_masked() -> None:
+    # The first pass changes the text; the later passes look at the new text.
+    text = f"{OPENAI} then password=hunter2x and {GITHUB} api_key: abc123"
+    assert redact(text) == (
+        "[REDACTED:openai_key] then password=[REDACTED:secret_pair] and [REDACTED:github_token]"
+        " api_key: [REDACTED:secret_pair]"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("x\\\\ann@example.com", "x\\\\[REDACTED:email]"),  # an escaped backslash ends it
+        ("\\\\\\nann@example.com", "\\\\\\n[REDACTED:email]"),  # so does an escaped newline
+        ('"\\u00e9ann@example.com"', '"[REDACTED:email]"'),  # a JSON escape is part of it
+        ("Ωann@example.com", "[REDACTED:email]"),  # a non-ASCII letter before the ASCII run
+        ("é\\\\ann@example.com", "é\\\\[REDACTED:email]"),
+        ("ann@example.com", "[REDACTED:email]"),  # from the text's first character
+    ],
+)
+def test_the_local_part_ends_where_the_walk_back_would_end_it(text: str, expected: str) -> None:
+    # A plain ASCII local part is found by one match; the characters before it decide whether
+    # the walk back goes on.
+    assert redact(text) == expected

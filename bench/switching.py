@@ -1,0 +1,115 @@
+"""The GIL switch interval and the client's tail on the production-shaped route (issue 17).
+
+    .venv/bin/python -m bench.switching                       # 5 1 5 1 ms, 15 s per route
+    .venv/bin/python -m bench.switching --intervals 5 1 0.5 --seconds 30
+    .venv/bin/python -m bench.switching --intervals 1 --gateway-cpus 0,1   # threads beside the loop
+
+For each interval in turn it starts the production stage's gateway (`bench.suite.
+production_gateway`: PostgreSQL with `bodies: redacted`, OTLP to the span collector, the canary
+started, the plain `bench` route beside `bench-production`) with `MIRRORGATE_SWITCH_INTERVAL_MS`
+set, and drives each route with the production stage's paced load (8 clients, each pausing a
+random 0-80 ms before a request: ~190 req/s, shadows and probes running), the production route
+with its system prompt. It prints one line per (interval, route): requests, p50, p99, p99.9 and
+the gateway's CPU per request. The gateway runs on its own core as in `bench/run.py`; the
+intervals alternate in the order given, so that a drift of the machine shows as a difference
+between repeats of one interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import production, targets
+from bench.report import percentile
+from bench.suite import PG_ADMIN_URL, production_gateway
+
+CLIENTS = 8
+THINK_S = 0.08
+VARIABLE = "MIRRORGATE_SWITCH_INTERVAL_MS"
+
+
+def paced_load(rig: targets.Rig, route: str, system: str, seconds: float) -> dict[str, float]:
+    """One paced load of `seconds` (2 s warm-up first) on `route`; its percentiles in ms."""
+    output = rig.work / "switching-load.json"
+    output.unlink(missing_ok=True)
+    argv = [
+        str(rig.python), str(rig.repo / "bench" / "loadgen.py"), "--host", targets.HOST,
+        "--port", str(targets.PRODUCTION_PORT), "--model", route, "--concurrency", str(CLIENTS),
+        "--seconds", str(seconds), "--warmup", "2", "--think", str(THINK_S),
+        "--output", str(output),
+    ]  # fmt: skip
+    if system:
+        argv += ["--system", system]
+    subprocess.run(rig.layout.pin(rig.layout.load, argv), cwd=rig.repo, check=True)
+    result = json.loads(output.read_text())
+    latencies = sorted(result["latencies"])
+    return {
+        "requests": float(len(latencies)),
+        "errors": float(result["errors"]),
+        **{
+            name: percentile(latencies, q) * 1e3
+            for name, q in (("p50", 50), ("p99", 99), ("p99.9", 99.9))
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--intervals", type=float, nargs="+", default=[5.0, 1.0, 5.0, 1.0])
+    parser.add_argument("--seconds", type=float, default=15.0, help="measured seconds per route")
+    parser.add_argument("--pg-admin-url", default=PG_ADMIN_URL)
+    parser.add_argument("--out", type=Path, default=Path("bench/out/switching"))
+    parser.add_argument(
+        "--gateway-cpus", default="",
+        help="pin the gateway here instead of its own core (taskset -c syntax, e.g. 0,1: its "
+        "threads may then run beside the event loop instead of taking turns with it)",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    rig = targets.Rig.create(args.out.resolve())
+    if args.gateway_cpus:
+        rig = dataclasses.replace(
+            rig, layout=dataclasses.replace(rig.layout, gateway=args.gateway_cpus)
+        )
+    mock = targets.mock_upstream(rig)
+    mock.start()
+    routes = (
+        (production.PLAIN, targets.ROUTE, ""),
+        (production.PRODUCTION, production.PRODUCTION_ROUTE, production.SYSTEM_PROMPT),
+    )
+    print("load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
+    try:
+        for interval in args.intervals:
+            os.environ[VARIABLE] = f"{interval:g}"
+            with production_gateway(rig, args.pg_admin_url, "bench_switching") as (server, *_):
+                paced_load(rig, targets.ROUTE, "", 3)  # the warm-up of a new gateway
+                for name, route, system in routes:
+                    cpu_before, started = server.cpu_seconds(), time.monotonic()
+                    cell = paced_load(rig, route, system, args.seconds)
+                    # The CPU covers the warm-up too: per request at the measured rate.
+                    cpu_us = (server.cpu_seconds() - cpu_before) * 1e6
+                    requests = cell["requests"] * (time.monotonic() - started) / args.seconds
+                    print(
+                        f"switch {interval:g} ms  {name:10}  {cell['requests']:6.0f} requests"
+                        f"  errors {cell['errors']:.0f}  p50 {cell['p50']:.2f}"
+                        f"  p99 {cell['p99']:.2f}  p99.9 {cell['p99.9']:.2f} ms"
+                        f"  CPU {cpu_us / max(requests, 1):,.0f} µs/req",
+                        flush=True,
+                    )
+    finally:
+        os.environ.pop(VARIABLE, None)
+        mock.stop()
+    print("load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
