@@ -23,6 +23,10 @@ from typing import Any
 EXPORTER = "OTLP exporter (batch encode + POST, its thread)"
 COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
     ("logging (per-request log lines)", ("(logging/",)),
+    ("access log line (formatted and written)", (
+        "(proxy/gateway/access_log.py", "(proxy/observability/logs.py",
+    )),
+    ("crash journal append (client path)", ("(proxy/store/journal.py",)),
     ("prometheus metrics", ("(prometheus_client/", "(proxy/observability/metrics.py")),
     (EXPORTER, (
         "(opentelemetry/exporter/", "(opentelemetry/sdk/trace/export/", "(google/protobuf/",
@@ -63,6 +67,13 @@ COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
     )),
     ("uvicorn + httptools server", ("(uvicorn/", "(httptools/")),
     ("FastAPI/Starlette (non-proxy routes)", ("(starlette/", "(fastapi/")),
+    ("one write per answer (the held head and its body: the send system call)", (
+        "(proxy/app/response_writes.py",
+    )),
+    ("asyncio tasks, events and timeouts (the handler's and uvicorn's)", (
+        "(asyncio/tasks.py", "(asyncio/locks.py", "(asyncio/timeouts.py",
+        "(asyncio/base_futures.py",
+    )),
     ("mirrorgate handler (exchange, caller, asgi, headers, routing)", ("(proxy/",)),
 ]  # fmt: skip
 """(component, substrings of a frame's "function (file:line)" text), checked in order per frame.
@@ -72,7 +83,7 @@ Extend it when the gateway grows a module worth its own line in the profile.
 THREAD_COMPONENTS = {"OtelBatchSpan": EXPORTER}
 """Threads whose every sample belongs to one component, by name prefix (py-spy shortens the
 exporter's namespace-package paths past recognition: `(common/_internal/...`)."""
-FALLBACK_LOOP = "asyncio/uvloop event loop"
+FALLBACK_LOOP = "asyncio/uvloop event loop (its C code: polling, socket reads, callbacks)"
 _ENTRY_FRAMES = ("(proxy/cli/", "(proxy/app/serve.py")
 """Start-up frames under every sample; left out of the inclusive function list."""
 FALLBACK_OTHER = "other"
@@ -142,6 +153,10 @@ def record(
 
 
 def _component(frames: list[str]) -> str:
+    if frames and "(asyncio/runners.py" in frames[-1]:
+        # The loop's own C code (uvloop: polling, reading sockets, running callbacks): under
+        # `uvicorn.Server.run`, but none of uvicorn's Python.
+        return FALLBACK_LOOP
     for frame in reversed(frames):
         for name, needles in COMPONENTS:
             if any(needle in frame for needle in needles):

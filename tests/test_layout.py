@@ -82,8 +82,6 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "proxy/cli/demo_experiment.py": "tests/e2e/test_demo_experiment.py",
     # every line `mirrorgate rollout` prints, against a real gateway
     "proxy/cli/rollout_text.py": "tests/proxy/cli/test_rollout.py",
-    # every field of every record kind, written and read back equal
-    "proxy/core/records.py": "tests/proxy/store/test_exchanges.py",
     # calls off the client path: a shadow past its timeout_s, a failing candidate, each record
     # reaching the sinks (and the probes' own test does the same for probes)
     "proxy/mirror/calls.py": "tests/proxy/mirror/test_shadow.py",

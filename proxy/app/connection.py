@@ -27,6 +27,9 @@ Answers are JSON in the wire format of the path (Anthropic's for /v1/messages, O
 rest), with `connection: close`, and each closing is counted in
 `mirrorgate_connections_closed_total{reason}`.
 
+The cycles write through `response_writes.HeldHeadTransport`, which sends an answer's head
+with its body in one write.
+
 This relies on uvicorn internals (the parser callbacks, `cycle`, `pipeline`, `flow`, `app`);
 `UVICORN_TESTED` names the versions it was checked against, and a test fails on any other.
 """
@@ -54,6 +57,8 @@ from proxy.core import (
     error_body,
 )
 from proxy.observability import ConnectionMetrics
+
+from .response_writes import HeldHeadTransport
 
 UVICORN_TESTED = ("0.54.0", "0.55.0")
 """uvicorn versions whose `HttpToolsProtocol` this subclass was read against."""
@@ -122,6 +127,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._writes = HeldHeadTransport(transport, self.loop)
+        self.transport = self._writes  # type: ignore[assignment]  # the cycles write through it
         self.metrics.open.inc()
         if len(self.connections) > self.limits.max_connections:
             self.app = _over_capacity
@@ -141,6 +148,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         self._serving = cycle
+        self._writes.hold_next()  # the cycle's first write is its answer's head
         super()._start_asgi_task(cycle, app)
 
     def data_received(self, data: bytes) -> None:

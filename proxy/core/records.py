@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 
 
@@ -138,6 +138,22 @@ class ExchangeRecord:
     experiment_unit: str | None = None
     """The experiment's randomisation unit, as a keyed hash of the unit key (never the raw user
     or operation id); None outside an experiment."""
+
+    def retimed(self, duration_s: float, overhead_s: float) -> ExchangeRecord:
+        """This record with another `duration_s` and `overhead_s`: what
+        `dataclasses.replace(self, duration_s=..., overhead_s=...)` makes, at half its cost (no
+        per-field introspection). The client path retimes every answer's record once its last
+        byte is out."""
+        new = object.__new__(ExchangeRecord)
+        for name in _EXCHANGE_FIELDS:
+            _set(new, name, getattr(self, name))
+        _set(new, "duration_s", duration_s)
+        _set(new, "overhead_s", overhead_s)
+        return new
+
+
+_EXCHANGE_FIELDS = tuple(f.name for f in fields(ExchangeRecord))
+_set = object.__setattr__  # how a frozen dataclass's own __init__ sets its fields
 
 
 @dataclass(frozen=True, slots=True)

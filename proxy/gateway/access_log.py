@@ -20,7 +20,7 @@ import random
 from collections.abc import Callable
 
 from proxy.core import CUT_SHORT, ExchangeRecord, Status
-from proxy.observability import access_fields
+from proxy.observability import access_fields, log_fields
 
 from .hooks import ExchangeObserver, FinishedExchange, RefusedRequest
 
@@ -80,26 +80,24 @@ class AccessLog(ExchangeObserver):
             return
         if not access_log.isEnabledFor(logging.INFO):
             return
-        fields = access_fields(record)
-        access_log.info(
+        log_fields(
+            access_log,
+            logging.INFO,
             "%s %s %s -> %d %s",
-            record.endpoint,
-            record.route,
-            record.target,
-            record.http_status,
-            record.status.value,
-            extra=fields,
+            (record.endpoint, record.route, record.target, record.http_status, record.status.value),
+            access_fields(record),
         )
 
     def request_refused(self, refusal: RefusedRequest) -> None:
         if not access_log.isEnabledFor(logging.INFO):
             return
         error = refusal.error
-        access_log.info(
+        log_fields(
+            access_log,
+            logging.INFO,
             "%s refused -> %d",
-            refusal.endpoint.name,
-            error.status,
-            extra={
+            (refusal.endpoint.name, error.status),
+            {
                 "request_id": refusal.request_id,
                 "endpoint": refusal.endpoint.name,
                 "status": "refused",

@@ -17,9 +17,9 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import re
 import time
-import uuid
 from collections.abc import Callable, Sequence
 
 from proxy.config import MirrorgateConfig
@@ -81,6 +81,14 @@ more)."""
 
 
 _TASK_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_UUID_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+
+
+def new_request_id() -> str:
+    """A new request id: a random UUID (version 4) in hex, as `uuid.uuid4().hex` makes it, at a
+    third of its cost (no UUID object, no 128-bit integer)."""
+    raw = os.urandom(16).hex()
+    return f"{raw[:12]}4{raw[13:16]}{_UUID_VARIANT[raw[16]]}{raw[17:]}"
 
 
 def task_tags(classifier: str, headers: Sequence[tuple[bytes, bytes]]) -> tuple[str, ...]:
@@ -154,7 +162,7 @@ class ProxyHandler:
         self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint
     ) -> None:
         received = time.perf_counter()
-        request_id = uuid.uuid4().hex
+        request_id = new_request_id()
         ids = [(b"x-mirrorgate-request-id", request_id.encode())]
         out = ClientSend(send)
         self.metrics.inflight.inc()
@@ -472,9 +480,7 @@ class ProxyHandler:
                 attempt.error_class,
             ):
                 duration = ended - ctx.t0
-                record = dataclasses.replace(
-                    prebuilt, duration_s=duration, overhead_s=max(0.0, duration - ctx.waited)
-                )
+                record = prebuilt.retimed(duration, max(0.0, duration - ctx.waited))
             else:
                 record = self.caller.record(ctx, attempt, http_status, ended, own_clock=False)
         except Exception:

@@ -11,6 +11,7 @@ from .logs import (
     TextFormatter,
     access_fields,
     configure_logging,
+    log_fields,
     tag_worker,
 )
 from .merging import merge_worker_expositions
@@ -40,6 +41,7 @@ __all__ = [
     "build_tracer_provider",
     "configure_logging",
     "gcpause",
+    "log_fields",
     "merge_worker_expositions",
     "tag_worker",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import orjson
 import pytest
 
 from proxy.core.records import Arm, ExchangeRecord, Status
+from proxy.gateway.exchange import new_request_id
 from proxy.mock_upstream.server import MockUpstreamServer
 from tests.conftest import InProcessGateway, gateway_config, sdk_client, wait_until
 
@@ -227,3 +229,21 @@ def test_a_stream_that_arrives_in_one_read_is_forwarded_in_one_write(
         assert bodies == [(received, False)]
     finally:
         gw.stop()
+
+
+def test_every_request_gets_a_new_random_uuid4_as_its_request_id(
+    start_gateway: Callable[..., InProcessGateway],
+) -> None:
+    gw = start_gateway()
+    body = {"model": "echo", "messages": MESSAGES}
+    seen = [gw.http.post("/v1/chat/completions", json=body).headers["x-mirrorgate-request-id"]]
+    seen.append(gw.http.post("/v1/chat/completions", json={}).headers["x-mirrorgate-request-id"])
+    seen += [new_request_id() for _ in range(1000)]
+    assert len(set(seen)) == len(seen)
+    for request_id in seen:
+        parsed = uuid.UUID(hex=request_id)
+        assert parsed.hex == request_id  # 32 lower-case hex digits, no dashes
+        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
+    # Random everywhere but the version and variant bits: every other digit takes many values.
+    for position in (*range(12), *range(13, 16), *range(17, 32)):
+        assert len({request_id[position] for request_id in seen}) > 8

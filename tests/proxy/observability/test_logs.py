@@ -11,12 +11,16 @@ import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
+import pytest
+
 from proxy.core import Arm, ExchangeRecord, Status, Usage
 from proxy.observability import (
     JsonFormatter,
+    LogFormat,
     TextFormatter,
     access_fields,
     configure_logging,
+    log_fields,
     tag_worker,
 )
 
@@ -148,3 +152,76 @@ def test_a_worker_tags_every_line_with_its_number() -> None:
         ("Started server process [7]", 3),
     ]
     assert text.getvalue().rstrip().endswith("mirrorgate: cut worker=1")
+
+
+def _without_time(line: str, log_format: str) -> str:
+    if log_format == "json":
+        data = json.loads(line)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", data.pop("ts"))
+        return json.dumps(data)
+    day, clock, rest = line.split(" ", 2)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}", f"{day} {clock}")
+    return rest
+
+
+FIELDS = {
+    "request_id": "r1", "route": "bot", "reason": 'two "quoted" words', "n": 3,
+    "ms": 1.5, "gone": None, "ok": True, "empty": "", "long": "y" * 900,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("log_format", "worker"), [("text", None), ("json", None), ("text", 2), ("json", 4)]
+)
+def test_a_line_written_directly_is_the_line_logging_writes(
+    log_format: LogFormat, worker: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = io.StringIO()
+    access = logging.getLogger("mirrorgate.access")
+    with bare_root():
+        configure_logging("info", log_format, out)
+        if worker is not None:
+            tag_worker(worker)
+        access.info("%s -> %d", "chat.completions bot", 200, extra=FIELDS)
+        with monkeypatch.context() as patched:  # the direct path makes no log record
+            patched.setattr(logging.Logger, "makeRecord", _no_record)
+            log_fields(access, logging.INFO, "%s -> %d", ("chat.completions bot", 200), FIELDS)
+        log_fields(access, logging.DEBUG, "not written", (), FIELDS)  # below the level
+    through_logging, direct = out.getvalue().splitlines()
+    assert _without_time(direct, log_format) == _without_time(through_logging, log_format)
+
+
+def _no_record(*args: object, **kwargs: object) -> logging.LogRecord:
+    raise AssertionError("a log record was made")
+
+
+def test_a_line_that_another_handler_hears_goes_through_logging_with_its_fields() -> None:
+    out, heard = io.StringIO(), []
+    access = logging.getLogger("mirrorgate.access")
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            heard.append(record)
+
+    keep = Keep()
+    with bare_root():
+        configure_logging("info", "text", out)
+        access.addHandler(keep)
+        try:
+            log_fields(access, logging.INFO, "%s -> %d", ("bot", 200), {"route": "bot"})
+        finally:
+            access.removeHandler(keep)
+    assert [(r.getMessage(), r.__dict__["route"]) for r in heard] == [("bot -> 200", "bot")]
+    assert (
+        heard[0].funcName
+        == "test_a_line_that_another_handler_hears_goes_through_logging_with_its_fields"
+    )
+    assert out.getvalue().rstrip().endswith("mirrorgate.access: bot -> 200 route=bot")
+
+
+def test_the_text_time_is_the_logging_module_s_own_across_seconds() -> None:
+    ours, theirs = TextFormatter(), logging.Formatter()
+    for created in (1767225600.0, 1767225600.9994, 1767225601.0005, 1767225659.5, 1767225600.25):
+        record = log_record()
+        record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
+        assert ours.formatTime(record) == theirs.formatTime(record)
