@@ -369,7 +369,7 @@ def test_anthropic_and_responses_system_prompts_are_probed(
     ask(gw, body, "/v1/messages")
     rows = {r.target: r.result for r in probe_rows(gw, 2)}
     assert rows == {"rule-follower-claude": "followed", "stale-claude": "stuck"}
-    sent = [b for b in received(upstream, marker) if "150" in str(b)]
+    sent = [b for b in received(upstream, marker) if "max_weight = 150" in str(b)]
     assert {b["model"] for b in sent} == {"rule-follower", "stale"}
     for probe in sent:
         assert probe["system"] == [
@@ -387,7 +387,7 @@ def test_anthropic_and_responses_system_prompts_are_probed(
     ask(gw, body, "/v1/responses")
     rows = {r.target: r.result for r in probe_rows(gw, 2)}
     assert rows == {"rule-follower": "followed", "stale": "stuck"}
-    sent = [b for b in received(upstream, marker) if "150" in str(b)]
+    sent = [b for b in received(upstream, marker) if "max_weight = 150" in str(b)]
     assert {b["instructions"] for b in sent} == {SYSTEM.replace("= 100", "= 150")}
 
 
