@@ -11,6 +11,7 @@ from proxy.store.exchanges import Store
 
 
 @pytest.mark.postgres
+@pytest.mark.e2e  # two real writer processes, each submitting for a wall-clock second
 def test_two_writer_processes_land_every_record(pg_schema: tuple[str, str]) -> None:
     url, _schema = pg_schema
     store = Store(url)

@@ -136,6 +136,7 @@ def test_an_unexpected_failure_is_one_line_and_debug_shows_the_traceback(
     assert err.startswith("Traceback (most recent call last):") and "second line" in err
 
 
+@pytest.mark.e2e  # the command as a real process, twice: its exit into a closed pipe
 def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     """`mirrorgate check-config | head -0`: no traceback, no 'Exception ignored' at exit."""
     path = tmp_path / "ok.yaml"

@@ -15,6 +15,7 @@ from proxy.config import ConfigError, parse_config
 from proxy.core.records import Arm, ExchangeRecord, ProbeRecord
 from proxy.core.sampling import sampled
 from proxy.mirror import ProbeDispatcher, probe_id
+from proxy.mirror.overload import LoopLoadMonitor
 from proxy.mock_upstream.behavior import parse_behavior
 from proxy.mock_upstream.server import MockUpstreamServer
 from proxy.store import ProbeStore
@@ -299,8 +300,14 @@ def test_the_gateway_wide_cap_opt_out_and_no_value_drop_and_count(
 
 
 def test_overload_sheds_every_probe(
-    start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer
+    start_gateway: Callable[..., InProcessGateway],
+    upstream: MockUpstreamServer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # The busy share's moving average over 0.1 s instead of 0.5 s: a fully busy loop reads as
+    # overloaded after ~0.12 s instead of ~0.6 s (the smoothing itself: tests/proxy/mirror/
+    # test_overload.py).
+    monkeypatch.setitem(LoopLoadMonitor.__init__.__kwdefaults__, "busy_window_s", 0.1)
     # A CPU clock that runs as fast as the wall clock: the loop reads as 100 % busy.
     gw = start_gateway(extra=probed(targets=["stale", "echo"]), cpu_clock=time.perf_counter)
     probes = gw.gateway.probes
@@ -369,7 +376,7 @@ def test_anthropic_and_responses_system_prompts_are_probed(
     ask(gw, body, "/v1/messages")
     rows = {r.target: r.result for r in probe_rows(gw, 2)}
     assert rows == {"rule-follower-claude": "followed", "stale-claude": "stuck"}
-    sent = [b for b in received(upstream, marker) if "150" in str(b)]
+    sent = [b for b in received(upstream, marker) if "max_weight = 150" in str(b)]
     assert {b["model"] for b in sent} == {"rule-follower", "stale"}
     for probe in sent:
         assert probe["system"] == [
@@ -387,7 +394,7 @@ def test_anthropic_and_responses_system_prompts_are_probed(
     ask(gw, body, "/v1/responses")
     rows = {r.target: r.result for r in probe_rows(gw, 2)}
     assert rows == {"rule-follower": "followed", "stale": "stuck"}
-    sent = [b for b in received(upstream, marker) if "150" in str(b)]
+    sent = [b for b in received(upstream, marker) if "max_weight = 150" in str(b)]
     assert {b["instructions"] for b in sent} == {SYSTEM.replace("= 100", "= 150")}
 
 

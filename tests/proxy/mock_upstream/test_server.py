@@ -105,6 +105,7 @@ def test_paced_stream_has_the_same_text_over_a_real_socket() -> None:
     assert streamed == whole.choices[0].message.content
 
 
+@pytest.mark.e2e  # the command as a real process: its start, its line, its socket
 def test_the_command_prints_one_line_with_both_base_urls_once_listening() -> None:
     # `--port 0`: the line carries the port really bound, so a script can read it.
     command = [sys.executable, "-m", "proxy.cli", "mock-upstream", "--port", "0"]

@@ -6,10 +6,12 @@ nor loses the switch; on PostgreSQL two replicas share one schema and exactly on
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -306,8 +308,22 @@ def test_two_replicas_on_postgresql_exactly_one_acts_and_the_other_follows(
             first, second = gateway(one, "switch"), gateway(two, "switch")
             assert first[0].guard is not None and second[0].guard is not None
             # Both replicas' guards look at once (a takeover racing a slow leader): the decision
-            # row is claimed by one of them, the switch fenced by the route's revision.
+            # row is claimed by one of them, the switch fenced by the route's revision. Each
+            # waits for the other to have read the route's decisions (none yet) before going on,
+            # so that neither sees the other's decision already made and stays out of the race.
+            both_read = threading.Barrier(2, timeout=10)
+            guard_stores = [first[0].guard.store, second[0].guard.store]
+            for guard_store in guard_stores:
+
+                def read_then_wait(*args: Any, read: Any = guard_store.decision) -> Any:
+                    found = read(*args)
+                    both_read.wait()
+                    return found
+
+                guard_store.decision = read_then_wait
             raced = await asyncio.gather(first[0].guard.look("bot"), second[0].guard.look("bot"))
+            for guard_store in guard_stores:
+                del guard_store.decision  # the class's own again
             for replica in (first, second):
                 await replica[1].refresh()
             # Then the controllers: only the leader looks, and finds the version decided.
