@@ -22,9 +22,15 @@ demo: $(STAMP)
 # each test-fast worker, seconds. The cache lives in the gitignored __pycache__ folders.
 TEST_ENV := PYTHONDONTWRITEBYTECODE=
 
-# Everything: unit, in-process integration and tests/e2e (real processes, sockets, timeouts).
+# Everything: unit, in-process integration and tests/e2e (real processes, sockets, timeouts). The
+# tests that are not e2e run on both cores, as test-fast runs them; the e2e tests (fixed ports'
+# neighbours, timeouts, real processes, the browser, the image) then run one at a time. Both parts
+# always run; the target fails if either does.
 test: $(STAMP)
-	$(TEST_ENV) $(BIN)/python -m pytest -q
+	@status=0; \
+	$(TEST_ENV) $(BIN)/python -m pytest -q -m "not e2e" -n 2 --dist worksteal || status=1; \
+	$(TEST_ENV) $(BIN)/python -m pytest -q -m e2e || status=1; \
+	exit $$status
 
 # Everything but tests/e2e and the fuzzers, on both cores (pytest-xdist; an idle worker takes tests queued for
 # the other, so one long test does not hold the run up); `pytest -m "not e2e and not fuzz"` runs the same tests
