@@ -10,7 +10,9 @@ started, the plain `bench` route beside `bench-production`) with `MIRRORGATE_SWI
 set, and drives each route with the production stage's paced load (8 clients, each pausing a
 random 0-80 ms before a request: ~190 req/s, shadows and probes running), the production route
 with its system prompt. It prints one line per (interval, route): requests, p50, p99, p99.9 and
-the gateway's CPU per request. The gateway runs on its own core as in `bench/run.py`; the
+the gateway's CPU per request, then the same requests' records split as `bench/tail.py` splits
+them: the gateway's own time (`overhead_s`) and the rest, its wait for the upstream's answer.
+The gateway runs on its own core as in `bench/run.py`; the
 intervals alternate in the order given, so that a drift of the machine shows as a difference
 between repeats of one interval.
 """
@@ -26,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+import sqlalchemy as sa
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import production, targets
@@ -35,6 +39,7 @@ from bench.suite import PG_ADMIN_URL, production_gateway
 CLIENTS = 8
 THINK_S = 0.08
 VARIABLE = "MIRRORGATE_SWITCH_INTERVAL_MS"
+DATABASE = "bench_switching"
 
 
 def paced_load(rig: targets.Rig, route: str, system: str, seconds: float) -> dict[str, float]:
@@ -62,6 +67,46 @@ def paced_load(rig: targets.Rig, route: str, system: str, seconds: float) -> dic
     }
 
 
+def last_exchange_id(url: str) -> int:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(sa.text("SELECT coalesce(max(id), 0) FROM exchanges")).scalar())
+    finally:
+        engine.dispose()
+
+
+def client_records(url: str, after: int, route: str, count: int) -> str:
+    """The last `count` client exchanges of `route` stored after id `after` (the measured phase;
+    the warm-up's come first), split into the gateway's own time and its wait for the upstream,
+    once the recorder has written them (it flushes within 0.2 s; waited for up to 5 s)."""
+    engine = sa.create_engine(url)
+    query = sa.text(
+        "SELECT duration_s, overhead_s FROM exchanges"
+        " WHERE id > :after AND route = :route AND arm IN ('primary', 'canary') ORDER BY id"
+    )
+    try:
+        deadline = time.monotonic() + 5.0
+        while True:
+            with engine.connect() as conn:
+                rows = conn.execute(query, {"after": after, "route": route}).fetchall()
+            if len(rows) >= count or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    finally:
+        engine.dispose()
+    rows = rows[-count:]
+
+    def cells(values: list[float]) -> str:
+        values = sorted(values)
+        return " / ".join(f"{percentile(values, q) * 1e3:.2f}" for q in (50, 99, 99.9))
+
+    return (
+        f"records (p50 / p99 / p99.9 ms, n {len(rows)}): gateway's own "
+        f"{cells([o for _, o in rows])}; waiting for the upstream {cells([d - o for d, o in rows])}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--intervals", type=float, nargs="+", default=[5.0, 1.0, 5.0, 1.0])
@@ -86,12 +131,16 @@ def main(argv: list[str] | None = None) -> int:
         (production.PRODUCTION, production.PRODUCTION_ROUTE, production.SYSTEM_PROMPT),
     )
     print("load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
+    database = (
+        sa.make_url(args.pg_admin_url).set(database=DATABASE).render_as_string(hide_password=False)
+    )  # what production_gateway's fresh database is
     try:
         for interval in args.intervals:
             os.environ[VARIABLE] = f"{interval:g}"
-            with production_gateway(rig, args.pg_admin_url, "bench_switching") as (server, *_):
+            with production_gateway(rig, args.pg_admin_url, DATABASE) as (server, *_):
                 paced_load(rig, targets.ROUTE, "", 3)  # the warm-up of a new gateway
                 for name, route, system in routes:
+                    last = last_exchange_id(database)
                     cpu_before, started = server.cpu_seconds(), time.monotonic()
                     cell = paced_load(rig, route, system, args.seconds)
                     # The CPU covers the warm-up too: per request at the measured rate.
@@ -104,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"  CPU {cpu_us / max(requests, 1):,.0f} µs/req",
                         flush=True,
                     )
+                    split = client_records(database, last, route, int(cell["requests"]))
+                    print(f"    {split}", flush=True)
     finally:
         os.environ.pop(VARIABLE, None)
         mock.stop()
