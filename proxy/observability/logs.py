@@ -18,7 +18,7 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import IO, Any, Literal, cast
 
 import orjson
@@ -100,13 +100,33 @@ def _msecs(created: float) -> float:
     return int((created - int(created)) * 1000) + 0.0
 
 
+class _SecondStamps:
+    """The text of a time to the second, made once a second (a line or two a millisecond share
+    it) by `render`."""
+
+    __slots__ = ("_last", "_render")
+
+    def __init__(self, render: Callable[[int], str]) -> None:
+        self._render = render
+        self._last: tuple[int, str] = (-1, "")
+
+    def text(self, created: float) -> str:
+        seconds = int(created)
+        second, text = self._last
+        if second != seconds:
+            text = self._render(seconds)
+            self._last = (seconds, text)  # one assignment: safe from any thread
+        return text
+
+
 class TextFormatter(logging.Formatter):
     """`time level logger: message`, then the line's structured fields as `key=value`."""
 
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
-        self._second: tuple[int, str] = (-1, "")
-        """The last second formatted and its text (a line or two a millisecond share it)."""
+        self._seconds = _SecondStamps(
+            lambda seconds: time.strftime(self.default_time_format, self.converter(seconds))
+        )
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         if datefmt is not None:
@@ -114,10 +134,7 @@ class TextFormatter(logging.Formatter):
         return self._stamp(record.created, record.msecs)
 
     def _stamp(self, created: float, msecs: float) -> str:
-        second, text = self._second
-        if second != int(created):
-            text = time.strftime(self.default_time_format, self.converter(created))
-            self._second = (int(created), text)  # one assignment: safe from any thread
+        text = self._seconds.text(created)
         msec_format = self.default_msec_format
         return text if msec_format is None else msec_format % (text, msecs)
 
@@ -138,17 +155,15 @@ class JsonFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__()
-        self._second: tuple[int, str] = (-1, "")
+        self._seconds = _SecondStamps(
+            lambda seconds: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+        )
 
     def _object(
         self, name: str, level: str, created: float, message: str, fields: dict[str, Any]
     ) -> dict[str, Any]:
-        seconds = int(created)
-        second, stamp = self._second
-        if second != seconds:
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-            self._second = (seconds, stamp)
-        millis = int((created - seconds) * 1000)
+        stamp = self._seconds.text(created)
+        millis = int((created - int(created)) * 1000)
         line: dict[str, Any] = {
             "ts": f"{stamp}.{millis:03d}Z",
             "level": level,
