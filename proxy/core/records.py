@@ -144,11 +144,24 @@ class ExchangeRecord:
         `dataclasses.replace(self, duration_s=..., overhead_s=...)` makes, at half its cost (no
         per-field introspection). The client path retimes every answer's record once its last
         byte is out."""
+        return self._copy(duration_s=duration_s, overhead_s=overhead_s)
+
+    def with_bodies(
+        self, request_body: str | None, response_body: str | None, response_text: str | None
+    ) -> ExchangeRecord:
+        """This record with other bodies (the store's `store.bodies` policy), as cheaply as
+        `retimed`."""
+        return self._copy(
+            request_body=request_body, response_body=response_body, response_text=response_text
+        )
+
+    def _copy(self, **changes: object) -> ExchangeRecord:
+        """`dataclasses.replace(self, **changes)` without its per-field introspection."""
         new = object.__new__(ExchangeRecord)
         for name in _EXCHANGE_FIELDS:
             _set(new, name, getattr(self, name))
-        _set(new, "duration_s", duration_s)
-        _set(new, "overhead_s", overhead_s)
+        for name, value in changes.items():
+            _set(new, name, value)
         return new
 
 

@@ -40,3 +40,13 @@ def test_a_retimed_record_is_the_record_with_its_two_times_replaced() -> None:
     assert retimed == dataclasses.replace(record, duration_s=2.5, overhead_s=0.004)
     assert (record.duration_s, record.overhead_s) == (1.25, 0.003)  # the original is untouched
     assert hash(retimed) == hash(dataclasses.replace(record, duration_s=2.5, overhead_s=0.004))
+
+
+def test_a_record_with_other_bodies_is_the_record_with_its_three_bodies_replaced() -> None:
+    record = every_field_set()
+    rebodied = record.with_bodies("req", None, "text")
+    expected = dataclasses.replace(
+        record, request_body="req", response_body=None, response_text="text"
+    )
+    assert rebodied == expected and hash(rebodied) == hash(expected)
+    assert record.response_body is not None  # the original is untouched
