@@ -200,11 +200,10 @@ def serve_listener(
 
     def fail(message: str) -> int:
         listener.close()
-        if worker is not None:
-            worker.private.close()
         if worker is None:
             print(f"mirrorgate: {message}", file=sys.stderr)
         else:
+            worker.private.close()
             worker.failed(message)
         return 1
 
