@@ -24,6 +24,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 PRODUCTION_ROUTE = "bench-production"
+BARE_ROUTE = "bench-json"
+"""The production route's primary with nothing on it: no rule, no shadow, no canary, no probe."""
 JSON_MODEL = "fake-json"
 """The mock model that answers `{"max_weight": N, ...}` read from the system prompt."""
 JSON_CANDIDATE = "cand-json"
@@ -182,21 +184,26 @@ class SpanCollector:
         self._thread.join(timeout=5)
 
 
-def gateway_config(mock_url: str, port: int, database_url: str, otlp_endpoint: str) -> str:
+def gateway_config(
+    mock_url: str, port: int, database_url: str, otlp_endpoint: str, candidate_url: str = ""
+) -> str:
     """A whole gateway configuration with the plain `bench` route beside the production-shaped one.
 
-    `mock_url` is the mock upstream's OpenAI base URL (`http://127.0.0.1:PORT/v1`).
+    `mock_url` is the mock upstream's OpenAI base URL (`http://127.0.0.1:PORT/v1`);
+    `candidate_url`, when given, is another mock's, which then serves the candidate alone (its
+    shadows and its canary share).
     """
+    urls = {"fake": mock_url, JSON_MODEL: mock_url, JSON_CANDIDATE: candidate_url or mock_url}
     models = "".join(
-        f'  {name}: {{provider: openai, base_url: "{mock_url}", model: {name}, '
+        f'  {name}: {{provider: openai, base_url: "{url}", model: {name}, '
         "price: {input_per_mtok: 0.15, output_per_mtok: 0.6}}\n"
-        for name in ("fake", JSON_MODEL, JSON_CANDIDATE)
+        for name, url in urls.items()
     )
     return (
         f"server: {{host: 127.0.0.1, port: {port}}}\n"
         + store_and_telemetry(database_url, otlp_endpoint)
         + f"models:\n{models}"
-        + "routes:\n  bench: {primary: fake}\n"
+        + f"routes:\n  bench: {{primary: fake}}\n  {BARE_ROUTE}: {{primary: {JSON_MODEL}}}\n"
         + route_config()
         + rules_config()
     )
@@ -282,6 +289,9 @@ PLAIN = "plain"
 """The plain `bench` route of the production stage's gateway."""
 PRODUCTION = "production"
 """The production-shaped route of that gateway."""
+BARE = "bare-json"
+"""That gateway's `BARE_ROUTE`, driven as the production route is (its system prompt, its
+answers): what the production route costs without its rule, shadow, canary and probes."""
 DIRECT_JSON = "direct-json"
 """The mock's JSON model called directly with `SYSTEM_PROMPT`: the production route's baseline."""
 

@@ -725,15 +725,19 @@ class Suite:
 def production_gateway(
     rig: targets.Rig, pg_admin_url: str, database: str = PRODUCTION_DATABASE,
     port: int = targets.PRODUCTION_PORT, mock_port: int = targets.MOCK_PORT,
+    candidate_mock_port: int | None = None,
 ) -> Iterator[tuple[ServerProcess, production.SpanCollector, dict[str, Any]]]:  # fmt: skip
     """The production stage's setup: a fresh PostgreSQL database, the span collector, the
-    gateway (`targets.mirrorgate_production`, ready) and its canary started through the admin
-    API. Yields (gateway, collector, rollout state); stops the gateway and drops the database."""
+    gateway (`targets.mirrorgate_production`, ready; the candidate on `candidate_mock_port`'s
+    mock when given) and its canary started through the admin API. Yields (gateway, collector,
+    rollout state); stops the gateway and drops the database."""
     with (
         databases.fresh_database(pg_admin_url, database) as url,
         production.SpanCollector() as collector,
     ):
-        server = targets.mirrorgate_production(rig, url, collector.endpoint, port, mock_port)
+        server = targets.mirrorgate_production(
+            rig, url, collector.endpoint, port, mock_port, candidate_mock_port
+        )
         if not port_free(targets.HOST, port):
             raise StartupError(f"{targets.HOST}:{port} is taken; {server.name} needs it")
         try:

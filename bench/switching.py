@@ -3,18 +3,26 @@
     .venv/bin/python -m bench.switching                       # 5 1 5 1 ms, 15 s per route
     .venv/bin/python -m bench.switching --intervals 5 1 0.5 --seconds 30
     .venv/bin/python -m bench.switching --intervals 1 --gateway-cpus 0,1   # threads beside the loop
+    .venv/bin/python -m bench.switching --intervals 1 1 --mocks 1 2   # the candidate on its own
 
 For each interval in turn it starts the production stage's gateway (`bench.suite.
 production_gateway`: PostgreSQL with `bodies: redacted`, OTLP to the span collector, the canary
-started, the plain `bench` route beside `bench-production`) with `MIRRORGATE_SWITCH_INTERVAL_MS`
-set, and drives each route with the production stage's paced load (8 clients, each pausing a
-random 0-80 ms before a request: ~190 req/s, shadows and probes running), the production route
-with its system prompt. It prints one line per (interval, route): requests, p50, p99, p99.9 and
+started, the plain `bench` route and `bench-json`, the production route's primary with nothing on
+it, beside `bench-production`) with `MIRRORGATE_SWITCH_INTERVAL_MS` set, and drives each of the
+three routes with the production stage's paced load (8 clients, each pausing a random 0-80 ms
+before a request: ~190 req/s), `bench-json` and the production route with its system prompt.
+`bench-json` tells the production route's off-path work (rule, shadow, canary, probes) from its
+heavier prompt and answer. It prints one line per (interval, route): requests, p50, p99, p99.9 and
 the gateway's CPU per request, then the same requests' records split as `bench/tail.py` splits
-them: the gateway's own time (`overhead_s`) and the rest, its wait for the upstream's answer.
-The gateway runs on its own core as in `bench/run.py`; the
-intervals alternate in the order given, so that a drift of the machine shows as a difference
-between repeats of one interval.
+them: the gateway's own time (`overhead_s`) and the rest, its wait for the upstream's answer. The
+gateway runs on its own core as in `bench/run.py`; the intervals alternate in the order given, so
+that a drift of the machine shows as a difference between repeats of one interval.
+
+`--mocks 1 2` runs each interval twice: once with every model on one mock upstream, once with the
+candidate (its shadows and its canary share) on a second mock process beside the first, on the
+same CPU. One mock's event loop serves the client's call and the candidate's in turn, so a
+client's call that arrives while a shadow is being answered waits for it there: a wait that
+is the fake model's, not the gateway's, and that the second mock takes away.
 """
 
 from __future__ import annotations
@@ -118,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         help="pin the gateway here instead of its own core (taskset -c syntax, e.g. 0,1: its "
         "threads may then run beside the event loop instead of taking turns with it)",
     )  # fmt: skip
+    parser.add_argument(
+        "--mocks", type=int, nargs="+", choices=(1, 2), default=[1],
+        help="mock upstreams per run, in turn for each interval: 2 puts the candidate on its own",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     rig = targets.Rig.create(args.out.resolve())
     if args.gateway_cpus:
@@ -126,8 +138,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     mock = targets.mock_upstream(rig)
     mock.start()
+    candidate_mock = None
+    if 2 in args.mocks:
+        candidate_mock = targets.mock_upstream(rig, targets.CANDIDATE_MOCK_PORT, "candidate-mock")
+        candidate_mock.start()
     routes = (
         (production.PLAIN, targets.ROUTE, ""),
+        (production.BARE, production.BARE_ROUTE, production.SYSTEM_PROMPT),
         (production.PRODUCTION, production.PRODUCTION_ROUTE, production.SYSTEM_PROMPT),
     )
     print("load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
@@ -135,9 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         sa.make_url(args.pg_admin_url).set(database=DATABASE).render_as_string(hide_password=False)
     )  # what production_gateway's fresh database is
     try:
-        for interval in args.intervals:
+        for interval, mocks in ((i, m) for i in args.intervals for m in args.mocks):
             os.environ[VARIABLE] = f"{interval:g}"
-            with production_gateway(rig, args.pg_admin_url, DATABASE) as (server, *_):
+            candidate_port = targets.CANDIDATE_MOCK_PORT if mocks == 2 else None
+            with production_gateway(
+                rig, args.pg_admin_url, DATABASE, candidate_mock_port=candidate_port
+            ) as (server, *_):
                 paced_load(rig, targets.ROUTE, "", 3)  # the warm-up of a new gateway
                 for name, route, system in routes:
                     last = last_exchange_id(database)
@@ -147,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                     cpu_us = (server.cpu_seconds() - cpu_before) * 1e6
                     requests = cell["requests"] * (time.monotonic() - started) / args.seconds
                     print(
-                        f"switch {interval:g} ms  {name:10}  {cell['requests']:6.0f} requests"
+                        f"switch {interval:g} ms  mocks {mocks}  {name:10}"
+                        f"  {cell['requests']:6.0f} requests"
                         f"  errors {cell['errors']:.0f}  p50 {cell['p50']:.2f}"
                         f"  p99 {cell['p99']:.2f}  p99.9 {cell['p99.9']:.2f} ms"
                         f"  CPU {cpu_us / max(requests, 1):,.0f} µs/req",
@@ -158,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         os.environ.pop(VARIABLE, None)
         mock.stop()
+        if candidate_mock is not None:
+            candidate_mock.stop()
     print("load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     return 0
 

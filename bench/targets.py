@@ -19,6 +19,8 @@ HOST = "127.0.0.1"
 PORT_BASE = int(os.environ.get("MIRRORGATE_BENCH_PORT_BASE", "18000"))
 """Ports are offsets from this (default 18000), so that two runs on one machine need not collide."""
 MOCK_PORT = PORT_BASE + 999
+CANDIDATE_MOCK_PORT = PORT_BASE + 998
+"""A second mock, for the runs that give the candidate a mock of its own."""
 MIRRORGATE_PORT = PORT_BASE + 80
 LITELLM_PORT = PORT_BASE + 81
 PRODUCTION_PORT = PORT_BASE + 82
@@ -107,7 +109,7 @@ class Rig:
         return cls(repo, work, python, repo / "bench" / ".venv-litellm", layout)
 
 
-def mock_upstream(rig: Rig, port: int = MOCK_PORT) -> ServerProcess:
+def mock_upstream(rig: Rig, port: int = MOCK_PORT, name: str = "mock-upstream") -> ServerProcess:
     """The mock model server: no request recording, no faults, no delays except for the slow
     candidate and the paced primary. The JSON-answering models of the production-shaped route
     (bench/production.py) answer at once.
@@ -129,8 +131,9 @@ def mock_upstream(rig: Rig, port: int = MOCK_PORT) -> ServerProcess:
         "--host", HOST, "--port", str(port), "--behavior", str(behavior),
     ]  # fmt: skip
     return ServerProcess(
-        "mock-upstream", rig.layout.pin(rig.layout.mock, argv), cwd=rig.repo, env=_base_env(),
-        ready=http_ok(f"http://{HOST}:{port}/healthz"), log_path=rig.work / "mock.log",
+        name, rig.layout.pin(rig.layout.mock, argv), cwd=rig.repo, env=_base_env(),
+        ready=http_ok(f"http://{HOST}:{port}/healthz"),
+        log_path=rig.work / ("mock.log" if name == "mock-upstream" else f"{name}.log"),
     )  # fmt: skip
 
 
@@ -183,14 +186,18 @@ def mirrorgate(rig: Rig, env: dict[str, str] | None = None) -> ServerProcess:
 
 def mirrorgate_production(
     rig: Rig, database_url: str, otlp_endpoint: str, port: int = PRODUCTION_PORT,
-    mock_port: int = MOCK_PORT,
+    mock_port: int = MOCK_PORT, candidate_mock_port: int | None = None,
 ) -> ServerProcess:  # fmt: skip
     """mirrorgate with the plain `ROUTE` beside the production-shaped route
     (`production.gateway_config`): PostgreSQL at `database_url` with redacted bodies, OTLP to
-    `otlp_endpoint`. Named `mirrorgate-production` (its log and config have that name too)."""
+    `otlp_endpoint`; the candidate on the mock at `candidate_mock_port` when one is given. Named
+    `mirrorgate-production` (its log and config have that name too)."""
     config = rig.work / "mirrorgate-production.yaml"
     mock_url = f"http://{HOST}:{mock_port}/v1"
-    config.write_text(production.gateway_config(mock_url, port, database_url, otlp_endpoint))
+    candidate_url = f"http://{HOST}:{candidate_mock_port}/v1" if candidate_mock_port else ""
+    config.write_text(
+        production.gateway_config(mock_url, port, database_url, otlp_endpoint, candidate_url)
+    )
     argv = [str(rig.python), "-m", "proxy.cli", "serve", "--config", str(config)]
     return ServerProcess(
         "mirrorgate-production", rig.layout.pin(rig.layout.gateway, argv), cwd=rig.repo,

@@ -48,6 +48,20 @@ def test_the_production_route_config_is_accepted_with_its_parts(production: Modu
     assert config.store.bodies == "redacted"
     assert config.telemetry.otlp_endpoint == "http://127.0.0.1:4318/v1/traces"
     assert "bench" in config.routes
+    bare = config.routes[production.BARE_ROUTE]
+    assert bare.primary == production.JSON_MODEL and not bare.shadows and bare.canary is None
+    assert production.BARE_ROUTE not in rule.routes
+    assert {m.base_url for m in config.models.values()} == {"http://127.0.0.1:9/v1"}
+
+
+def test_the_candidate_can_have_a_mock_of_its_own(production: ModuleType) -> None:
+    text = production.gateway_config(
+        "http://127.0.0.1:9/v1", 8080, "postgresql://127.0.0.1:5432/bench_production",
+        "http://127.0.0.1:4318/v1/traces", "http://127.0.0.1:10/v1",
+    )  # fmt: skip
+    urls = {name: m.base_url for name, m in parse_config(text, env={}).models.items()}
+    assert urls.pop(production.JSON_CANDIDATE) == "http://127.0.0.1:10/v1"
+    assert set(urls.values()) == {"http://127.0.0.1:9/v1"}
 
 
 def export(spans: int) -> bytes:
