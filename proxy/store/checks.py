@@ -33,22 +33,6 @@ class CheckRow(SQLModel, table=True):
 checks_table: sa.Table = CheckRow.__table__  # type: ignore[attr-defined]
 
 
-def check_to_row(record: CheckRecord) -> dict[str, Any]:
-    return {
-        "request_id": record.request_id,
-        "route": record.route,
-        "target": record.target,
-        "arm": record.arm.value,
-        "rule": record.rule,
-        "rule_version": record.rule_version,
-        "check_name": record.check,
-        "result": record.result,
-        "reason": record.reason,
-        "created_at": as_utc(record.created_at),
-        "pair_id": record.pair_id,
-    }
-
-
 def row_to_check(row: sa.RowMapping) -> CheckRecord:
     return CheckRecord(
         request_id=row["request_id"],

@@ -1,4 +1,4 @@
-"""Exchange rows written on the driver's cheapest path, inside the store's transaction.
+"""Exchange and check rows written on the driver's cheapest path, inside the store's transaction.
 
 The recorder writes every exchange, so this insert is the store's hottest statement: through
 SQLAlchemy Core's `executemany` each row cost some 25 µs of the writer thread's GIL (a parameter
@@ -9,6 +9,10 @@ are plain tuples handed to the driver on the connection SQLAlchemy holds for the
 - PostgreSQL: psycopg 3's `COPY exchanges (...) FROM STDIN` with `write_row` (formatted in C by
   psycopg's binary build): 19 µs of the writer's CPU per row against the Core insert's 55
   (bench/README.md, "Store writes"; psycopg's pipelined `executemany` was not measured beside it).
+
+A route with a rule adds one `check_results` row per check to every answer (five checks, five
+rows): through Core they cost ~14 µs of the writer's CPU each, more than the exchange row they
+belong to; they take the same path (`check_row`, `insert_check_rows`).
 
 What is stored is exactly what the Core insert stored: the same columns and values, times as UTC
 (SQLite: SQLAlchemy's `DATETIME` text form), tags as a JSON array, every string through
@@ -21,11 +25,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from proxy.core import ExchangeRecord, as_utc
+from proxy.core import CheckRecord, ExchangeRecord, as_utc
 
 from .errors import driver_errors
 from .text_boundary import storable
@@ -45,6 +50,19 @@ _SQLITE_INSERT = f"INSERT INTO exchanges ({_COLUMN_LIST}) VALUES ({', '.join('?'
 _POSTGRES_COPY = f"COPY exchanges ({_COLUMN_LIST}) FROM STDIN"
 
 
+CHECK_COLUMNS = (
+    "request_id", "route", "target", "arm", "rule", "rule_version", "check_name", "result",
+    "reason", "created_at", "pair_id",
+)  # fmt: skip
+"""Every column of `check_results` but `id`, in the order of `check_row`'s values."""
+
+_CHECK_LIST = ", ".join(CHECK_COLUMNS)
+_SQLITE_CHECK_INSERT = (
+    f"INSERT INTO check_results ({_CHECK_LIST}) VALUES ({', '.join('?' * len(CHECK_COLUMNS))})"
+)
+_POSTGRES_CHECK_COPY = f"COPY check_results ({_CHECK_LIST}) FROM STDIN"
+
+
 def _text(value: str | None) -> str | None:
     return None if value is None else storable(value)
 
@@ -52,7 +70,6 @@ def _text(value: str | None) -> str | None:
 def exchange_row(record: ExchangeRecord, *, sqlite: bool) -> tuple[Any, ...]:
     """`record` as the values of `COLUMNS`, ready for the driver of SQLite or PostgreSQL."""
     usage = record.usage
-    started_at = as_utc(record.started_at)
     return (
         storable(record.request_id),
         storable(record.route),
@@ -63,8 +80,7 @@ def exchange_row(record: ExchangeRecord, *, sqlite: bool) -> tuple[Any, ...]:
         storable(record.provider),
         # SQLite has no boolean: SQLAlchemy stored 0/1, and so does this.
         int(record.streamed) if sqlite else record.streamed,
-        # SQLAlchemy's SQLite DATETIME: naive text with microseconds, which sorts as time does.
-        started_at.replace(tzinfo=None).isoformat(" ", "microseconds") if sqlite else started_at,
+        _stored_time(record.started_at, sqlite=sqlite),
         float(record.duration_s),
         None if record.ttft_s is None else float(record.ttft_s),
         float(record.overhead_s),
@@ -91,6 +107,30 @@ def exchange_row(record: ExchangeRecord, *, sqlite: bool) -> tuple[Any, ...]:
     )
 
 
+def _stored_time(value: datetime, *, sqlite: bool) -> datetime | str:
+    """An aware time as the column stores it: UTC, and on SQLite SQLAlchemy's `DATETIME` text
+    (naive, with microseconds, which sorts as time does)."""
+    utc = as_utc(value)
+    return utc.replace(tzinfo=None).isoformat(" ", "microseconds") if sqlite else utc
+
+
+def check_row(record: CheckRecord, *, sqlite: bool) -> tuple[Any, ...]:
+    """`record` as the values of `CHECK_COLUMNS`, ready for the driver of SQLite or PostgreSQL."""
+    return (
+        storable(record.request_id),
+        storable(record.route),
+        storable(record.target),
+        record.arm.value,
+        storable(record.rule),
+        storable(record.rule_version),
+        storable(record.check),
+        storable(record.result),
+        storable(record.reason),
+        _stored_time(record.created_at, sqlite=sqlite),
+        _text(record.pair_id),
+    )
+
+
 def exchange_rows(records: Sequence[ExchangeRecord], *, sqlite: bool) -> list[tuple[Any, ...]]:
     """The rows of `records` (raises `TypeError`/`ValueError`/`AttributeError` for a record
     whose fields are not what `ExchangeRecord` declares: nothing is sent then)."""
@@ -100,8 +140,19 @@ def exchange_rows(records: Sequence[ExchangeRecord], *, sqlite: bool) -> list[tu
 def insert_exchange_rows(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
     """Insert `rows` (from `exchange_rows`, for `conn`'s backend) into `exchanges` in `conn`'s
     transaction, begun by the caller. Raises SQLAlchemy's errors (`driver_errors`)."""
+    _insert(conn, rows, _SQLITE_INSERT, _POSTGRES_COPY)
+
+
+def insert_check_rows(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Insert `rows` (from `check_row`) into `check_results`, as `insert_exchange_rows` does."""
+    _insert(conn, rows, _SQLITE_CHECK_INSERT, _POSTGRES_CHECK_COPY)
+
+
+def _insert(
+    conn: Connection, rows: Sequence[tuple[Any, ...]], sqlite_insert: str, copy: str
+) -> None:
     sqlite = conn.dialect.name == "sqlite"
-    statement = _SQLITE_INSERT if sqlite else _POSTGRES_COPY
+    statement = sqlite_insert if sqlite else copy
     with driver_errors(conn, statement):
         driver = conn.connection.driver_connection
         assert driver is not None  # a connection in a transaction is checked out, never detached
@@ -110,8 +161,8 @@ def insert_exchange_rows(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> N
             if sqlite:
                 cursor.executemany(statement, rows)
             else:
-                with cursor.copy(statement) as copy:
-                    write_row = copy.write_row
+                with cursor.copy(statement) as copier:
+                    write_row = copier.write_row
                     for row in rows:
                         write_row(row)
         finally:

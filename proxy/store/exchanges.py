@@ -10,9 +10,9 @@ recorder, and to the other tables' text by their query objects, through the stor
 (`proxy.store.redaction`). Two normalisations happen here so both backends hold the same thing:
 times are stored as UTC (a naive datetime is taken to be UTC already), and text PostgreSQL cannot
 hold (NUL, lone surrogates) is replaced by U+FFFD in every statement's parameters, for every table,
-at the engine (`normalised_parameters`), so no caller has to remember it. The exchange rows, the
-recorder's bulk, go to the driver directly (`proxy.store.exchange_insert`), which applies the same
-two.
+at the engine (`normalised_parameters`), so no caller has to remember it. The exchange rows and
+their check results, the recorder's bulk, go to the driver directly
+(`proxy.store.exchange_insert`), which applies the same two.
 
 Errors: every failure leaves this module as a `StoreError` (the tree: `proxy.store`), translated
 by `proxy.store.errors.translated`.
@@ -50,7 +50,6 @@ from proxy.core import (
 
 from . import migrations
 from .checks import (
-    check_to_row,
     checks_table,
     finding_to_row,
     findings_table,
@@ -64,7 +63,7 @@ from .errors import (
     StoreUnavailableError,
     translated,
 )
-from .exchange_insert import exchange_rows, insert_exchange_rows
+from .exchange_insert import check_row, exchange_rows, insert_check_rows, insert_exchange_rows
 from .migrations import SQLITE_BEGIN_OPTION
 from .pairs import pair_to_row, pairs_table, row_to_pair
 from .probes import probe_results_table, probe_to_row
@@ -157,7 +156,6 @@ exchanges_table = _exchanges
 """The `exchanges` table, for the store's other query objects (rule versions, judge windows)."""
 T = TypeVar("T")
 _insert_pair = sa.insert(pairs_table)
-_insert_check = sa.insert(checks_table)
 
 
 class Store:
@@ -296,7 +294,8 @@ class Store:
             exchanges = [r for r in records if isinstance(r, ExchangeRecord)]
             rows = exchange_rows(exchanges, sqlite=self.backend == "sqlite")
             pairs = [pair_to_row(r) for r in records if isinstance(r, PairRecord)]
-            checks = [check_to_row(r) for r in records if isinstance(r, CheckRecord)]
+            sqlite = self.backend == "sqlite"
+            checks = [check_row(r, sqlite=sqlite) for r in records if isinstance(r, CheckRecord)]
             findings = [finding_to_row(r) for r in records if isinstance(r, FindingRecord)]
             probes = [probe_to_row(r) for r in records if isinstance(r, ProbeRecord)]
         except (TypeError, ValueError, AttributeError) as exc:
@@ -307,7 +306,7 @@ class Store:
             if pairs:
                 conn.execute(_insert_pair, pairs)
             if checks:
-                conn.execute(_insert_check, checks)
+                insert_check_rows(conn, checks)
             if findings:
                 conn.execute(sa.insert(findings_table), findings)
             if probes:

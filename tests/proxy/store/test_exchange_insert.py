@@ -1,4 +1,4 @@
-"""The exchange rows' driver path stores exactly what SQLAlchemy Core's insert stored.
+"""The exchange and check rows' driver path stores exactly what SQLAlchemy Core's insert stored.
 
 Each test writes the same records twice into one database: through `Store.write_batch` (the
 driver's `executemany` on SQLite, `COPY` on PostgreSQL) and through a Core `insert` with the
@@ -18,8 +18,9 @@ import pytest
 import sqlalchemy as sa
 
 from proxy.core import as_utc
-from proxy.core.records import Arm, ExchangeRecord, Status, Usage
-from proxy.store.exchange_insert import COLUMNS
+from proxy.core.records import Arm, CheckRecord, ExchangeRecord, Status, Usage
+from proxy.store.checks import checks_table
+from proxy.store.exchange_insert import CHECK_COLUMNS, COLUMNS
 from proxy.store.exchanges import RecordRejectedError, Store, exchanges_table
 from tests.proxy.store.test_exchanges import db_url, make_record, open_store
 
@@ -105,15 +106,62 @@ def records() -> list[ExchangeRecord]:
     ]
 
 
-def raw_rows(store: Store, prefix: str) -> dict[str, tuple[Any, ...]]:
-    """Every stored exchange whose request id starts with `prefix`, as the driver returns it,
-    keyed by the request id without the prefix (SQLite: each value with its storage class)."""
-    columns = ", ".join(COLUMNS)
+def core_check_row(record: CheckRecord, prefix: str) -> dict[str, Any]:
+    """The parameters the store gave SQLAlchemy Core's insert of a check result before the
+    driver path."""
+    return {
+        "request_id": prefix + record.request_id,
+        "route": record.route,
+        "target": record.target,
+        "arm": record.arm.value,
+        "rule": record.rule,
+        "rule_version": record.rule_version,
+        "check_name": record.check,
+        "result": record.result,
+        "reason": record.reason,
+        "created_at": as_utc(record.created_at),
+        "pair_id": record.pair_id,
+    }
+
+
+def check_records() -> list[CheckRecord]:
+    def check(request_id: str, **fields: Any) -> CheckRecord:
+        values: dict[str, Any] = {
+            "route": "bot", "target": "m", "arm": Arm.PRIMARY, "rule": "r", "rule_version": "v1",
+            "check": "valid-json", "result": "pass", "reason": "valid JSON",
+            "created_at": datetime(2025, 3, 1, 12, tzinfo=UTC), "pair_id": None,
+        }  # fmt: skip
+        return CheckRecord(request_id=request_id, **{**values, **fields})
+
+    return [
+        check("minimal"),
+        check(
+            "full-unicode",
+            route="rôute-✓",
+            arm=Arm.SHADOW,
+            rule="règle",
+            check="order id ✓",
+            result="fail",
+            reason='$["order id"] is "FR-\\N" \\.\n\tnot ^[A-Z]{2}-\\d+$ 📦',  # COPY's markers
+            created_at=datetime(2025, 3, 1, 14, 0, 0, 7, tzinfo=timezone(timedelta(hours=2))),
+            pair_id="pair-1",
+        ),
+        check("unstorable", reason="nul \x00 and lone \ud800 here", rule_version="v\x002"),
+        check("empty-strings", rule="", rule_version="", reason=""),
+    ]
+
+
+def raw_rows(
+    store: Store, prefix: str, table: str = "exchanges", names: tuple[str, ...] = COLUMNS
+) -> dict[str, tuple[Any, ...]]:
+    """Every stored row of `table` whose request id starts with `prefix`, as the driver returns
+    it, keyed by the request id without the prefix (SQLite: each value with its storage class)."""
+    columns = ", ".join(names)
     if store.backend == "sqlite":
-        columns += ", " + ", ".join(f"typeof({c})" for c in COLUMNS)
+        columns += ", " + ", ".join(f"typeof({c})" for c in names)
     with store.engine.connect() as conn:
         result = conn.exec_driver_sql(
-            f"SELECT {columns} FROM exchanges "
+            f"SELECT {columns} FROM {table} "
             f"WHERE substr(request_id, 1, {len(prefix)}) = '{prefix}' ORDER BY id"
         )
         return {row[0][len(prefix) :]: tuple(row[1:]) for row in result}
@@ -135,6 +183,24 @@ def test_the_driver_path_stores_exactly_what_the_core_insert_stored(
     assert stored["new-unstorable"].response_text == "lone \ufffd surrogate"
     assert stored["new-large"].request_body == batch[2].request_body
     assert stored["new-full-unicode"].started_at == datetime(2025, 3, 1, 12, tzinfo=UTC)
+
+
+def test_check_results_on_the_driver_path_are_what_the_core_insert_stored(
+    open_store: Callable[..., Store],
+) -> None:
+    store = open_store()
+    batch = check_records()
+    store.write_batch([dataclasses.replace(r, request_id="new-" + r.request_id) for r in batch])
+    with store.engine.begin() as conn:
+        conn.execute(sa.insert(checks_table), [core_check_row(r, "old-") for r in batch])
+    new = raw_rows(store, "new-", "check_results", CHECK_COLUMNS)
+    old = raw_rows(store, "old-", "check_results", CHECK_COLUMNS)
+    assert list(new) == [r.request_id for r in batch]
+    assert new == old
+    stored = {c.request_id: c for c in store.query_checks(limit=100)}
+    assert stored["new-unstorable"].reason == "nul \ufffd and lone \ufffd here"
+    assert stored["new-full-unicode"].reason == batch[1].reason
+    assert stored["new-full-unicode"].created_at == datetime(2025, 3, 1, 12, 0, 0, 7, tzinfo=UTC)
 
 
 def test_a_batch_with_a_record_the_database_refuses_stores_none_of_it(
