@@ -26,11 +26,17 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 PRODUCTION_ROUTE = "bench-production"
 BARE_ROUTE = "bench-json"
 """The production route's primary with nothing on it: no rule, no shadow, no canary, no probe."""
+CHECKS_ROUTE = "bench-json-checks"
+"""The production route's primary with its five checks alone (`CHECKS_RULE`: no probes)."""
+SHADOW_ROUTE = "bench-json-shadow"
+"""The production route's primary with its shadow alone."""
 JSON_MODEL = "fake-json"
 """The mock model that answers `{"max_weight": N, ...}` read from the system prompt."""
 JSON_CANDIDATE = "cand-json"
 """The same JSON answer under another name: the shadow and the canary."""
 RULE = "shipping"
+CHECKS_RULE = "shipping-checks"
+"""`RULE`'s checks without its probes, on `CHECKS_ROUTE`."""
 SHADOW_SAMPLE = 0.1
 CANARY_PERCENT = 10
 CANARY_STEP_S = 3600
@@ -69,19 +75,23 @@ def route_config() -> str:
     )
 
 
+_CHECKS = (
+    "    checks:\n"
+    "      - {name: valid-json, type: json}\n"
+    "      - {name: max-weight, type: json_path, path: $.max_weight, min: 0, max: 1000}\n"
+    "      - {name: status, type: json_path, path: $.status, in: [shipped, held]}\n"
+    "      - {name: prices, type: json_path, path: '$.options[*].price', min: 0, max: 500}\n"
+    "      - {name: order-id, type: json_path, path: \"$['order id']\", "
+    "regex: '^[A-Z]{2}-\\d+$'}\n"
+)
+
+
 def rules_config() -> str:
-    """The top-level `rules:` section: five checks on JSON answers and probes at 2 %."""
+    """The top-level `rules:` section: five checks on JSON answers and probes at 2 % on the
+    production route; the same checks alone on `CHECKS_ROUTE`."""
+    checks_rule = f"  {CHECKS_RULE}:\n    routes: [{CHECKS_ROUTE}]\n{_CHECKS}"
     return (
-        "rules:\n"
-        f"  {RULE}:\n"
-        f"    routes: [{PRODUCTION_ROUTE}]\n"
-        "    checks:\n"
-        "      - {name: valid-json, type: json}\n"
-        "      - {name: max-weight, type: json_path, path: $.max_weight, min: 0, max: 1000}\n"
-        "      - {name: status, type: json_path, path: $.status, in: [shipped, held]}\n"
-        "      - {name: prices, type: json_path, path: '$.options[*].price', min: 0, max: 500}\n"
-        "      - {name: order-id, type: json_path, path: \"$['order id']\", "
-        "regex: '^[A-Z]{2}-\\d+$'}\n"
+        f"rules:\n{checks_rule}  {RULE}:\n    routes: [{PRODUCTION_ROUTE}]\n{_CHECKS}"
         "    probes:\n"
         f"      parameter: '{WEIGHT_PATTERN.replace('(', '(?P<value>', 1)}'\n"
         "      values: [150, 175, 200]\n"
@@ -203,7 +213,11 @@ def gateway_config(
         f"server: {{host: 127.0.0.1, port: {port}}}\n"
         + store_and_telemetry(database_url, otlp_endpoint)
         + f"models:\n{models}"
-        + f"routes:\n  bench: {{primary: fake}}\n  {BARE_ROUTE}: {{primary: {JSON_MODEL}}}\n"
+        + "routes:\n  bench: {primary: fake}\n"
+        + f"  {BARE_ROUTE}: {{primary: {JSON_MODEL}}}\n"
+        + f"  {CHECKS_ROUTE}: {{primary: {JSON_MODEL}}}\n"
+        + f"  {SHADOW_ROUTE}: {{primary: {JSON_MODEL}, "
+        + f"shadows: [{{model: {JSON_CANDIDATE}, sample: {SHADOW_SAMPLE}}}]}}\n"
         + route_config()
         + rules_config()
     )
@@ -292,6 +306,10 @@ PRODUCTION = "production"
 BARE = "bare-json"
 """That gateway's `BARE_ROUTE`, driven as the production route is (its system prompt, its
 answers): what the production route costs without its rule, shadow, canary and probes."""
+CHECKS = "json-checks"
+"""`CHECKS_ROUTE`, driven as the production route is."""
+SHADOWED = "json-shadow"
+"""`SHADOW_ROUTE`, driven as the production route is."""
 DIRECT_JSON = "direct-json"
 """The mock's JSON model called directly with `SYSTEM_PROMPT`: the production route's baseline."""
 

@@ -7,22 +7,24 @@
 
 For each interval in turn it starts the production stage's gateway (`bench.suite.
 production_gateway`: PostgreSQL with `bodies: redacted`, OTLP to the span collector, the canary
-started, the plain `bench` route and `bench-json`, the production route's primary with nothing on
-it, beside `bench-production`) with `MIRRORGATE_SWITCH_INTERVAL_MS` set, and drives each of the
-three routes with the production stage's paced load (8 clients, each pausing a random 0-80 ms
-before a request: ~190 req/s), `bench-json` and the production route with its system prompt.
-`bench-json` tells the production route's off-path work (rule, shadow, canary, probes) from its
-heavier prompt and answer. It prints one line per (interval, route): requests, p50, p99, p99.9 and
-the gateway's CPU per request, then the same requests' records split as `bench/tail.py` splits
-them: the gateway's own time (`overhead_s`) and the rest, its wait for the upstream's answer. The
+started) with `MIRRORGATE_SWITCH_INTERVAL_MS` set, and drives five of its routes in turn with the
+production stage's paced load (8 clients, each pausing a random 0-80 ms before a request: ~190
+req/s): the plain `bench`; `bench-json`, the production route's primary with nothing on it;
+`bench-json-checks`, the same with the five checks; `bench-json-shadow`, the same with the 10 %
+shadow; and `bench-production`, everything (checks, shadow, canary, probes). The last four get
+the production route's system prompt, so that each differs from `bench-json` by one part of the
+off-path work. It prints one line per (interval, route): requests, p50, p99, p99.9 and the
+gateway's CPU per request, then the same requests' records split as `bench/tail.py` splits them:
+the gateway's own time (`overhead_s`) and the rest, its wait for the upstream's answer. The
 gateway runs on its own core as in `bench/run.py`; the intervals alternate in the order given, so
 that a drift of the machine shows as a difference between repeats of one interval.
 
 `--mocks 1 2` runs each interval twice: once with every model on one mock upstream, once with the
-candidate (its shadows and its canary share) on a second mock process beside the first, on the
-same CPU. One mock's event loop serves the client's call and the candidate's in turn, so a
-client's call that arrives while a shadow is being answered waits for it there: a wait that
-is the fake model's, not the gateway's, and that the second mock takes away.
+candidate (its shadows and its canary share) on a second mock process, beside the first or where
+`--candidate-mock-cpus` puts it. One mock's event loop serves the client's call and the
+candidate's in turn, so a client's call that arrives while a shadow is being answered waits for
+it there: a wait that is the fake model's, not the gateway's, and that the second mock takes away
+(on the gateway's CPU, with the shadows' CPU off the primary mock's too).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -87,10 +90,11 @@ def last_exchange_id(url: str) -> int:
 def client_records(url: str, after: int, route: str, count: int) -> str:
     """The last `count` client exchanges of `route` stored after id `after` (the measured phase;
     the warm-up's come first), split into the gateway's own time and its wait for the upstream,
-    once the recorder has written them (it flushes within 0.2 s; waited for up to 5 s)."""
+    once the recorder has written them (it flushes within 0.2 s; waited for up to 5 s); then the
+    same for the primary's share alone when the canary served some."""
     engine = sa.create_engine(url)
     query = sa.text(
-        "SELECT duration_s, overhead_s FROM exchanges"
+        "SELECT duration_s, overhead_s, arm FROM exchanges"
         " WHERE id > :after AND route = :route AND arm IN ('primary', 'canary') ORDER BY id"
     )
     try:
@@ -109,10 +113,17 @@ def client_records(url: str, after: int, route: str, count: int) -> str:
         values = sorted(values)
         return " / ".join(f"{percentile(values, q) * 1e3:.2f}" for q in (50, 99, 99.9))
 
-    return (
-        f"records (p50 / p99 / p99.9 ms, n {len(rows)}): gateway's own "
-        f"{cells([o for _, o in rows])}; waiting for the upstream {cells([d - o for d, o in rows])}"
-    )
+    def split(rows: list[Any]) -> str:
+        return (
+            f"(p50 / p99 / p99.9 ms, n {len(rows)}): gateway's own {cells([r[1] for r in rows])};"
+            f" waiting for the upstream {cells([r[0] - r[1] for r in rows])}"
+        )
+
+    lines = [f"records {split(rows)}"]
+    primary = [r for r in rows if r[2] == "primary"]
+    if len(primary) < len(rows):  # the canary's share apart: its upstream may be another mock
+        lines.append(f"of which the primary's {split(primary)}")
+    return "\n    ".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         "--mocks", type=int, nargs="+", choices=(1, 2), default=[1],
         help="mock upstreams per run, in turn for each interval: 2 puts the candidate on its own",
     )  # fmt: skip
+    parser.add_argument(
+        "--candidate-mock-cpus", default="",
+        help="pin the candidate's mock (--mocks 2) here instead of beside the first (taskset -c "
+        "syntax; the gateway's CPU takes the shadows' load off the primary's mock and its CPU)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     rig = targets.Rig.create(args.out.resolve())
     if args.gateway_cpus:
@@ -140,11 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     mock.start()
     candidate_mock = None
     if 2 in args.mocks:
-        candidate_mock = targets.mock_upstream(rig, targets.CANDIDATE_MOCK_PORT, "candidate-mock")
+        candidate_mock = targets.mock_upstream(
+            rig, targets.CANDIDATE_MOCK_PORT, "candidate-mock", args.candidate_mock_cpus
+        )
         candidate_mock.start()
     routes = (
         (production.PLAIN, targets.ROUTE, ""),
         (production.BARE, production.BARE_ROUTE, production.SYSTEM_PROMPT),
+        (production.CHECKS, production.CHECKS_ROUTE, production.SYSTEM_PROMPT),
+        (production.SHADOWED, production.SHADOW_ROUTE, production.SYSTEM_PROMPT),
         (production.PRODUCTION, production.PRODUCTION_ROUTE, production.SYSTEM_PROMPT),
     )
     print("load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))

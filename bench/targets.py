@@ -109,14 +109,17 @@ class Rig:
         return cls(repo, work, python, repo / "bench" / ".venv-litellm", layout)
 
 
-def mock_upstream(rig: Rig, port: int = MOCK_PORT, name: str = "mock-upstream") -> ServerProcess:
+def mock_upstream(
+    rig: Rig, port: int = MOCK_PORT, name: str = "mock-upstream", cpus: str = ""
+) -> ServerProcess:
     """The mock model server: no request recording, no faults, no delays except for the slow
     candidate and the paced primary. The JSON-answering models of the production-shaped route
     (bench/production.py) answer at once.
 
     Both set `ttft_ms` as well as `latency_ms`: `latency_ms` only delays non-streamed answers
     (and shadows stream when the primary streams). After the first token a stream goes as fast as
-    possible, so a paced stream takes about as long as a paced non-stream.
+    possible, so a paced stream takes about as long as a paced non-stream. `cpus` pins it
+    elsewhere than the layout's mock CPUs (taskset -c syntax).
     """
     behavior = rig.work / "mock-behavior.yaml"
     behavior.write_text(
@@ -131,7 +134,7 @@ def mock_upstream(rig: Rig, port: int = MOCK_PORT, name: str = "mock-upstream") 
         "--host", HOST, "--port", str(port), "--behavior", str(behavior),
     ]  # fmt: skip
     return ServerProcess(
-        name, rig.layout.pin(rig.layout.mock, argv), cwd=rig.repo, env=_base_env(),
+        name, rig.layout.pin(cpus or rig.layout.mock, argv), cwd=rig.repo, env=_base_env(),
         ready=http_ok(f"http://{HOST}:{port}/healthz"),
         log_path=rig.work / ("mock.log" if name == "mock-upstream" else f"{name}.log"),
     )  # fmt: skip

@@ -51,6 +51,12 @@ def test_the_production_route_config_is_accepted_with_its_parts(production: Modu
     bare = config.routes[production.BARE_ROUTE]
     assert bare.primary == production.JSON_MODEL and not bare.shadows and bare.canary is None
     assert production.BARE_ROUTE not in rule.routes
+    checks = config.rules[production.CHECKS_RULE]
+    assert checks.routes == [production.CHECKS_ROUTE] and checks.probes is None
+    assert [c.name for c in checks.checks] == [c.name for c in rule.checks]
+    shadowed = config.routes[production.SHADOW_ROUTE]
+    assert [s.sample for s in shadowed.shadows] == [production.SHADOW_SAMPLE]
+    assert shadowed.canary is None and production.SHADOW_ROUTE not in rule.routes
     assert {m.base_url for m in config.models.values()} == {"http://127.0.0.1:9/v1"}
 
 
