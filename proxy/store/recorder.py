@@ -90,6 +90,10 @@ RECORD_OVERHEAD_BYTES = 2048
 """What `record_size` counts for a record besides its text fields: the object, its small fields,
 its row in a batch."""
 _JOIN_GRACE_S = 1.0
+_REDACT_SLICE_S = 0.0005
+"""How long the redact thread redacts before it gives up the GIL (`time.sleep(0)`): the writer
+thread, back from the database, and the event loop, back from its poll, then wait for it about
+this long, not a whole switch interval (5 ms) each time; measured in bench/README.md (issue 17)."""
 """How long `stop` waits past its deadline for a write already in progress to return."""
 
 
@@ -508,7 +512,13 @@ class Recorder:
                 raw, self._prepared_bytes = self._pop_batch()
                 self._prepared_raw = raw
             try:
-                prepared = [self._apply_bodies_policy(record) for record in raw]
+                prepared: list[StoredRecord] = []
+                slice_end = time.perf_counter() + _REDACT_SLICE_S
+                for record in raw:
+                    prepared.append(self._apply_bodies_policy(record))
+                    if time.perf_counter() >= slice_end:
+                        time.sleep(0)  # let a thread waiting for the GIL have it now
+                        slice_end = time.perf_counter() + _REDACT_SLICE_S
             except BaseException as exc:  # the writer raises it in its thread, as if its own
                 with self._lock:
                     if self._prepared_raw is raw:
