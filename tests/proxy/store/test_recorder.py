@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -742,3 +743,72 @@ def test_only_redaction_gets_a_second_thread_and_stop_ends_it(
     assert recorder.stop(timeout_s=10) is True
     assert not any(t.is_alive() for t in started)
     assert store.count() == 1
+
+
+def test_the_redact_thread_gives_up_the_gil_between_slices_and_still_redacts_every_record(
+    sqlite_path: Path,
+    make_recorder: Callable[..., tuple[Recorder, Any]],
+    redactions: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("proxy.store.recorder._REDACT_SLICE_S", 0.0)  # a slice ends every record
+    yields: list[str] = []
+    sleep = time.sleep
+
+    def spy(seconds: float) -> None:
+        if seconds == 0:
+            yields.append(threading.current_thread().name)
+        sleep(seconds)
+
+    monkeypatch.setattr("proxy.store.recorder.time.sleep", spy)
+    store = sqlite_store(sqlite_path, ScriptedStore)
+    assert isinstance(store, ScriptedStore)
+    recorder, _ = make_recorder(
+        store, bodies_policy="redacted", batch_size=3, flush_interval_s=3600
+    )
+    store.gate.clear()
+    recorder.start()
+    for i in (1, 2, 3):
+        recorder.submit(secret(f"r{i}"))
+    assert store.entered.wait(10), "the writer never began the first batch"
+    for i in (4, 5, 6):
+        recorder.submit(secret(f"r{i}"))
+    wait_until(lambda: "r6" in redactions, what="the next batch to be prepared")
+    store.gate.set()
+    assert recorder.stop(timeout_s=10) is True
+    assert yields.count("mirrorgate-recorder-redact") >= 3  # after each of r4, r5, r6
+    assert store.committed == [["r1", "r2", "r3"], ["r4", "r5", "r6"]]
+    stored = [r.request_body for r in store.query()]
+    assert stored == ['{"key": "[REDACTED:openai_key]"}'] * 6
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_redaction_that_fails_ends_the_recorder_as_on_the_writer_thread_and_counts_the_rest(
+    sqlite_path: Path,
+    make_recorder: Callable[..., tuple[Recorder, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def policy(record: Any, bodies: Any) -> Any:
+        if record.request_id == "bad":
+            raise RuntimeError("a redaction bug")
+        return apply_bodies_policy(record, bodies)
+
+    monkeypatch.setattr("proxy.store.recorder.apply_bodies_policy", policy)
+    store = sqlite_store(sqlite_path, ScriptedStore)
+    assert isinstance(store, ScriptedStore)
+    recorder, registry = make_recorder(
+        store, bodies_policy="redacted", batch_size=2, flush_interval_s=3600
+    )
+    store.gate.clear()
+    recorder.start()
+    for request_id in ("r1", "r2"):
+        recorder.submit(secret(request_id))
+    assert store.entered.wait(10), "the writer never began the first batch"
+    for request_id in ("bad", "r4"):
+        recorder.submit(secret(request_id))
+    store.gate.set()
+    wait_until(lambda: recorder_threads() == set(), what="both threads to end")
+    assert recorder.stop(timeout_s=5) is False
+    assert store.committed == [["r1", "r2"]]
+    assert metric(registry, "mirrorgate_recorder_dropped_total", reason="shutdown") == 2
+    assert recorder.pending() == 0
