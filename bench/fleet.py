@@ -10,16 +10,20 @@ figure is the recorder's capacity, not how fast a loop can overflow a queue.
 Per process and in total it reports: submitted, written (`Recorder.written_total`), dropped
 (`submit` returned False), the backlog at the end of the window (accepted, not yet written: a
 recorder that falls behind its rate shows it long before its queue of `store.queue_size` fills and
-it drops), rows/s written during the window, and PostgreSQL's CPU over the run (utime + stime of
-every `postgres` process in /proc, when readable). After the writers have stopped it counts the
+it drops), rows/s written during the window, the CPU per row written in the window of each of the
+recorder's threads (`mirrorgate-recorder`, the writer, and `mirrorgate-recorder-redact`, from
+/proc/self/task), and PostgreSQL's CPU over the run (utime + stime of every `postgres` process in
+/proc, when readable). After the writers have stopped it counts the
 rows in the table: written == rows.
 
     .venv/bin/python -m bench.fleet --processes 1 4 10 [--rate 1000] [--seconds 10]
-        [--retention-chunks 10] [--keep]
+        [--retention-chunks 10] [--keep] [--drain 45000]
         [--admin-url postgresql+psycopg://postgres@127.0.0.1:5432/postgres]
 
 It creates the database `bench_fleet` on the server (dropped first if a previous run left it, and
 dropped at the end unless `--keep`), migrates it once, then runs one step per `--processes` value.
+`--drain N` first measures the recorder alone, in this process: N records queued before `start`,
+then drained with nobody submitting (rows/s and its threads' CPU per row).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -137,10 +142,35 @@ class WriterResult:
     cpu_s: float
     """This process's CPU from the first submit until `stop` returned: building the records,
     submitting, redacting, writing."""
+    thread_cpu_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    """CPU of each of the recorder's threads, by name, during the window (empty where
+    /proc/self/task is unreadable)."""
 
     @property
     def rows_per_s(self) -> float:
         return self.written_in_window / self.window_s
+
+    def thread_us_per_row(self) -> dict[str, float]:
+        """CPU per row written in the window, by recorder thread."""
+        rows = max(self.written_in_window, 1)
+        return {name: cpu / rows * 1e6 for name, cpu in sorted(self.thread_cpu_s.items())}
+
+
+def recorder_thread_cpu_s() -> dict[str, float]:
+    """CPU seconds (utime + stime) so far of each live thread of this process whose name starts
+    with `mirrorgate-recorder`; a thread /proc does not show is left out."""
+    found: dict[str, float] = {}
+    for thread in threading.enumerate():
+        if not thread.name.startswith("mirrorgate-recorder") or thread.native_id is None:
+            continue
+        try:
+            with open(f"/proc/self/task/{thread.native_id}/stat") as file:
+                stat = file.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        found[thread.name] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,6 +199,7 @@ def write_for(url: str, worker: int, rate: float | None, seconds: float) -> Writ
     store = Store(spec.url, bodies=spec.bodies)
     recorder = Recorder.from_spec(store, spec, registry=CollectorRegistry())
     recorder.start()
+    threads_at_start = recorder_thread_cpu_s()
     submitted = dropped = 0
     cpu_start = time.process_time()
     start = time.monotonic()
@@ -190,6 +221,10 @@ def write_for(url: str, worker: int, rate: float | None, seconds: float) -> Writ
         window_s = time.monotonic() - start
         written_in_window = recorder.written_total
         backlog = recorder.pending()
+        thread_cpu_s = {
+            name: cpu - threads_at_start.get(name, 0.0)
+            for name, cpu in recorder_thread_cpu_s().items()
+        }
     finally:
         recorder.stop(timeout_s=_STOP_TIMEOUT_S)
         store.close()
@@ -201,6 +236,36 @@ def write_for(url: str, worker: int, rate: float | None, seconds: float) -> Writ
         written=recorder.written_total,
         window_s=window_s,
         cpu_s=time.process_time() - cpu_start,
+        thread_cpu_s=thread_cpu_s,
+    )
+
+
+def drain(url: str, records: int) -> None:
+    """The recorder alone: `records` queued before `start` (up to `store.queue_size`), drained
+    with no submitter beside it; prints rows/s and the recorder's threads' CPU per row."""
+    spec = StoreSpec(url=url, bodies="redacted", journal=False)
+    store = Store(spec.url, bodies=spec.bodies)
+    recorder = Recorder.from_spec(store, spec, registry=CollectorRegistry())
+    queued = sum(recorder.submit(make_record(-1, i)) for i in range(records))
+    try:
+        start = time.monotonic()
+        recorder.start()
+        cpu_start = recorder_thread_cpu_s()
+        while recorder.pending():
+            time.sleep(0.005)
+        drain_s = time.monotonic() - start
+        cpu = recorder_thread_cpu_s()
+    finally:
+        recorder.stop(timeout_s=_STOP_TIMEOUT_S)
+        store.close()
+    threads = ", ".join(
+        f"{name} {(cpu[name] - cpu_start.get(name, 0.0)) / queued * 1e6:.1f}"
+        for name in sorted(cpu)
+    )
+    print(
+        f"--- drain: {queued:,} queued records written in {drain_s:.2f} s,"
+        f" {queued / drain_s:,.0f} rows/s; CPU µs per row: {threads}"
+        f"   load {os.getloadavg()[0]:.2f}"
     )
 
 
@@ -288,6 +353,9 @@ def report(result: FleetResult) -> None:
             f"  writer {i:2}: submitted {w.submitted:8,} dropped {w.dropped:7,}"
             f" backlog {w.backlog:7,} written {w.written:8,} {w.rows_per_s:8,.0f} rows/s"
         )
+        threads = ", ".join(f"{name} {us:.1f}" for name, us in w.thread_us_per_row().items())
+        if threads:
+            print(f"             CPU µs per row written in the window: {threads}")
     print(
         f"  total    : submitted {result.total('submitted'):8,}"
         f" dropped {result.total('dropped'):7,} backlog {result.total('backlog'):7,}"
@@ -351,11 +419,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="then time this many retention deletes of 5,000 rows, and a TRUNCATE",
     )
     parser.add_argument("--keep", action="store_true", help="do not drop bench_fleet at the end")
+    parser.add_argument(
+        "--drain",
+        type=int,
+        default=0,
+        help="first drain this many queued records, nobody submitting",
+    )
     args = parser.parse_args(argv)
     with databases.fresh_database(args.admin_url, DATABASE, keep=args.keep) as url:
         store = Store(url)
         store.migrate()
         store.close()
+        if args.drain:
+            drain(url, args.drain)
         for processes in args.processes:
             for rate in args.rate or [None]:
                 result = run_fleet(url, processes, rate, args.seconds)

@@ -29,9 +29,17 @@ What happens to an accepted record:
   what is still unwritten at the deadline is dropped (`reason="shutdown"`), and so is any record
   submitted after the writer has finished.
 
-The `store.bodies` policy is applied here, on the writer thread (never on the event loop):
-`full` stores bodies as received, `redacted` passes request_body, response_body and response_text
-through `proxy.store.redaction.redact`, `none` stores none of the three.
+The `store.bodies` policy is applied here, never on the event loop: `full` stores bodies as
+received, `redacted` passes request_body, response_body and response_text through
+`proxy.store.redaction.redact`, `none` stores none of the three. With `redacted`, a second thread
+(`mirrorgate-recorder-redact`) takes the next full batch from the queue and redacts it while the
+writer waits for the database to take the current one (the driver releases the GIL while it
+waits), so that redaction and the round trip overlap. It holds at most one prepared batch: until
+the writer has taken it, it prepares no other. A prepared batch is written after the one before
+it, in queue order; its records count as held (`queue_max_bytes`, `pending`) until they are
+settled, and as dropped at shutdown if `stop`'s deadline passes first, like queued ones. A partial
+batch (at the flush interval, or while stopping) the writer redacts itself, as it does every batch
+with `full` and `none`, which have no second thread.
 
 Readiness: `write_problem` says why records cannot be written right now (the store unavailable,
 its SQLite file deleted or replaced and not yet reopened), None while they can; `/readyz` answers
@@ -82,6 +90,10 @@ RECORD_OVERHEAD_BYTES = 2048
 """What `record_size` counts for a record besides its text fields: the object, its small fields,
 its row in a batch."""
 _JOIN_GRACE_S = 1.0
+_REDACT_SLICE_S = 0.0005
+"""How long the redact thread redacts before it gives up the GIL (`time.sleep(0)`): the writer
+thread, back from the database, and the event loop, back from its poll, then wait for it about
+this long, not a whole switch interval (5 ms) each time; measured in bench/README.md (issue 17)."""
 """How long `stop` waits past its deadline for a write already in progress to return."""
 
 
@@ -183,8 +195,8 @@ class Recorder:
       database refused the record);
     - `mirrorgate_recorder_bodies_dropped_total`: exchange records queued without their bodies
       (at `queue_max_bytes`);
-    - `mirrorgate_recorder_queue_bytes`: `record_size` of the records held, queued or being
-      written (read at scrape time);
+    - `mirrorgate_recorder_queue_bytes`: `record_size` of the records held, queued, prepared or
+      being written (read at scrape time);
     - `mirrorgate_recorder_written_total`: records committed to the store;
     - `mirrorgate_recorder_queue_depth`: records waiting in the queue (read at scrape time);
     - `mirrorgate_recorder_write_errors_total`: failed write attempts (every retry counts).
@@ -244,9 +256,19 @@ class Recorder:
 
         self._queue: deque[StoredRecord] = deque()
         self._sizes: deque[int] = deque()  # `record_size` of each queued record, in step
-        self._held_bytes = 0  # `record_size` of the records queued or in the writer's batch
+        self._held_bytes = 0  # `record_size` of the records queued, prepared or being written
         self._batch_bytes = 0  # of them, those in the writer's batch
-        self._lock = threading.Lock()  # guards the bounds, `_accepted` and `_accepting`
+        self._lock = threading.Lock()  # the bounds, `_accepted`, `_accepting`, the prepared batch
+        # The redact thread's one batch: taken from the queue (`_prepared_raw`, counted in
+        # `_prepared_bytes`), then redacted (`_prepared`, or the error that stopped it), until the
+        # writer takes it. `_preparing` is signalled when either side may proceed.
+        self._preparing = threading.Condition(self._lock)
+        self._prepared_raw: list[StoredRecord] | None = None
+        self._prepared: list[StoredRecord] | None = None
+        self._prepare_error: BaseException | None = None
+        self._prepared_bytes = 0
+        self._preparer_exit = False
+        self._preparer: threading.Thread | None = None
         self._accepting = True
         self._accepted = 0
         self._settled = 0  # written, rejected or dropped at shutdown, after being accepted
@@ -319,6 +341,8 @@ class Recorder:
                     self._held_bytes += size
                     self._accepted += 1
                     depth = len(self._queue)
+                    if depth == self._batch_size:
+                        self._preparing.notify()  # the redact thread, if any, may take a batch
         if stripped is not None:
             self._bodies_dropped.inc()
         if reason is None:
@@ -346,9 +370,15 @@ class Recorder:
     # --- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the writer thread (and the first retention run). Call once."""
+        """Start the writer thread (and the first retention run), and with `bodies: redacted` the
+        redact thread. Call once."""
         if self._thread is not None:
             raise RuntimeError("the recorder was already started")
+        if self._bodies_policy == "redacted":
+            self._preparer = threading.Thread(
+                target=self._prepare_batches, name="mirrorgate-recorder-redact", daemon=False
+            )
+            self._preparer.start()
         self._thread = threading.Thread(target=self._run, name="mirrorgate-recorder", daemon=False)
         self._thread.start()
 
@@ -378,6 +408,8 @@ class Recorder:
                     self.pending(),
                 )
                 return False
+        if self._preparer is not None:  # told to end by the writer's close; ends within one batch
+            self._preparer.join(max(0.0, self._deadline - time.monotonic()) + _JOIN_GRACE_S)
         return self._dropped_at_shutdown == 0
 
     def __enter__(self) -> Recorder:
@@ -424,8 +456,13 @@ class Recorder:
             self._close(held=batch)
 
     def _idle_until(self, next_flush: float) -> None:
-        """Wait until `next_flush`, a full batch or `stop`; run retention chunks meanwhile."""
-        while len(self._queue) < self._batch_size and not self._stop_requested.is_set():
+        """Wait until `next_flush`, a full or prepared batch, or `stop`; run retention chunks
+        meanwhile."""
+        while (
+            len(self._queue) < self._batch_size
+            and self._prepared_raw is None
+            and not self._stop_requested.is_set()
+        ):
             now = time.monotonic()
             if now >= next_flush:
                 return
@@ -436,13 +473,63 @@ class Recorder:
             self._wake.clear()  # the loop condition re-checks the queue: no wake-up is lost
 
     def _take(self) -> list[StoredRecord]:
-        queue, sizes = self._queue, self._sizes
+        """The next batch to write, bodies policy applied: the prepared one, once the redact
+        thread has finished it, else up to `batch_size` records from the queue."""
         with self._lock:
-            batch = [queue.popleft() for _ in range(min(self._batch_size, len(queue)))]
-            self._batch_bytes = sum(sizes.popleft() for _ in batch)
+            while self._prepared_raw is not None and self._prepared is None:
+                if self._prepare_error is not None:
+                    raise self._prepare_error  # `_close` counts the batch as lost
+                self._preparing.wait()
+            if self._prepared is not None:
+                batch, self._prepared, self._prepared_raw = self._prepared, None, None
+                self._batch_bytes, self._prepared_bytes = self._prepared_bytes, 0
+                self._preparing.notify()  # the redact thread may take the next batch
+                return batch
+            batch, self._batch_bytes = self._pop_batch()
         if self._bodies_policy == "full":
             return batch
         return [self._apply_bodies_policy(record) for record in batch]
+
+    def _pop_batch(self) -> tuple[list[StoredRecord], int]:
+        """Up to `batch_size` records from the queue's head, and their `record_size`s' sum. Call
+        with `_lock` held."""
+        queue, sizes = self._queue, self._sizes
+        batch = [queue.popleft() for _ in range(min(self._batch_size, len(queue)))]
+        return batch, sum(sizes.popleft() for _ in batch)
+
+    # --- redact thread (bodies: redacted) -------------------------------------------------------
+
+    def _prepare_batches(self) -> None:
+        """While the writer writes one batch, take the next full one and redact it; one at most."""
+        while True:
+            with self._lock:
+                while not self._preparer_exit and (
+                    self._prepared_raw is not None or len(self._queue) < self._batch_size
+                ):
+                    self._preparing.wait()
+                if self._preparer_exit:
+                    return
+                raw, self._prepared_bytes = self._pop_batch()
+                self._prepared_raw = raw
+            try:
+                prepared: list[StoredRecord] = []
+                slice_end = time.perf_counter() + _REDACT_SLICE_S
+                for record in raw:
+                    prepared.append(self._apply_bodies_policy(record))
+                    if time.perf_counter() >= slice_end:
+                        time.sleep(0)  # let a thread waiting for the GIL have it now
+                        slice_end = time.perf_counter() + _REDACT_SLICE_S
+            except BaseException as exc:  # the writer raises it in its thread, as if its own
+                with self._lock:
+                    if self._prepared_raw is raw:
+                        self._prepare_error = exc
+                    self._preparing.notify()
+                return
+            with self._lock:
+                if self._prepared_raw is raw:  # else the writer closed and counted it meanwhile
+                    self._prepared = prepared
+                self._preparing.notify()
+            self._wake.set()  # the writer may be idle, waiting for a batch
 
     def _apply_bodies_policy(self, record: StoredRecord) -> StoredRecord:
         return apply_bodies_policy(record, self._bodies_policy)
@@ -459,7 +546,7 @@ class Recorder:
                 log.error(
                     "recorder: the store is unavailable; holding %d records and retrying "
                     "(logged once per outage): %s",
-                    len(batch) + len(self._queue),
+                    len(batch) + len(self._prepared_raw or ()) + len(self._queue),
                     exc,
                 )
 
@@ -571,13 +658,17 @@ class Recorder:
         return self._deadline is not None and time.monotonic() >= self._deadline
 
     def _close(self, held: list[StoredRecord] | None = None) -> None:
-        """Stop accepting; count whatever is left (held by the writer or queued) as shutdown."""
+        """Stop accepting and end the redact thread; count whatever is left (held by the writer,
+        prepared or queued) as shutdown."""
         with self._lock:
             self._accepting = False
-            left = len(held or ()) + len(self._queue)
+            self._preparer_exit = True
+            left = len(held or ()) + len(self._prepared_raw or ()) + len(self._queue)
             self._queue.clear()
             self._sizes.clear()
-            self._held_bytes = self._batch_bytes = 0
+            self._prepared_raw = self._prepared = None
+            self._held_bytes = self._batch_bytes = self._prepared_bytes = 0
+            self._preparing.notify_all()
         if left:
             log.error("recorder: %d records could not be written before shutdown", left)
             self._dropped["shutdown"].inc(left)

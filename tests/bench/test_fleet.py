@@ -4,6 +4,8 @@ with 1, 4 and 10 processes and their figures are in bench/README.md.)"""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from bench import fleet
@@ -34,3 +36,19 @@ def test_a_record_carries_about_two_kilobytes_of_chat_text() -> None:
     texts = (record.request_body, record.response_body, record.response_text)
     assert all(texts)
     assert 1800 <= sum(len(text or "") for text in texts) <= 2600
+
+
+def test_the_recorder_threads_cpu_is_read_by_thread_name() -> None:
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait, name="mirrorgate-recorder-probe")
+    other = threading.Thread(target=release.wait, name="someone-else")
+    thread.start()
+    other.start()
+    try:
+        cpu = fleet.recorder_thread_cpu_s()
+    finally:
+        release.set()
+        thread.join()
+        other.join()
+    assert "mirrorgate-recorder-probe" in cpu and cpu["mirrorgate-recorder-probe"] >= 0
+    assert "someone-else" not in cpu

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,9 +15,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from proxy.config.specs import StoreSpec
-from proxy.core.records import ExchangeRecord
+from proxy.core.records import ExchangeRecord, StoredRecord
+from proxy.store.errors import StoreUnavailableError
 from proxy.store.exchanges import Store
 from proxy.store.recorder import BODIES_DROPPED_TAG, RECORD_OVERHEAD_BYTES, Recorder, record_size
+from proxy.store.redaction import apply_bodies_policy
 from tests.conftest import seed_sqlite, wait_until
 from tests.proxy.store import test_exchanges as test_store
 from tests.proxy.store.test_exchanges import make_record
@@ -165,13 +168,15 @@ def test_a_full_queue_drops_and_counts_exactly(
     assert recorder.stop(timeout_s=10) is True
 
 
+@pytest.mark.parametrize("policy", ["full", "redacted"])  # redacted: with a prepared batch
 def test_records_wait_out_a_locked_database(
     sqlite_path: Path,
     make_recorder: Callable[..., tuple[Recorder, Any]],
     caplog: pytest.LogCaptureFixture,
+    policy: str,
 ) -> None:
     store = sqlite_store(sqlite_path, busy_timeout_ms=10)
-    recorder, registry = make_recorder(store, batch_size=50)
+    recorder, registry = make_recorder(store, batch_size=50, bodies_policy=policy)
     holder = sqlite3.connect(sqlite_path, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")  # the database is unwritable until this commits
     caplog.set_level(logging.INFO, logger="proxy.store.recorder")
@@ -248,11 +253,14 @@ def test_a_partial_batch_is_written_after_the_flush_interval(
     wait_until(lambda: store.count() == 3, what="the timer to flush a partial batch")
 
 
+@pytest.mark.parametrize("policy", ["full", "redacted"])
 def test_a_record_the_database_refuses_does_not_block_the_others(
-    sqlite_path: Path, make_recorder: Callable[..., tuple[Recorder, Any]]
+    sqlite_path: Path, make_recorder: Callable[..., tuple[Recorder, Any]], policy: str
 ) -> None:
     store = sqlite_store(sqlite_path)
-    recorder, registry = make_recorder(store, batch_size=7, flush_interval_s=3600)
+    recorder, registry = make_recorder(
+        store, batch_size=7, flush_interval_s=3600, bodies_policy=policy
+    )
     for i in range(7):
         recorder.submit(fresh(http_status=2**70 if i == 3 else 200))
     recorder.start()
@@ -483,3 +491,324 @@ def test_queue_max_bytes_comes_from_the_store_section(tmp_path: Path) -> None:
         store.close()
     with pytest.raises(ValueError, match="queue_max_bytes"):
         StoreSpec(queue_max_bytes=1000)
+
+
+# --- bodies: redacted, the next batch redacted while the database takes the last ------------------
+
+
+class ScriptedStore(Store):
+    """A real store that is down while `down` is set (every write raises
+    `StoreUnavailableError`), waits for `gate` before each write that goes through, and keeps the
+    request ids of every batch it committed, in order."""
+
+    def __init__(self, url: str, **kwargs: Any) -> None:
+        super().__init__(url, **kwargs)
+        self.down = threading.Event()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+        self.attempts = 0
+        self.committed: list[list[str]] = []
+
+    def write_batch(self, records: Sequence[StoredRecord]) -> None:
+        self.attempts += 1
+        if self.down.is_set():
+            raise StoreUnavailableError("the test took the database down")
+        self.entered.set()
+        if not self.gate.wait(30):
+            raise RuntimeError("the test never opened the gate")
+        super().write_batch(records)
+        self.committed.append([r.request_id for r in records])
+
+
+@pytest.fixture
+def redactions(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """request_id -> the name of the thread that applied the bodies policy to it (last time)."""
+    seen: dict[str, str] = {}
+
+    def spy(record: Any, bodies: Any) -> Any:
+        seen[record.request_id] = threading.current_thread().name
+        return apply_bodies_policy(record, bodies)
+
+    monkeypatch.setattr("proxy.store.recorder.apply_bodies_policy", spy)
+    return seen
+
+
+def secret(request_id: str, **overrides: Any) -> ExchangeRecord:
+    """A record whose request body holds a key that redaction replaces."""
+    return fresh(request_id=request_id, request_body=f'{{"key": "{OPENAI_KEY}"}}', **overrides)
+
+
+def recorder_threads() -> set[str]:
+    return {t.name for t in threading.enumerate() if t.name.startswith("mirrorgate-recorder")}
+
+
+def test_the_next_batch_is_redacted_while_the_database_takes_the_last_and_still_counts_as_held(
+    sqlite_path: Path,
+    make_recorder: Callable[..., tuple[Recorder, Any]],
+    redactions: dict[str, str],
+) -> None:
+    store = sqlite_store(sqlite_path, ScriptedStore)
+    assert isinstance(store, ScriptedStore)
+    size = record_size(secret("r0"))
+    # Room for the bodies of four records (two being written, two prepared), not of a fifth.
+    bound = (4 * size + size // 2) * 4 // 3
+    recorder, registry = make_recorder(
+        store, bodies_policy="redacted", batch_size=2, flush_interval_s=3600, queue_max_bytes=bound
+    )
+    store.gate.clear()
+    recorder.start()
+    for i in (1, 2):
+        recorder.submit(secret(f"r{i}"))
+    assert store.entered.wait(10), "the writer never began the first batch"
+    for i in (3, 4):
+        recorder.submit(secret(f"r{i}"))
+    wait_until(lambda: {"r3", "r4"} <= redactions.keys(), what="the next batch to be redacted")
+    # The first batch is still in the database's hands: the second was redacted meanwhile, by
+    # the redact thread, and its records are still held: not queued, not settled, their bytes
+    # counted.
+    assert redactions["r3"] == redactions["r4"] == "mirrorgate-recorder-redact"
+    assert store.committed == []
+    assert recorder.pending() == 4
+    assert metric(registry, "mirrorgate_recorder_queue_depth") == 0
+    assert metric(registry, "mirrorgate_recorder_queue_bytes") == 4 * size
+    assert recorder.submit(secret("r5")) is True  # past the bodies' share: kept without them
+    assert metric(registry, "mirrorgate_recorder_bodies_dropped_total") == 1
+    store.gate.set()
+    assert recorder.stop(timeout_s=10) is True
+    assert store.committed == [["r1", "r2"], ["r3", "r4"], ["r5"]]
+    stored = {r.request_id: r for r in store.query()}
+    redacted = '{"key": "[REDACTED:openai_key]"}'
+    assert [stored[f"r{i}"].request_body for i in (1, 2, 3, 4)] == [redacted] * 4
+    assert stored["r5"].request_body is None and BODIES_DROPPED_TAG in stored["r5"].tags
+    assert metric(registry, "mirrorgate_recorder_queue_bytes") == 0
+    assert recorder_threads() == set()
+
+
+def test_a_prepared_batch_waits_out_an_outage_and_follows_the_retried_one_once(
+    sqlite_path: Path,
+    make_recorder: Callable[..., tuple[Recorder, Any]],
+    redactions: dict[str, str],
+) -> None:
+    store = sqlite_store(sqlite_path, ScriptedStore)
+    assert isinstance(store, ScriptedStore)
+    settled: list[str] = []
+    recorder, registry = make_recorder(
+        store,
+        bodies_policy="redacted",
+        batch_size=2,
+        flush_interval_s=3600,
+        on_settled=lambda records: settled.extend(r.request_id for r in records),
+    )
+    store.down.set()
+    recorder.start()
+    for i in (1, 2):
+        recorder.submit(secret(f"r{i}"))
+    wait_until(lambda: store.attempts >= 1, what="the first failed write")
+    for i in (3, 4, 5, 6):
+        recorder.submit(secret(f"r{i}"))
+    wait_until(lambda: {"r3", "r4"} <= redactions.keys(), what="the next batch to be prepared")
+    attempts = store.attempts
+    wait_until(lambda: store.attempts > attempts, what="a retry with a batch prepared")
+    assert "r5" not in redactions  # one batch prepared ahead, no more
+    assert recorder.write_problem is not None
+    assert recorder.pending() == 6
+    store.down.clear()
+    wait_until(lambda: recorder.pending() == 0, what="the held records to be written")
+    assert store.committed == [["r1", "r2"], ["r3", "r4"], ["r5", "r6"]]
+    assert settled == ["r1", "r2", "r3", "r4", "r5", "r6"]
+    assert store.count() == 6
+    assert recorder.write_problem is None
+    assert metric(registry, "mirrorgate_recorder_written_total") == 6
+    assert recorder.stop(timeout_s=10) is True
+
+
+def test_a_rejected_prepared_batch_is_isolated_record_by_record(
+    sqlite_path: Path,
+    make_recorder: Callable[..., tuple[Recorder, Any]],
+    redactions: dict[str, str],
+) -> None:
+    store = sqlite_store(sqlite_path, ScriptedStore)
+    assert isinstance(store, ScriptedStore)
+    settled: list[str] = []
+    recorder, registry = make_recorder(
+        store,
+        bodies_policy="redacted",
+        batch_size=3,
+        flush_interval_s=3600,
+        on_settled=lambda records: settled.extend(r.request_id for r in records),
+    )
+    store.gate.clear()
+    recorder.start()
+    for i in (1, 2, 3):
+        recorder.submit(secret(f"r{i}"))
+    assert store.entered.wait(10), "the writer never began the first batch"
+    for i in (4, 5, 6):
+        recorder.submit(secret(f"r{i}", http_status=2**70 if i == 5 else 200))
+    wait_until(lambda: "r6" in redactions, what="the next batch to be prepared")
+    assert redactions["r6"] == "mirrorgate-recorder-redact"
+    store.gate.set()
+    wait_until(lambda: recorder.pending() == 0, what="both batches to settle")
+    assert store.committed == [["r1", "r2", "r3"], ["r4"], ["r6"]]
+    assert settled == ["r1", "r2", "r3", "r4", "r5", "r6"]  # the journal forgets r5 too
+    assert metric(registry, "mirrorgate_recorder_dropped_total", reason="rejected") == 1
+    assert recorder.written_total == 5
+
+
+def test_stop_writes_a_prepared_batch_and_ends_both_threads(
+    sqlite_path: Path,
+    make_recorder: Callable[..., tuple[Recorder, Any]],
+    redactions: dict[str, str],
+) -> None:
+    store = sqlite_store(sqlite_path, ScriptedStore)
+    assert isinstance(store, ScriptedStore)
+    recorder, registry = make_recorder(
+        store, bodies_policy="redacted", batch_size=2, flush_interval_s=3600
+    )
+    store.gate.clear()
+    recorder.start()
+    for i in (1, 2):
+        recorder.submit(secret(f"r{i}"))
+    assert store.entered.wait(10), "the writer never began the first batch"
+    for i in (3, 4, 5):
+        recorder.submit(secret(f"r{i}"))
+    wait_until(lambda: {"r3", "r4"} <= redactions.keys(), what="the next batch to be prepared")
+    stopped: list[bool] = []
+    stopper = threading.Thread(target=lambda: stopped.append(recorder.stop(timeout_s=10)))
+    stopper.start()
+    store.gate.set()
+    stopper.join(20)
+    assert stopped == [True]
+    assert store.committed == [["r1", "r2"], ["r3", "r4"], ["r5"]]
+    assert metric(registry, "mirrorgate_recorder_dropped_total", reason="shutdown") == 0
+    assert recorder.pending() == 0
+    assert recorder_threads() == set()
+
+
+def test_stop_during_an_outage_counts_a_prepared_batch_as_lost_like_queued_records(
+    sqlite_path: Path,
+    make_recorder: Callable[..., tuple[Recorder, Any]],
+    redactions: dict[str, str],
+) -> None:
+    store = sqlite_store(sqlite_path, ScriptedStore)
+    assert isinstance(store, ScriptedStore)
+    settled: list[str] = []
+    recorder, registry = make_recorder(
+        store,
+        bodies_policy="redacted",
+        batch_size=2,
+        flush_interval_s=3600,
+        on_settled=lambda records: settled.extend(r.request_id for r in records),
+    )
+    store.down.set()
+    recorder.start()
+    for i in (1, 2):
+        recorder.submit(secret(f"r{i}"))
+    wait_until(lambda: store.attempts >= 1, what="the first failed write")
+    for i in (3, 4, 5):
+        recorder.submit(secret(f"r{i}"))
+    wait_until(lambda: {"r3", "r4"} <= redactions.keys(), what="the next batch to be prepared")
+    assert recorder.stop(timeout_s=0.2) is False
+    assert metric(registry, "mirrorgate_recorder_dropped_total", reason="shutdown") == 5
+    assert recorder.pending() == 0
+    assert metric(registry, "mirrorgate_recorder_queue_bytes") == 0
+    assert settled == []
+    assert store.count() == 0
+    assert recorder_threads() == set()
+    assert recorder.submit(secret("late")) is False
+
+
+@pytest.mark.parametrize(
+    ("policy", "threads"),
+    [
+        ("full", {"mirrorgate-recorder"}),
+        ("none", {"mirrorgate-recorder"}),
+        ("redacted", {"mirrorgate-recorder", "mirrorgate-recorder-redact"}),
+    ],
+)
+def test_only_redaction_gets_a_second_thread_and_stop_ends_it(
+    sqlite_path: Path,
+    make_recorder: Callable[..., tuple[Recorder, Any]],
+    policy: str,
+    threads: set[str],
+) -> None:
+    store = sqlite_store(sqlite_path)
+    before = set(threading.enumerate())
+    recorder, _ = make_recorder(store, bodies_policy=policy)
+    recorder.start()
+    started = set(threading.enumerate()) - before
+    assert {t.name for t in started} == threads
+    assert all(t.daemon is False for t in started)
+    recorder.submit(secret("r1"))
+    assert recorder.stop(timeout_s=10) is True
+    assert not any(t.is_alive() for t in started)
+    assert store.count() == 1
+
+
+def test_the_redact_thread_gives_up_the_gil_between_slices_and_still_redacts_every_record(
+    sqlite_path: Path,
+    make_recorder: Callable[..., tuple[Recorder, Any]],
+    redactions: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("proxy.store.recorder._REDACT_SLICE_S", 0.0)  # a slice ends every record
+    yields: list[str] = []
+    sleep = time.sleep
+
+    def spy(seconds: float) -> None:
+        if seconds == 0:
+            yields.append(threading.current_thread().name)
+        sleep(seconds)
+
+    monkeypatch.setattr("proxy.store.recorder.time.sleep", spy)
+    store = sqlite_store(sqlite_path, ScriptedStore)
+    assert isinstance(store, ScriptedStore)
+    recorder, _ = make_recorder(
+        store, bodies_policy="redacted", batch_size=3, flush_interval_s=3600
+    )
+    store.gate.clear()
+    recorder.start()
+    for i in (1, 2, 3):
+        recorder.submit(secret(f"r{i}"))
+    assert store.entered.wait(10), "the writer never began the first batch"
+    for i in (4, 5, 6):
+        recorder.submit(secret(f"r{i}"))
+    wait_until(lambda: "r6" in redactions, what="the next batch to be prepared")
+    store.gate.set()
+    assert recorder.stop(timeout_s=10) is True
+    assert yields.count("mirrorgate-recorder-redact") >= 3  # after each of r4, r5, r6
+    assert store.committed == [["r1", "r2", "r3"], ["r4", "r5", "r6"]]
+    stored = [r.request_body for r in store.query()]
+    assert stored == ['{"key": "[REDACTED:openai_key]"}'] * 6
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_redaction_that_fails_ends_the_recorder_as_on_the_writer_thread_and_counts_the_rest(
+    sqlite_path: Path,
+    make_recorder: Callable[..., tuple[Recorder, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def policy(record: Any, bodies: Any) -> Any:
+        if record.request_id == "bad":
+            raise RuntimeError("a redaction bug")
+        return apply_bodies_policy(record, bodies)
+
+    monkeypatch.setattr("proxy.store.recorder.apply_bodies_policy", policy)
+    store = sqlite_store(sqlite_path, ScriptedStore)
+    assert isinstance(store, ScriptedStore)
+    recorder, registry = make_recorder(
+        store, bodies_policy="redacted", batch_size=2, flush_interval_s=3600
+    )
+    store.gate.clear()
+    recorder.start()
+    for request_id in ("r1", "r2"):
+        recorder.submit(secret(request_id))
+    assert store.entered.wait(10), "the writer never began the first batch"
+    for request_id in ("bad", "r4"):
+        recorder.submit(secret(request_id))
+    store.gate.set()
+    wait_until(lambda: recorder_threads() == set(), what="both threads to end")
+    assert recorder.stop(timeout_s=5) is False
+    assert store.committed == [["r1", "r2"]]
+    assert metric(registry, "mirrorgate_recorder_dropped_total", reason="shutdown") == 2
+    assert recorder.pending() == 0
