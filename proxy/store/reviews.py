@@ -329,21 +329,15 @@ class ReviewStore:
         """The next item of the queue for `reviewer_id`: one that still wants a review and that
         this reviewer has neither reviewed nor skipped; items waiting for their second review
         first (so agreement can be read early), then the oldest."""
-        i, r = _items.c, _reviews.c
-        done = (
-            sa.select(sa.func.count())
-            .where(r.item_id == i.item_id, r.skipped == sa.false())
-            .scalar_subquery()
-        )
-        mine = sa.select(r.id).where(r.item_id == i.item_id, r.reviewer_id == reviewer_id).exists()
+        done, mine = _tallies(reviewer_id)
         statement = (
-            sa.select(_items)
-            .where(i.route == route, done < i.wanted_reviews, ~mine)
-            .order_by(done.desc(), i.id)
+            _with_reviews(sa.select(_items), route)
+            .having(done < _items.c.wanted_reviews, mine == 0)
+            .order_by(done.desc(), _items.c.id)
             .limit(1)
         )
         if rule_version != ANY_VERSION:
-            statement = statement.where(i.rule_version == rule_version)
+            statement = statement.where(_items.c.rule_version == rule_version)
         with translated("reading the review queue"), self._engine.connect() as conn:
             row = conn.execute(statement).mappings().first()
         return None if row is None else _item(row)
@@ -465,22 +459,37 @@ class ReviewStore:
 
     def open_count(self, route: str, rule_version: str, reviewer_id: str) -> int:
         """Items of the queue still open for `reviewer_id` (not reviewed or skipped by them)."""
-        i, r = _items.c, _reviews.c
-        done = (
-            sa.select(sa.func.count())
-            .where(r.item_id == i.item_id, r.skipped == sa.false())
-            .scalar_subquery()
-        )
-        mine = sa.select(r.id).where(r.item_id == i.item_id, r.reviewer_id == reviewer_id).exists()
-        statement = (
-            sa.select(sa.func.count())
-            .select_from(_items)
-            .where(i.route == route, done < i.wanted_reviews, ~mine)
+        done, mine = _tallies(reviewer_id)
+        open_ = _with_reviews(sa.select(_items.c.id), route).having(
+            done < _items.c.wanted_reviews, mine == 0
         )
         if rule_version != ANY_VERSION:
-            statement = statement.where(i.rule_version == rule_version)
+            open_ = open_.where(_items.c.rule_version == rule_version)
+        statement = sa.select(sa.func.count()).select_from(open_.subquery())
         with translated("counting the review queue"), self._engine.connect() as conn:
             return int(conn.execute(statement).scalar_one())
+
+
+def _tallies(reviewer_id: str) -> tuple[sa.ColumnElement[int], sa.ColumnElement[int]]:
+    """Over an item's reviews (`_with_reviews`): how many are reviews rather than skips, and
+    how many are `reviewer_id`'s (a review or a skip)."""
+    r = _reviews.c
+    done = sa.func.count(sa.case((r.skipped == sa.false(), r.id)))
+    mine = sa.func.count(sa.case((r.reviewer_id == reviewer_id, r.id)))
+    return done, mine
+
+
+def _with_reviews(statement: sa.Select[Any], route: str) -> sa.Select[Any]:
+    """`statement` over the items of `route`, each grouped with its reviews: one pass over the
+    queue and its reviews by `ix_reviews_item_reviewer`, however many reviews a reviewer has
+    (a `NOT EXISTS` on the reviewer's own reviews let PostgreSQL rescan all of them for every
+    item while its statistics were young)."""
+    i = _items.c
+    return (
+        statement.select_from(_items.outerjoin(_reviews, _reviews.c.item_id == i.item_id))
+        .where(i.route == route)
+        .group_by(i.id)
+    )
 
 
 def _review_columns() -> list[sa.Label[Any]]:
