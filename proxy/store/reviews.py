@@ -299,19 +299,16 @@ class ReviewStore:
     def enqueue(self, items: Sequence[ReviewItem]) -> int:
         """Queue `items`; a pair already queued (by another replica, say) is left as it is.
         Returns how many were added."""
+        rows = [_item_row(item) for item in items]
+        try:  # the common case: none is queued yet, one transaction for all
+            with translated("queuing pairs for review", writing=True), self._engine.begin() as conn:
+                if rows:
+                    conn.execute(sa.insert(_items), rows)
+            return len(rows)
+        except DuplicateRecordError:
+            pass
         added = 0
-        for item in items:
-            c = item.candidate
-            row = {
-                "item_id": item.item_id, "source": c.source, "route": c.route, "rule": c.rule,
-                "rule_version": c.rule_version, "request_id": c.request_id,
-                "pair_id": c.pair_id, "primary_target": c.primary_target,
-                "primary_arm": c.primary_arm, "candidate_target": c.candidate_target,
-                "candidate_arm": c.candidate_arm, "agreement": c.agreement,
-                "candidate_shown_as": item.candidate_shown_as,
-                "wanted_reviews": item.wanted_reviews, "weight": item.weight, "why": item.why,
-                "exchanged_at": as_utc(c.exchanged_at), "created_at": as_utc(item.created_at),
-            }  # fmt: skip
+        for row in rows:  # one of them is: each alone, so the others still go in
             try:
                 with (
                     translated("queuing a pair for review", writing=True),
@@ -468,6 +465,20 @@ class ReviewStore:
         statement = sa.select(sa.func.count()).select_from(open_.subquery())
         with translated("counting the review queue"), self._engine.connect() as conn:
             return int(conn.execute(statement).scalar_one())
+
+
+def _item_row(item: ReviewItem) -> dict[str, Any]:
+    c = item.candidate
+    return {
+        "item_id": item.item_id, "source": c.source, "route": c.route, "rule": c.rule,
+        "rule_version": c.rule_version, "request_id": c.request_id,
+        "pair_id": c.pair_id, "primary_target": c.primary_target,
+        "primary_arm": c.primary_arm, "candidate_target": c.candidate_target,
+        "candidate_arm": c.candidate_arm, "agreement": c.agreement,
+        "candidate_shown_as": item.candidate_shown_as,
+        "wanted_reviews": item.wanted_reviews, "weight": item.weight, "why": item.why,
+        "exchanged_at": as_utc(c.exchanged_at), "created_at": as_utc(item.created_at),
+    }  # fmt: skip
 
 
 def _tallies(reviewer_id: str) -> tuple[sa.ColumnElement[int], sa.ColumnElement[int]]:
