@@ -4,12 +4,12 @@ exchanges, on SQLite and on PostgreSQL.
     .venv/bin/python -m bench.evalset_build [--rows 1000000] [--size 1000]
         [--pg-url postgresql+psycopg://postgres@127.0.0.1:5432/test] [--no-pg] [--no-sqlite]
 
-The store is seeded with bulk inserts (multi-row INSERTs of 5,000 rows, bodies of about 300
-bytes): 30 tasks by a regex over the user message, three rule versions (one rare, 1 %), every
-50th answer corrected, every 40th with a failed check. Only the build is timed (`build_set`:
-the two SQL passes, parsing, dedupe, allocation), not the seeding, and the build's peak memory
-(tracemalloc) is printed: it must not grow with the store. SQLite runs in a temporary
-directory; PostgreSQL in a temporary schema, dropped afterwards.
+The store is seeded in bulk (chunks of 5,000 rows, COPY on PostgreSQL and executemany on
+SQLite, bodies of about 300 bytes): 30 tasks by a regex over the user message, three rule
+versions (one rare, 1 %), every 50th answer corrected, every 40th with a failed check. Only the
+build is timed (`build_set`: the two SQL passes, parsing, dedupe, allocation), not the seeding,
+and the build's peak memory (tracemalloc) is printed: it must not grow with the store. SQLite
+runs in a temporary directory; PostgreSQL in a temporary schema, dropped afterwards.
 """
 
 from __future__ import annotations
@@ -68,32 +68,41 @@ def _rows(start: int, count: int, now: datetime) -> list[dict[str, Any]]:
 def seed(store: Store, total: int, now: datetime) -> float:
     """Bulk-insert `total` exchanges (+ corrections and failed checks); seconds it took."""
     began = time.perf_counter()
-    exchanges = sa.table("exchanges", *(sa.column(k) for k in _rows(0, 1, now)[0]))
-    feedback = sa.table("feedback", *(sa.column(k) for k in (
-        "request_id", "kind", "route", "target", "arm", "created_at", "corrected", "correction",
-    )))  # fmt: skip
-    checks = sa.table("check_results", *(sa.column(k) for k in (
-        "request_id", "route", "target", "arm", "rule", "rule_version", "check_name", "result",
-        "reason", "created_at",
-    )))  # fmt: skip
     with store.engine.begin() as conn:
         for start in range(0, total, CHUNK):
             rows = _rows(start, min(CHUNK, total - start), now)
-            conn.execute(exchanges.insert(), rows)
+            _bulk(conn, "exchanges", rows)
             ids = [r["request_id"] for r in rows]
-            conn.execute(feedback.insert(), [
+            _bulk(conn, "feedback", [
                 {"request_id": r, "kind": "correction", "route": "support-bot", "target": "prod",
                  "arm": "primary", "created_at": now, "corrected": True,
                  "correction": '{"order": 0, "max_weight": 100}'}
                 for n, r in enumerate(ids) if (start + n) % 50 == 0
             ])  # fmt: skip
-            conn.execute(checks.insert(), [
+            _bulk(conn, "check_results", [
                 {"request_id": r, "route": "support-bot", "target": "prod", "arm": "primary",
                  "rule": "shipping", "rule_version": "v1", "check_name": "max-weight",
                  "result": "fail", "reason": "", "created_at": now}
                 for n, r in enumerate(ids) if (start + n) % 40 == 1
             ])  # fmt: skip
     return time.perf_counter() - began
+
+
+def _bulk(conn: sa.Connection, table: str, rows: list[dict[str, Any]]) -> None:
+    """`rows` into `table`: PostgreSQL's COPY (three times the speed of psycopg's pipelined
+    executemany here), SQLite's executemany."""
+    if not rows:
+        return
+    columns = list(rows[0])
+    if conn.dialect.name != "postgresql":
+        conn.execute(sa.table(table, *(sa.column(c) for c in columns)).insert(), rows)
+        return
+    driver = conn.connection.driver_connection  # psycopg's, inside this transaction
+    assert driver is not None  # a connection the pool handed out
+    cursor = driver.cursor()
+    with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row([row[c] for c in columns])
 
 
 def measure(store: Store, rows: int, size: int) -> dict[str, Any]:

@@ -299,19 +299,16 @@ class ReviewStore:
     def enqueue(self, items: Sequence[ReviewItem]) -> int:
         """Queue `items`; a pair already queued (by another replica, say) is left as it is.
         Returns how many were added."""
+        rows = [_item_row(item) for item in items]
+        try:  # the common case: none is queued yet, one transaction for all
+            with translated("queuing pairs for review", writing=True), self._engine.begin() as conn:
+                if rows:
+                    conn.execute(sa.insert(_items), rows)
+            return len(rows)
+        except DuplicateRecordError:
+            pass
         added = 0
-        for item in items:
-            c = item.candidate
-            row = {
-                "item_id": item.item_id, "source": c.source, "route": c.route, "rule": c.rule,
-                "rule_version": c.rule_version, "request_id": c.request_id,
-                "pair_id": c.pair_id, "primary_target": c.primary_target,
-                "primary_arm": c.primary_arm, "candidate_target": c.candidate_target,
-                "candidate_arm": c.candidate_arm, "agreement": c.agreement,
-                "candidate_shown_as": item.candidate_shown_as,
-                "wanted_reviews": item.wanted_reviews, "weight": item.weight, "why": item.why,
-                "exchanged_at": as_utc(c.exchanged_at), "created_at": as_utc(item.created_at),
-            }  # fmt: skip
+        for row in rows:  # one of them is: each alone, so the others still go in
             try:
                 with (
                     translated("queuing a pair for review", writing=True),
@@ -329,21 +326,15 @@ class ReviewStore:
         """The next item of the queue for `reviewer_id`: one that still wants a review and that
         this reviewer has neither reviewed nor skipped; items waiting for their second review
         first (so agreement can be read early), then the oldest."""
-        i, r = _items.c, _reviews.c
-        done = (
-            sa.select(sa.func.count())
-            .where(r.item_id == i.item_id, r.skipped == sa.false())
-            .scalar_subquery()
-        )
-        mine = sa.select(r.id).where(r.item_id == i.item_id, r.reviewer_id == reviewer_id).exists()
+        done, mine = _tallies(reviewer_id)
         statement = (
-            sa.select(_items)
-            .where(i.route == route, done < i.wanted_reviews, ~mine)
-            .order_by(done.desc(), i.id)
+            _with_reviews(sa.select(_items), route)
+            .having(done < _items.c.wanted_reviews, mine == 0)
+            .order_by(done.desc(), _items.c.id)
             .limit(1)
         )
         if rule_version != ANY_VERSION:
-            statement = statement.where(i.rule_version == rule_version)
+            statement = statement.where(_items.c.rule_version == rule_version)
         with translated("reading the review queue"), self._engine.connect() as conn:
             row = conn.execute(statement).mappings().first()
         return None if row is None else _item(row)
@@ -465,22 +456,51 @@ class ReviewStore:
 
     def open_count(self, route: str, rule_version: str, reviewer_id: str) -> int:
         """Items of the queue still open for `reviewer_id` (not reviewed or skipped by them)."""
-        i, r = _items.c, _reviews.c
-        done = (
-            sa.select(sa.func.count())
-            .where(r.item_id == i.item_id, r.skipped == sa.false())
-            .scalar_subquery()
-        )
-        mine = sa.select(r.id).where(r.item_id == i.item_id, r.reviewer_id == reviewer_id).exists()
-        statement = (
-            sa.select(sa.func.count())
-            .select_from(_items)
-            .where(i.route == route, done < i.wanted_reviews, ~mine)
+        done, mine = _tallies(reviewer_id)
+        open_ = _with_reviews(sa.select(_items.c.id), route).having(
+            done < _items.c.wanted_reviews, mine == 0
         )
         if rule_version != ANY_VERSION:
-            statement = statement.where(i.rule_version == rule_version)
+            open_ = open_.where(_items.c.rule_version == rule_version)
+        statement = sa.select(sa.func.count()).select_from(open_.subquery())
         with translated("counting the review queue"), self._engine.connect() as conn:
             return int(conn.execute(statement).scalar_one())
+
+
+def _item_row(item: ReviewItem) -> dict[str, Any]:
+    c = item.candidate
+    return {
+        "item_id": item.item_id, "source": c.source, "route": c.route, "rule": c.rule,
+        "rule_version": c.rule_version, "request_id": c.request_id,
+        "pair_id": c.pair_id, "primary_target": c.primary_target,
+        "primary_arm": c.primary_arm, "candidate_target": c.candidate_target,
+        "candidate_arm": c.candidate_arm, "agreement": c.agreement,
+        "candidate_shown_as": item.candidate_shown_as,
+        "wanted_reviews": item.wanted_reviews, "weight": item.weight, "why": item.why,
+        "exchanged_at": as_utc(c.exchanged_at), "created_at": as_utc(item.created_at),
+    }  # fmt: skip
+
+
+def _tallies(reviewer_id: str) -> tuple[sa.ColumnElement[int], sa.ColumnElement[int]]:
+    """Over an item's reviews (`_with_reviews`): how many are reviews rather than skips, and
+    how many are `reviewer_id`'s (a review or a skip)."""
+    r = _reviews.c
+    done = sa.func.count(sa.case((r.skipped == sa.false(), r.id)))
+    mine = sa.func.count(sa.case((r.reviewer_id == reviewer_id, r.id)))
+    return done, mine
+
+
+def _with_reviews(statement: sa.Select[Any], route: str) -> sa.Select[Any]:
+    """`statement` over the items of `route`, each grouped with its reviews: one pass over the
+    queue and its reviews by `ix_reviews_item_reviewer`, however many reviews a reviewer has
+    (a `NOT EXISTS` on the reviewer's own reviews let PostgreSQL rescan all of them for every
+    item while its statistics were young)."""
+    i = _items.c
+    return (
+        statement.select_from(_items.outerjoin(_reviews, _reviews.c.item_id == i.item_id))
+        .where(i.route == route)
+        .group_by(i.id)
+    )
 
 
 def _review_columns() -> list[sa.Label[Any]]:

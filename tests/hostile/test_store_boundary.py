@@ -450,9 +450,13 @@ def test_a_store_that_cannot_be_opened_at_start_is_one_line_and_exit_1(
     assert cause in lines[0] and "s3cretpw" not in done.stderr + done.stdout
 
 
-def test_100000_client_chosen_rule_versions_leave_rows_logs_and_memory_bounded(
+def test_client_chosen_rule_versions_far_past_the_caps_leave_rows_logs_and_memory_bounded(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # What bounds the rows, the log lines and the memory are the rule's max_versions (64) and
+    # PENDING_MAX: the flood is sized from them, four times PENDING_MAX distinct versions (64
+    # times max_versions). Past the cap a version is carried as overflow and remembered nowhere,
+    # so a longer flood does the same again.
     caplog.set_level(logging.INFO, logger="mirrorgate.rules")
     store = Store(f"sqlite:///{tmp_path / 'rules.db'}")
     store.migrate()
@@ -464,10 +468,11 @@ def test_100000_client_chosen_rule_versions_leave_rows_logs_and_memory_bounded(
         metrics=GatewayMetrics(registry),
         policies={"support": VersionPolicy(min_requests=3, max_versions=64)},
     )
+    flood_size = 4 * PENDING_MAX
 
     async def flood() -> set[str]:
         carried: set[str] = set()
-        for i in range(100_000):
+        for i in range(flood_size):
             version = f"client-{i:06d}"
             for repeat in range(3):  # each recurs enough to open, if there were room
                 match = RuleMatch("support", version, f"prompt {i}")
@@ -485,5 +490,5 @@ def test_100000_client_chosen_rule_versions_leave_rows_logs_and_memory_bounded(
     overflowed = registry.get_sample_value(
         "mirrorgate_rule_versions_overflow_total", {"rule": "support"}
     )
-    assert overflowed == 3 * (100_000 - 64)
+    assert overflowed == 3 * (flood_size - 64)
     store.close()

@@ -257,11 +257,17 @@ def test_an_application_posting_every_operations_outcome_is_not_held_to_feedback
     """Feedback's buckets (a correction now and then) would refuse an application that reports
     every operation; outcomes have their own, and a full burst of them under feedback's tight
     limits is stored."""
-    gw = start_gateway(extra={"server": {"feedback_rate_per_s": 0.001, "feedback_burst": 2}})
-    for i in range(300):
+    feedback_burst = 2
+    gw = start_gateway(
+        extra={"server": {"feedback_rate_per_s": 0.001, "feedback_burst": feedback_burst}}
+    )
+    # Ten times what feedback's bucket lets through (a refill each 1,000 s): feedback's limits
+    # would refuse all but the first two; outcomes' own bucket (outcome_burst 2000) lets all in.
+    posted = 10 * feedback_burst
+    for i in range(posted):
         ask(gw, f"op-{i}")
-    answers = [post(gw, {"operation_id": f"op-{i}", "completed": True}) for i in range(300)]
-    assert [a.status_code for a in answers] == [201] * 300
+    answers = [post(gw, {"operation_id": f"op-{i}", "completed": True}) for i in range(posted)]
+    assert [a.status_code for a in answers] == [201] * posted
     assert sample(gw, "mirrorgate_outcomes_rejected_total", reason="rate_limited") == 0
 
 

@@ -31,12 +31,14 @@ def started(
     path = tmp_path / "mirrorgate.yaml"
     gw = start_gateway(env=ENV, source=lambda: load_config(path, env=ENV))
     doc = gw.gateway.config.model_dump(mode="json")
-    path.write_text(yaml.safe_dump(doc))
+    write(path, doc)
     return gw, path, doc
 
 
 def write(path: Path, doc: dict[str, Any]) -> None:
-    path.write_text(yaml.safe_dump(doc))
+    # libyaml's emitter where PyYAML has it: the same YAML as safe_dump, and the whole config
+    # (every default of every section) written in Python was most of this module's time
+    path.write_text(yaml.dump(doc, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper)))
 
 
 def reload(client: httpx.Client, **kwargs: Any) -> httpx.Response:

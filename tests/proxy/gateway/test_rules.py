@@ -469,9 +469,15 @@ def test_versions_past_max_versions_are_overflow_and_open_nothing_even_after_a_r
     store.close()
 
 
-def test_100000_distinct_prompts_keep_versions_events_and_rows_bounded(tmp_path: Any) -> None:
-    # Half are one template filled per request, half are prompts each its own; some of those
-    # recur and open until the cap. The resolver and tracker are what the gateway calls.
+def test_distinct_prompts_far_past_the_caps_keep_versions_events_and_rows_bounded(
+    tmp_path: Any,
+) -> None:
+    # Half are one template filled per request, half are prompts each its own; every
+    # recur_every-th of those recurs and opens until the cap. The resolver and tracker are what
+    # the gateway calls. What bounds them are the two caps, max_versions (64) and PENDING_MAX,
+    # so the flood is sized from them: half again as many recurring revisions as max_versions, and
+    # several times PENDING_MAX one-off prompts before the cap is reached (after it a new
+    # version is carried as overflow and never pending).
     text = """
 models: {prod: {provider: openai, base_url: "http://h/v1", model: m}}
 routes: {bot: {primary: prod}}
@@ -481,6 +487,10 @@ rules:
     fingerprint_ignore: ['(?<=Customer: )\\w+']
 """
     config = parse_config(text, {})
+    cap = version_policies(config)["shipping"].max_versions
+    recur_every = 200
+    requests = recur_every * (cap * 3 // 2)  # 96 recurring revisions: 33 past the cap
+    assert recur_every * cap // 2 > 6 * PENDING_MAX  # one-off prompts pending before the cap
     resolver = RuleResolver(config)
     store = Store(f"sqlite:///{tmp_path / 'rules.db'}")
     store.migrate()
@@ -497,14 +507,14 @@ rules:
                 f"Customer: user{i}. Today is 2026-{1 + i % 12:02d}-{1 + i % 28:02d}, "
                 f"ticket #{10_000 + i}, session {i:08x}-0000-4000-8000-{i:012x}. max_weight = 100"
             )
-        if i % 1000 == 1:  # recurs: a real new version each time, until the cap
+        if i % recur_every == 1:  # recurs: a real new version each time, until the cap
             return f"Rules revision {i}: max_weight = 150"
         return f"Rule {i}: max_weight = {i}"
 
     async def feed() -> set[str]:
         carried = set()
-        for i in range(100_000):
-            for _ in range(3 if i % 1000 == 1 else 1):
+        for i in range(requests):
+            for _ in range(3 if i % recur_every == 1 else 1):
                 match = resolver.resolve("bot", "chat.completions", chat(prompt(i)), [])
                 assert match is not None
                 carried.add(tracker.observe(match, "bot", f"req-{i}").version)
@@ -515,6 +525,7 @@ rules:
     stored = events.events()
     templated = resolver.resolve("bot", "chat.completions", chat(prompt(0)), [])
     assert templated is not None and templated.version in {e.version for e in stored}
+    assert cap == 64
     assert len(stored) == 64  # the template, then 63 recurring revisions: the cap
     assert tracker.versions("shipping")[0] == 64
     assert tracker.versions("shipping")[1] <= PENDING_MAX

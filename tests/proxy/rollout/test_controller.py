@@ -624,27 +624,38 @@ REVIEWED = LOW_TRAFFIC.replace(
 
 def reviews_of(store: Store, start: datetime, first: int = 0, **preferences: int) -> None:
     """Blind reviews of pairs (prod live, cand shadow): `candidate=`, `primary=`, `tie=` counts;
-    the candidate is shown as A on even items and as B on odd ones."""
+    the candidate is shown as A on even items and as B on odd ones. The pairs are written in
+    one batch and queued in one call, then reviewed one by one, in order."""
     reviews = ReviewStore(store)
-    n = first
+    planned: list[tuple[int, datetime, str]] = []
+    records: list[Any] = []
     for preferred, count in preferences.items():
         for _ in range(count):
-            n += 1
+            n = first + len(planned) + 1
             at = start + timedelta(seconds=n)
-            records: list[Any] = shadow_pair(n, route="bot", primary="prod", candidate="cand")
-            store.write_batch(
-                [replace(r, started_at=at) if isinstance(r, ExchangeRecord)
-                 else replace(r, created_at=at) for r in records]
-            )  # fmt: skip
-            shown: Literal["A", "B"] = "A" if n % 2 == 0 else "B"
-            other: Literal["A", "B"] = "B" if shown == "A" else "A"
-            (candidate,) = reviews.candidates("bot", ANY_VERSION, since=at)
-            item = replace(queued(candidate, shown_as=shown), created_at=at)
-            reviews.enqueue([item])
-            choice = {"candidate": shown, "primary": other, "tie": "tie"}[preferred]
-            reviews.add(
-                ReviewRecord(item.item_id, "alice", at, 3, 3, choice)  # type: ignore[arg-type]
-            )
+            planned.append((n, at, preferred))
+            records += [
+                replace(r, started_at=at) if isinstance(r, ExchangeRecord)
+                else replace(r, created_at=at)
+                for r in shadow_pair(n, route="bot", primary="prod", candidate="cand")
+            ]  # fmt: skip
+    store.write_batch(records)
+    found = {
+        c.pair_id: c
+        for c in reviews.candidates("bot", ANY_VERSION, since=start, limit=len(planned))
+    }
+    assert len(found) == len(planned)  # exactly these pairs, none queued before
+    items = []
+    for n, at, preferred in planned:
+        shown: Literal["A", "B"] = "A" if n % 2 == 0 else "B"
+        other: Literal["A", "B"] = "B" if shown == "A" else "A"
+        item = replace(queued(found[f"pair-{n}"], shown_as=shown), created_at=at)
+        items.append((item, {"candidate": shown, "primary": other, "tie": "tie"}[preferred]))
+    assert reviews.enqueue([item for item, _ in items]) == len(items)
+    for item, choice in items:
+        reviews.add(
+            ReviewRecord(item.item_id, "alice", item.created_at, 3, 3, choice)  # type: ignore[arg-type]
+        )
 
 
 async def reviewed_rollout(

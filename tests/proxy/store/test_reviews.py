@@ -114,6 +114,9 @@ def test_candidates_are_shadow_pairs_with_both_answers_stored_not_yet_queued(
     assert [c.pair_id for c in reviews.candidates("support-bot", ANY_VERSION, since=T0)] == [
         "pair-2"
     ]
+    # one of a batch already queued (by another replica, say): the others still go in
+    assert reviews.enqueue([queued(found[1]), queued(two)]) == 1
+    assert reviews.candidates("support-bot", ANY_VERSION, since=T0) == []
 
 
 def test_texts_come_from_both_exchanges_by_the_side_each_is_shown_on(
