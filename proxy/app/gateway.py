@@ -357,18 +357,8 @@ class Gateway:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Any = None) -> AsyncIterator[None]:
-        await asyncio.to_thread(self.store.migrate)
-        await asyncio.to_thread(self._load_feedback_key)
-        await asyncio.to_thread(self._load_console_keys)
-        if self.journal is not None:  # before serving: what a killed process left, then ours
-            await asyncio.to_thread(self.journal.replay, self.store)
-            await asyncio.to_thread(self.journal.open)
-        await asyncio.to_thread(self.rule_tracker.load)
-        await asyncio.to_thread(load_encoding)  # the token vocabulary, never on the event loop
+        await asyncio.to_thread(self._open_store)
         await self.rollouts.refresh()  # come back in the phase and step that were persisted
-        self.routes.experiment_secret = await asyncio.to_thread(
-            SigningKeyStore(self.store).shared, "experiment-units"
-        )  # every replica assigns a unit to the same arm, and hashes it the same
         await self.experiments.refresh()  # and every experiment as it was persisted
         if self.analysis is not None:
             self.analysis.start()
@@ -543,6 +533,20 @@ class Gateway:
                 if r.probes is not None
             ]
         return missing
+
+    def _open_store(self) -> None:
+        """Start-up's blocking part, in one trip to a worker thread (each trip costs the event
+        loop a hand-over): the schema, the shared keys, the journal, the rule versions."""
+        self.store.migrate()
+        self._load_feedback_key()
+        self._load_console_keys()
+        if self.journal is not None:  # before serving: what a killed process left, then ours
+            self.journal.replay(self.store)
+            self.journal.open()
+        self.rule_tracker.load()
+        load_encoding()  # the token vocabulary, never on the event loop
+        # Every replica assigns a unit to the same arm, and hashes it the same.
+        self.routes.experiment_secret = SigningKeyStore(self.store).shared("experiment-units")
 
     def _load_feedback_key(self) -> None:
         """The feedback tokens' key: the variable's, or the one every replica shares through
