@@ -538,27 +538,26 @@ class Gateway:
         """Start-up's blocking part, in one trip to a worker thread (each trip costs the event
         loop a hand-over): the schema, the shared keys, the journal, the rule versions."""
         self.store.migrate()
-        self._load_feedback_key()
-        self._load_console_keys()
+        self._load_keys()
         if self.journal is not None:  # before serving: what a killed process left, then ours
             self.journal.replay(self.store)
             self.journal.open()
         self.rule_tracker.load()
         load_encoding()  # the token vocabulary, never on the event loop
-        # Every replica assigns a unit to the same arm, and hashes it the same.
-        self.routes.experiment_secret = SigningKeyStore(self.store).shared("experiment-units")
 
-    def _load_feedback_key(self) -> None:
-        """The feedback tokens' key: the variable's, or the one every replica shares through
-        the store (made by the first replica that asks)."""
+    def _load_keys(self) -> None:
+        """The keys every replica of the store shares (made by the first replica that asks),
+        read together: the feedback tokens' (unless the variable gives one: then it stays out
+        of the store), the console's session and reviewer-id keys, and the experiments' (every
+        replica assigns a unit to the same arm, and hashes it the same)."""
         given = self.env.get(self.config.server.feedback_signing_key_env)
-        key = given.encode() if given else SigningKeyStore(self.store).shared("feedback-tokens")
-        self.feedback_tokens.load(key)
-
-    def _load_console_keys(self) -> None:
-        """The console's session and reviewer-id keys, shared by every replica of the store."""
-        keys = SigningKeyStore(self.store)
-        self.console_auth.load(keys.shared("console-sessions"), keys.shared("console-reviewer-ids"))
+        names = ["console-sessions", "console-reviewer-ids", "experiment-units"]
+        keys = SigningKeyStore(self.store).shared_many(
+            names if given else ["feedback-tokens", *names]
+        )
+        self.feedback_tokens.load(given.encode() if given else keys["feedback-tokens"])
+        self.console_auth.load(keys["console-sessions"], keys["console-reviewer-ids"])
+        self.routes.experiment_secret = keys["experiment-units"]
 
     async def close(self) -> None:
         """Drain the recorder and close every client (SIGTERM lands here through uvicorn)."""
