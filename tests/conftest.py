@@ -30,7 +30,10 @@ from proxy.mock_upstream.behavior import parse_behavior
 from proxy.mock_upstream.server import MockUpstreamServer
 from proxy.store.exchanges import Store
 from proxy.store.migrations import head_version
+from tests import sdk_imports
 from tests.asgi_driver import AppThread, async_transport, status_without_body, sync_transport
+
+sdk_imports.defer()  # before any test module imports them (see tests/sdk_imports.py)
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 

@@ -10,17 +10,19 @@ import sys
 import threading
 from collections.abc import MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import openai
 import pytest
-from openai.types.chat import ChatCompletionMessageParam
 
 from proxy.mock_upstream.app import create_app
 from proxy.mock_upstream.behavior import BehaviorError, parse_behavior
 from proxy.mock_upstream.server import MockUpstreamServer, serve
 from tests.conftest import wait_until
+
+if TYPE_CHECKING:  # the SDKs load on first use (tests/sdk_imports.py)
+    from openai.types.chat import ChatCompletionMessageParam
 
 CHAT = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hello"}]}
 
