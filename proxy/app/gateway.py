@@ -122,6 +122,14 @@ def _entry_points() -> list[Any]:
     return list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
 
 
+@functools.cache
+def _alert_tls() -> ssl.SSLContext:
+    """The alert sinks' TLS context: httpx's default (certifi's CA bundle, or `SSL_CERT_FILE` /
+    `SSL_CERT_DIR`), made once per process. Loading the bundle costs ~10 ms per context, and
+    every gateway of the process (each worker's, each test's) can verify with the same one."""
+    return httpx.create_ssl_context()
+
+
 class Gateway:
     """A configured gateway. Call `app` from an ASGI server; `lifespan` starts and drains it."""
 
@@ -446,7 +454,7 @@ class Gateway:
         if not config.alerts.sinks:
             return None
         if self.alert_client is None:
-            self.alert_client = httpx.AsyncClient(timeout=httpx.Timeout(5.0))
+            self.alert_client = httpx.AsyncClient(timeout=httpx.Timeout(5.0), verify=_alert_tls())
         if self._alert_metrics is None:
             self._alert_metrics = AlertDeliveryMetrics(self.registry)
         return AlertDispatcher(
