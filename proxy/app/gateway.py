@@ -583,12 +583,17 @@ class Gateway:
             await asyncio.to_thread(self.analysis.stop, self.config.server.drain_timeout_s / 2)
         for client in [*self.clients.values(), *self.retired_clients]:
             await client.aclose()
-        await asyncio.to_thread(self.recorder.stop, self.config.server.drain_timeout_s)
-        if self.journal is not None:
-            await asyncio.to_thread(self.journal.close)
-        await asyncio.to_thread(self.store.close)
+        await asyncio.to_thread(self._close_store)
         if self.tracer_provider is not None:
             self.tracer_provider.shutdown()
+
+    def _close_store(self) -> None:
+        """Shutdown's blocking end, in one trip to a worker thread: drain the recorder, then
+        close the journal and the store."""
+        self.recorder.stop(self.config.server.drain_timeout_s)
+        if self.journal is not None:
+            self.journal.close()
+        self.store.close()
 
     # --- everything but the proxied endpoints -----------------------------------------------------
 
