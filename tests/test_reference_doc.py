@@ -19,8 +19,11 @@ def exposed_families(tmp_path: Path) -> dict[str, tuple[str, tuple[str, ...], st
     WorkerMetrics(registry)  # what the merged /metrics of `serve --workers` adds
     families: dict[str, tuple[str, tuple[str, ...], str]] = {}
     for collector in list(registry._collector_to_names):
-        labels = tuple(getattr(collector, "_labelnames", ()))
+        declared = getattr(collector, "_labelnames", None)  # a prometheus_client metric's
         for metric in collector.collect():
+            # A collector of our own (the rollout gauges) says its labels in its samples.
+            first = metric.samples[0].labels if metric.samples else {}
+            labels = tuple(declared if declared is not None else first)
             name = metric.name + ("_total" if metric.type == "counter" else "")
             families[name] = (metric.type, labels, metric.documentation)
     return families

@@ -122,6 +122,14 @@ def _entry_points() -> list[Any]:
     return list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
 
 
+@functools.cache
+def _alert_tls() -> ssl.SSLContext:
+    """The alert sinks' TLS context: httpx's default (certifi's CA bundle, or `SSL_CERT_FILE` /
+    `SSL_CERT_DIR`), made once per process. Loading the bundle costs ~10 ms per context, and
+    every gateway of the process (each worker's, each test's) can verify with the same one."""
+    return httpx.create_ssl_context()
+
+
 class Gateway:
     """A configured gateway. Call `app` from an ASGI server; `lifespan` starts and drains it."""
 
@@ -357,18 +365,8 @@ class Gateway:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Any = None) -> AsyncIterator[None]:
-        await asyncio.to_thread(self.store.migrate)
-        await asyncio.to_thread(self._load_feedback_key)
-        await asyncio.to_thread(self._load_console_keys)
-        if self.journal is not None:  # before serving: what a killed process left, then ours
-            await asyncio.to_thread(self.journal.replay, self.store)
-            await asyncio.to_thread(self.journal.open)
-        await asyncio.to_thread(self.rule_tracker.load)
-        await asyncio.to_thread(load_encoding)  # the token vocabulary, never on the event loop
+        await asyncio.to_thread(self._open_store)
         await self.rollouts.refresh()  # come back in the phase and step that were persisted
-        self.routes.experiment_secret = await asyncio.to_thread(
-            SigningKeyStore(self.store).shared, "experiment-units"
-        )  # every replica assigns a unit to the same arm, and hashes it the same
         await self.experiments.refresh()  # and every experiment as it was persisted
         if self.analysis is not None:
             self.analysis.start()
@@ -456,7 +454,7 @@ class Gateway:
         if not config.alerts.sinks:
             return None
         if self.alert_client is None:
-            self.alert_client = httpx.AsyncClient(timeout=httpx.Timeout(5.0))
+            self.alert_client = httpx.AsyncClient(timeout=httpx.Timeout(5.0), verify=_alert_tls())
         if self._alert_metrics is None:
             self._alert_metrics = AlertDeliveryMetrics(self.registry)
         return AlertDispatcher(
@@ -544,17 +542,30 @@ class Gateway:
             ]
         return missing
 
-    def _load_feedback_key(self) -> None:
-        """The feedback tokens' key: the variable's, or the one every replica shares through
-        the store (made by the first replica that asks)."""
-        given = self.env.get(self.config.server.feedback_signing_key_env)
-        key = given.encode() if given else SigningKeyStore(self.store).shared("feedback-tokens")
-        self.feedback_tokens.load(key)
+    def _open_store(self) -> None:
+        """Start-up's blocking part, in one trip to a worker thread (each trip costs the event
+        loop a hand-over): the schema, the shared keys, the journal, the rule versions."""
+        self.store.migrate()
+        self._load_keys()
+        if self.journal is not None:  # before serving: what a killed process left, then ours
+            self.journal.replay(self.store)
+            self.journal.open()
+        self.rule_tracker.load()
+        load_encoding()  # the token vocabulary, never on the event loop
 
-    def _load_console_keys(self) -> None:
-        """The console's session and reviewer-id keys, shared by every replica of the store."""
-        keys = SigningKeyStore(self.store)
-        self.console_auth.load(keys.shared("console-sessions"), keys.shared("console-reviewer-ids"))
+    def _load_keys(self) -> None:
+        """The keys every replica of the store shares (made by the first replica that asks),
+        read together: the feedback tokens' (unless the variable gives one: then it stays out
+        of the store), the console's session and reviewer-id keys, and the experiments' (every
+        replica assigns a unit to the same arm, and hashes it the same)."""
+        given = self.env.get(self.config.server.feedback_signing_key_env)
+        names = ["console-sessions", "console-reviewer-ids", "experiment-units"]
+        keys = SigningKeyStore(self.store).shared_many(
+            names if given else ["feedback-tokens", *names]
+        )
+        self.feedback_tokens.load(given.encode() if given else keys["feedback-tokens"])
+        self.console_auth.load(keys["console-sessions"], keys["console-reviewer-ids"])
+        self.routes.experiment_secret = keys["experiment-units"]
 
     async def close(self) -> None:
         """Drain the recorder and close every client (SIGTERM lands here through uvicorn)."""
@@ -572,12 +583,17 @@ class Gateway:
             await asyncio.to_thread(self.analysis.stop, self.config.server.drain_timeout_s / 2)
         for client in [*self.clients.values(), *self.retired_clients]:
             await client.aclose()
-        await asyncio.to_thread(self.recorder.stop, self.config.server.drain_timeout_s)
-        if self.journal is not None:
-            await asyncio.to_thread(self.journal.close)
-        await asyncio.to_thread(self.store.close)
+        await asyncio.to_thread(self._close_store)
         if self.tracer_provider is not None:
             self.tracer_provider.shutdown()
+
+    def _close_store(self) -> None:
+        """Shutdown's blocking end, in one trip to a worker thread: drain the recorder, then
+        close the journal and the store."""
+        self.recorder.stop(self.config.server.drain_timeout_s)
+        if self.journal is not None:
+            self.journal.close()
+        self.store.close()
 
     # --- everything but the proxied endpoints -----------------------------------------------------
 

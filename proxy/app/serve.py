@@ -83,6 +83,9 @@ class _DrainingServer(uvicorn.Server):
     as a crash.
     """
 
+    tick_s = 0.1
+    """uvicorn's tick: how often the loop looks at `should_exit` and refreshes its headers."""
+
     def __init__(
         self,
         config: uvicorn.Config,
@@ -92,15 +95,40 @@ class _DrainingServer(uvicorn.Server):
         super().__init__(config)
         self.gateway = gateway
         self._on_started = on_started
+        self._exit_asked: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started and self._on_started is not None:
             self._on_started()
 
+    async def main_loop(self) -> None:
+        # uvicorn's own loop (Server.main_loop: a tick every 0.1 s until on_tick says to exit),
+        # with the wait between ticks cut short by `exit_soon`: a stop, SIGTERM or Ctrl-C starts
+        # the drain at once rather than at the next tick.
+        self._exit_asked = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 1) % 864000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._exit_asked.wait(), self.tick_s)
+            should_exit = await self.on_tick(counter)
+
+    def exit_soon(self) -> None:
+        """Stop serving (thread-safe): what `should_exit = True` does, at once."""
+        self.should_exit = True
+        loop, asked = self._loop, self._exit_asked
+        if loop is not None and asked is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: it already ended
+                loop.call_soon_threadsafe(asked.set)
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
         self._captured_signals.clear()
+        self.exit_soon()
 
     def handle_hangup(self, sig: int, frame: FrameType | None) -> None:
         """SIGHUP: reload the configuration, on the event loop (a signal handler must not
@@ -328,7 +356,7 @@ class GatewayServer:
         return f"http://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        self.server.should_exit = True
+        self.server.exit_soon()
         self._thread.join(60 + 2 * self.gateway.config.server.drain_timeout_s)
 
     def __exit__(

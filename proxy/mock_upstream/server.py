@@ -8,10 +8,12 @@ socket — ASGI has no way to do that.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
 import threading
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any, TextIO
 
 import uvicorn
@@ -67,7 +69,47 @@ def listening_line(url: str) -> str:
     )
 
 
-class _AnnouncingServer(uvicorn.Server):
+class _PromptServer(uvicorn.Server):
+    """A uvicorn server that stops as soon as it is asked to, not at its next tick.
+
+    uvicorn looks at `should_exit` every 0.1 s; `exit_soon()` (from any thread) and a signal
+    also wake that wait, so a test's stop or a Ctrl-C does not wait out the rest of a tick."""
+
+    tick_s = 0.1
+    """uvicorn's tick: how often the loop looks at `should_exit` and refreshes its headers."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._exit_asked: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def main_loop(self) -> None:
+        # uvicorn's own loop (Server.main_loop: a tick every 0.1 s until on_tick says to exit),
+        # with the wait between ticks cut short by `exit_soon`.
+        self._exit_asked = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 1) % 864000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._exit_asked.wait(), self.tick_s)
+            should_exit = await self.on_tick(counter)
+
+    def exit_soon(self) -> None:
+        """Stop serving (thread-safe): what `should_exit = True` does, at once."""
+        self.should_exit = True
+        loop, asked = self._loop, self._exit_asked
+        if loop is not None and asked is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: it already ended
+                loop.call_soon_threadsafe(asked.set)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        self.exit_soon()
+
+
+class _AnnouncingServer(_PromptServer):
     """A uvicorn server that prints `listening_line` once its socket is bound."""
 
     def __init__(self, config: uvicorn.Config, out: TextIO) -> None:
@@ -82,7 +124,7 @@ class _AnnouncingServer(uvicorn.Server):
             print(listening_line(f"http://{host}:{bound[1]}"), file=self.out, flush=True)
 
 
-class _SignallingServer(uvicorn.Server):
+class _SignallingServer(_PromptServer):
     """A uvicorn server that sets `ready` once startup is over, successful or not."""
 
     def __init__(self, config: uvicorn.Config, ready: threading.Event) -> None:
@@ -154,7 +196,7 @@ class MockUpstreamServer:
 
     def stop(self) -> None:
         """Stop serving and wait for the thread to end."""
-        self._server.should_exit = True
+        self._server.exit_soon()
         if self._thread.is_alive():
             self._thread.join()
 

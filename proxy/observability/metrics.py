@@ -11,6 +11,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from proxy.core import ExchangeRecord
 
+from .rollout_gauges import RolloutGauges
+
 GC_PAUSE_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 )  # fmt: skip
@@ -163,14 +165,9 @@ class GatewayMetrics:
         )  # fmt: skip
         """reason: as `mirrorgate_feedback_rejected_total`'s (`unauthenticated`, `bad_token`,
         `expired`, `rate_limited`)."""
-        self.rollout_weight = Gauge(
-            "mirrorgate_rollout_weight_percent", "Share of live traffic sent to the canary.",
-            ("route", "target"), registry=registry,
-        )  # fmt: skip
-        self.rollout_phase = Gauge(
-            "mirrorgate_rollout_phase", "1 for the rollout's current phase.",
-            ("route", "target", "phase"), registry=registry,
-        )  # fmt: skip
+        self.rollouts = RolloutGauges(registry)
+        """`mirrorgate_rollout_weight_percent` (route, target) and `mirrorgate_rollout_phase`
+        (route, target, phase)."""
         self.rollbacks = Counter(
             "mirrorgate_rollbacks", "Rollbacks, by reason.",
             ("route", "target", "reason"), registry=registry,

@@ -126,8 +126,6 @@ class RolloutManager:
         self._states: dict[str, RolloutState] = {
             name: initial_state(name, spec) for name, spec in config.routes.items()
         }
-        self._labels: dict[str, str] = {}
-        """route → target label last exported, to clear stale gauge children."""
         self.store_ok = True
         self.blocked: Callable[[str], str | None] = lambda route: None
         """Why a rollout cannot start on a route now (the experiments' manager says while an
@@ -145,14 +143,7 @@ class RolloutManager:
             for name, spec in config.routes.items()
         }
         for route in set(self._states) - set(states):
-            target = self._labels.pop(route, None)
-            if target is None:
-                continue
-            for each in Phase:
-                with contextlib.suppress(KeyError):
-                    self.metrics.rollout_phase.remove(route, target, each.value)
-            with contextlib.suppress(KeyError):
-                self.metrics.rollout_weight.remove(route, target)
+            self.metrics.rollouts.forget(route)
         self.config = config
         self._states = states
         self.routes.reconfigure(config, states)
@@ -279,18 +270,7 @@ class RolloutManager:
     def _export(self, state: RolloutState) -> None:
         spec = self.config.routes[state.route]
         target = state.candidate or (state.override or spec.primary)
-        old_target = self._labels.get(state.route)
-        if old_target is not None and old_target != target:
-            for each in Phase:
-                with contextlib.suppress(KeyError):
-                    self.metrics.rollout_phase.remove(state.route, old_target, each.value)
-            with contextlib.suppress(KeyError):
-                self.metrics.rollout_weight.remove(state.route, old_target)
-        self._labels[state.route] = target
-        for each in Phase:
-            value = 1.0 if state.phase is each else 0.0
-            self.metrics.rollout_phase.labels(state.route, target, each.value).set(value)
-        self.metrics.rollout_weight.labels(state.route, target).set(state.weight)
+        self.metrics.rollouts.set(state.route, target, state.phase, state.weight)
 
     def alert_link(self, kind: str, route: str) -> str:
         """An alert's `generator_url`: `alerts.generator_url` filled in for this kind and route

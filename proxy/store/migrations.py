@@ -618,6 +618,8 @@ def migrate(
     """
     _check_sequence(migrations)
     head = head_version(migrations)
+    if _at(engine, head):
+        return head  # nothing to do: no lock taken, no table looked up
     while True:
         with _locked_transaction(engine, schema) as conn:
             _version_table.create(conn, checkfirst=True)
@@ -639,6 +641,18 @@ def migrate(
                 )
             )
         log.info("schema migrated to version %d: %s", step.version, step.description)
+
+
+def _at(engine: Engine, head: int) -> bool:
+    """Whether the database is at version `head` already, in one plain read (every start asks,
+    and usually it is). False when it cannot tell (no version table yet, a schema not made yet,
+    any error): the locked path then looks again, and raises what there is to raise."""
+    try:
+        with engine.connect() as conn:
+            version = conn.execute(sa.select(sa.func.max(_version_table.c.version))).scalar()
+    except sa.exc.DBAPIError:
+        return False
+    return version == head
 
 
 def _check_sequence(migrations: Sequence[Migration]) -> None:

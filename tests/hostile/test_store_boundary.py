@@ -32,7 +32,7 @@ from proxy.mock_upstream.server import MockUpstreamServer
 from proxy.observability import GatewayMetrics
 from proxy.store import RuleEventStore, Store
 from tests.alerts.alert_factory import ALERTMANAGER_PAYLOAD as ALERT
-from tests.conftest import InProcessGateway, wait_until
+from tests.conftest import InProcessGateway, seed_sqlite, wait_until
 from tests.e2e.tcp_forwarder import TcpForwarder
 
 TOKEN = "adm1n-t0ken-Zq9Wx7Vb5Nm3"
@@ -451,14 +451,16 @@ def test_a_store_that_cannot_be_opened_at_start_is_one_line_and_exit_1(
 
 
 def test_client_chosen_rule_versions_far_past_the_caps_leave_rows_logs_and_memory_bounded(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, migrated_sqlite: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # What bounds the rows, the log lines and the memory are the rule's max_versions (64) and
     # PENDING_MAX: the flood is sized from them, four times PENDING_MAX distinct versions (64
     # times max_versions). Past the cap a version is carried as overflow and remembered nowhere,
     # so a longer flood does the same again.
     caplog.set_level(logging.INFO, logger="mirrorgate.rules")
-    store = Store(f"sqlite:///{tmp_path / 'rules.db'}")
+    url = f"sqlite:///{tmp_path / 'rules.db'}"
+    seed_sqlite(url, migrated_sqlite)
+    store = Store(url)
     store.migrate()
     events = RuleEventStore(store)
     registry = CollectorRegistry()

@@ -193,3 +193,15 @@ def test_a_signed_token_for_an_operation_is_one_of_its_requests_and_unexpired() 
     with pytest.raises(FeedbackAuthError) as late:
         auth.check_signed_for_any(signed, ["r1", "r2"])
     assert late.value.reason == "expired"
+
+
+def test_a_signing_key_from_the_variable_stays_out_of_the_store(
+    start_gateway: Callable[..., InProcessGateway],
+) -> None:
+    gw = start_gateway(env=KEY_ENV)
+    with gw.gateway.store.engine.connect() as conn:
+        names = {row[0] for row in conn.exec_driver_sql("SELECT name FROM signing_keys")}
+    # The replicas' other shared keys are made all the same.
+    assert names == {"console-sessions", "console-reviewer-ids", "experiment-units"}
+    _, token = answer(gw)
+    assert token  # signed with the variable's key

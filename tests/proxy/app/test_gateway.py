@@ -3,6 +3,7 @@ proxied endpoints to the raw handler and everything else to the API."""
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
@@ -37,6 +38,14 @@ def test_optional_parts_are_built_only_when_configured() -> None:
 
     alerting = built(alerts={"sinks": [{"type": "webhook", "url": "http://127.0.0.1:9/hook"}]})
     assert alerting.alerts is not None and alerting.alert_client is not None
+    # One verifying TLS context for every gateway's alert client (loading a CA bundle is slow).
+    again = built(alerts={"sinks": [{"type": "webhook", "url": "http://127.0.0.1:9/other"}]})
+    assert again.alert_client is not None
+    contexts = [
+        gateway.alert_client._transport._pool._ssl_context  # httpx keeps it on the pool
+        for gateway in (alerting, again)
+    ]
+    assert contexts[0] is contexts[1] and contexts[0].verify_mode is ssl.CERT_REQUIRED
 
 
 def test_models_are_listed_in_both_wire_formats(

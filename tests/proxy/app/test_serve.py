@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import socket
+import threading
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -13,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from proxy.app.connection import LimitedHttpToolsProtocol
 from proxy.app.gateway import Gateway
 from proxy.app.serve import CUT_GRACE_S, ListenError, _DrainingServer, _uvicorn_config, listen
-from tests.conftest import gateway_config
+from tests.conftest import gateway_config, wait_until
 
 
 def gateway(drain_timeout_s: float = 7) -> Gateway:
@@ -44,6 +45,21 @@ def test_a_signal_that_drained_cleanly_is_not_re_raised() -> None:
     assert server.should_exit
     # uvicorn re-raises what it captured after shutting down: nothing is left to re-raise.
     assert server._captured_signals == []
+
+
+def test_exit_soon_ends_the_main_loop_without_waiting_for_the_next_tick() -> None:
+    gw = gateway()
+    server = _DrainingServer(_uvicorn_config(gw, "127.0.0.1", 0), gw)
+    server.config.load()
+    server.tick_s = 3600.0  # no tick comes while the test runs: only the wake-up ends the wait
+
+    serving = threading.Thread(target=asyncio.run, args=(server.main_loop(),), daemon=True)
+    serving.start()
+    wait_until(lambda: server._exit_asked is not None, what="the loop waiting for its next tick")
+    server.exit_soon()  # from another thread than the loop's, as GatewayServer.stop
+    serving.join(15)
+    assert not serving.is_alive()
+    assert server.should_exit
 
 
 def test_sighup_reloads_and_keeps_serving() -> None:

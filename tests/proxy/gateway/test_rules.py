@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,7 +28,7 @@ from proxy.observability.metrics import GatewayMetrics
 from proxy.store.errors import StoreUnavailableError
 from proxy.store.exchanges import Store
 from proxy.store.rule_events import RuleEvent, RuleEventStore
-from tests.conftest import InProcessGateway, wait_until
+from tests.conftest import InProcessGateway, seed_sqlite, wait_until
 
 RULES = {
     "rules": {
@@ -178,8 +179,11 @@ def test_events_survive_a_restart_and_are_not_repeated(
 
 def test_a_rule_change_seen_while_the_store_is_down_is_stored_when_it_is_back(
     tmp_path: Any,
+    migrated_sqlite: Path,
 ) -> None:
-    store = Store(f"sqlite:///{tmp_path / 'rules.db'}")
+    url = f"sqlite:///{tmp_path / 'rules.db'}"
+    seed_sqlite(url, migrated_sqlite)
+    store = Store(url)
     store.migrate()
     events = RuleEventStore(store)
     attempts: list[RuleEvent] = []
@@ -208,10 +212,14 @@ def test_a_rule_change_seen_while_the_store_is_down_is_stored_when_it_is_back(
     store.close()
 
 
-def test_events_are_listed_in_the_order_they_were_seen_not_stored(tmp_path: Any) -> None:
+def test_events_are_listed_in_the_order_they_were_seen_not_stored(
+    tmp_path: Any, migrated_sqlite: Path
+) -> None:
     # Events are stored by concurrent tasks: two changes a few milliseconds apart can reach the
     # database in the other order. The history and the restart state follow the first sighting.
-    store = Store(f"sqlite:///{tmp_path / 'rules.db'}")
+    url = f"sqlite:///{tmp_path / 'rules.db'}"
+    seed_sqlite(url, migrated_sqlite)
+    store = Store(url)
     store.migrate()
     events = RuleEventStore(store)
     seen = datetime(2026, 1, 1, tzinfo=UTC)
@@ -402,8 +410,12 @@ def tracker_for(
     return tracker, events
 
 
-def test_a_version_opens_once_it_recurs_dated_at_its_first_request(tmp_path: Any) -> None:
-    store = Store(f"sqlite:///{tmp_path / 'rules.db'}")
+def test_a_version_opens_once_it_recurs_dated_at_its_first_request(
+    tmp_path: Any, migrated_sqlite: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'rules.db'}"
+    seed_sqlite(url, migrated_sqlite)
+    store = Store(url)
     store.migrate()
     registry = CollectorRegistry()
     tracker, events = tracker_for(store, registry, min_requests=3, named={"v1"})
@@ -434,9 +446,11 @@ def test_a_version_opens_once_it_recurs_dated_at_its_first_request(tmp_path: Any
 
 
 def test_versions_past_max_versions_are_overflow_and_open_nothing_even_after_a_restart(
-    tmp_path: Any, caplog: pytest.LogCaptureFixture
+    tmp_path: Any, migrated_sqlite: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = Store(f"sqlite:///{tmp_path / 'rules.db'}")
+    url = f"sqlite:///{tmp_path / 'rules.db'}"
+    seed_sqlite(url, migrated_sqlite)
+    store = Store(url)
     store.migrate()
 
     def run(tracker: RuleTracker, versions: list[str]) -> list[str]:
@@ -470,7 +484,7 @@ def test_versions_past_max_versions_are_overflow_and_open_nothing_even_after_a_r
 
 
 def test_distinct_prompts_far_past_the_caps_keep_versions_events_and_rows_bounded(
-    tmp_path: Any,
+    tmp_path: Any, migrated_sqlite: Path
 ) -> None:
     # Half are one template filled per request, half are prompts each its own; every
     # recur_every-th of those recurs and opens until the cap. The resolver and tracker are what
@@ -492,7 +506,9 @@ rules:
     requests = recur_every * (cap * 3 // 2)  # 96 recurring revisions: 33 past the cap
     assert recur_every * cap // 2 > 6 * PENDING_MAX  # one-off prompts pending before the cap
     resolver = RuleResolver(config)
-    store = Store(f"sqlite:///{tmp_path / 'rules.db'}")
+    url = f"sqlite:///{tmp_path / 'rules.db'}"
+    seed_sqlite(url, migrated_sqlite)
+    store = Store(url)
     store.migrate()
     events = RuleEventStore(store)
     registry = CollectorRegistry()

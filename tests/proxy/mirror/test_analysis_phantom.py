@@ -29,7 +29,7 @@ from proxy.store.judge_windows import JudgeWindows
 from proxy.store.leadership import Leadership
 from proxy.store.rollouts import RolloutStore
 from proxy.store.rule_events import RuleEvent, RuleEventStore
-from tests.conftest import InProcessGateway, wait_until
+from tests.conftest import InProcessGateway, seed_sqlite, wait_until
 
 PARAMETER = r"max_weight\s*=\s*(?P<value>\d+)"
 PHANTOM = {
@@ -153,7 +153,7 @@ rules:
 
 
 def test_the_canary_judge_rolls_back_a_candidate_that_keeps_the_old_value(
-    tmp_path: Path,
+    tmp_path: Path, migrated_sqlite: Path
 ) -> None:
     config = parse_config(LOW_TRAFFIC, {})
     values = RuleValues.from_config(config)
@@ -194,6 +194,7 @@ def test_the_canary_judge_rolls_back_a_candidate_that_keeps_the_old_value(
             changes[0].after.reason if changes else ""
         )
 
+    seed_sqlite(f"sqlite:///{tmp_path / 'judge.db'}", migrated_sqlite)
     with Store(f"sqlite:///{tmp_path / 'judge.db'}") as store:
         store.migrate()
         phase, reason = asyncio.run(scenario(store))

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import anthropic
 import httpx
 import orjson
 import pytest
-from anthropic.types import MessageParam
 
 from proxy.mock_upstream.server import MockUpstreamServer
 from proxy.mock_upstream.tokens import TokenCounter
+
+if TYPE_CHECKING:  # the SDKs load on first use (tests/sdk_imports.py)
+    from anthropic.types import MessageParam
 
 MESSAGES: list[MessageParam] = [{"role": "user", "content": "Is my order on its way?"}]
 SYSTEM = "You are a shipping assistant."

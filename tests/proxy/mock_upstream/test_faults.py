@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import anthropic
 import httpx
 import openai
 import orjson
 import pytest
-from anthropic.types import MessageParam
-from openai.types.chat import ChatCompletionMessageParam
 
 from proxy.mock_upstream.behavior import ModelBehaviorSpec, parse_behavior
 from proxy.mock_upstream.faults import FaultSchedule
+
+if TYPE_CHECKING:  # the SDKs load on first use (tests/sdk_imports.py)
+    from anthropic.types import MessageParam
+    from openai.types.chat import ChatCompletionMessageParam
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
 
@@ -20,16 +24,14 @@ def chat(model: str, stream: bool = False) -> dict[str, object]:
     return {"model": model, "messages": MESSAGES, "stream": stream}
 
 
-@pytest.mark.parametrize(
-    ("model", "status", "error"),
-    [
-        ("down", 503, openai.InternalServerError),
-        ("limited", 429, openai.RateLimitError),
-    ],
+@pytest.mark.parametrize(  # the SDK's exceptions by name: the SDK loads when a test runs
+    ("model", "status", "error_name"),
+    [("down", 503, "InternalServerError"), ("limited", 429, "RateLimitError")],
 )
 def test_error_has_the_status_and_the_sdk_exception(
-    oai: openai.OpenAI, model: str, status: int, error: type[openai.APIStatusError]
+    oai: openai.OpenAI, model: str, status: int, error_name: str
 ) -> None:
+    error: type[openai.APIStatusError] = getattr(openai, error_name)
     with pytest.raises(error) as caught:
         oai.chat.completions.create(model=model, messages=MESSAGES)
     assert caught.value.status_code == status
@@ -40,16 +42,17 @@ def test_error_has_the_status_and_the_sdk_exception(
 
 
 @pytest.mark.parametrize(
-    ("model", "error", "kind"),
+    ("model", "error_name", "kind"),
     [
-        ("down", anthropic.ServiceUnavailableError, "overloaded_error"),
-        ("overloaded", anthropic.OverloadedError, "overloaded_error"),
-        ("limited", anthropic.RateLimitError, "rate_limit_error"),
+        ("down", "ServiceUnavailableError", "overloaded_error"),
+        ("overloaded", "OverloadedError", "overloaded_error"),
+        ("limited", "RateLimitError", "rate_limit_error"),
     ],
 )
 def test_anthropic_errors_have_the_anthropic_shape(
-    claude: anthropic.Anthropic, model: str, error: type[anthropic.APIStatusError], kind: str
+    claude: anthropic.Anthropic, model: str, error_name: str, kind: str
 ) -> None:
+    error: type[anthropic.APIStatusError] = getattr(anthropic, error_name)
     with pytest.raises(error) as caught:
         claude.messages.create(
             model=model, max_tokens=10, messages=[{"role": "user", "content": "x"}]

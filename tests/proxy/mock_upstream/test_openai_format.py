@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import base64
 import struct
+from typing import TYPE_CHECKING
 
 import httpx
 import openai
 import orjson
 import pytest
-from openai.types.chat import ChatCompletionMessageParam
 
 from proxy.mock_upstream.server import MockUpstreamServer
 from proxy.mock_upstream.tokens import TokenCounter
+
+if TYPE_CHECKING:  # the SDKs load on first use (tests/sdk_imports.py)
+    from openai.types.chat import ChatCompletionMessageParam
 
 MESSAGES: list[ChatCompletionMessageParam] = [
     {"role": "system", "content": "You are terse."},

@@ -7,18 +7,22 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import openai
 import pytest
-from openai.types.chat import ChatCompletionMessageParam
 
 from proxy.mock_upstream.app import create_app
 from proxy.mock_upstream.behavior import BehaviorError, parse_behavior
 from proxy.mock_upstream.server import MockUpstreamServer, serve
+from tests.conftest import wait_until
+
+if TYPE_CHECKING:  # the SDKs load on first use (tests/sdk_imports.py)
+    from openai.types.chat import ChatCompletionMessageParam
 
 CHAT = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hello"}]}
 
@@ -56,6 +60,19 @@ def test_port_zero_binds_a_free_port_and_reports_it() -> None:
         assert httpx.get(first.url + "/healthz").status_code == 200
     with pytest.raises(httpx.ConnectError):
         httpx.get(first.url + "/healthz")
+
+
+def test_stop_ends_serving_without_waiting_for_uvicorns_next_tick() -> None:
+    server = MockUpstreamServer()
+    server._server.tick_s = 3600.0  # no tick comes while the test runs: only the wake-up ends
+    server.start()  # the wait between two
+    wait_until(lambda: server._server._exit_asked is not None, what="the main loop waiting")
+    stopping = threading.Thread(target=server.stop, daemon=True)
+    stopping.start()
+    stopping.join(15)
+    assert not stopping.is_alive()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(server.url + "/healthz")
 
 
 def test_a_behaviour_file_path_is_accepted(tmp_path: Path) -> None:

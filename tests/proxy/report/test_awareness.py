@@ -13,6 +13,7 @@ import pytest
 from proxy.core.records import ProbeRecord
 from proxy.report.awareness import build_context_awareness
 from proxy.store.exchanges import Store
+from tests.conftest import seed_sqlite
 from tests.proxy.report.test_command import exchange, report, table_row
 
 NOW = datetime.now(UTC)
@@ -20,7 +21,7 @@ HOSTILE = '<img src=x onerror="alert(1)">'
 
 
 @pytest.fixture
-def setup(tmp_path: Path) -> Iterator[tuple[Path, Store]]:
+def setup(tmp_path: Path, migrated_sqlite: Path) -> Iterator[tuple[Path, Store]]:
     """A config whose rule `shipping` (route bot) has probes; yields (config path, store)."""
     db = tmp_path / "mirrorgate.db"
     config = tmp_path / "mirrorgate.yaml"
@@ -38,6 +39,7 @@ def setup(tmp_path: Path) -> Iterator[tuple[Path, Store]]:
         "      values: [150]\n"
         "      expect: [{name: follows, type: regex, pattern: '{value}'}]\n"
     )
+    seed_sqlite(f"sqlite:///{db}", migrated_sqlite)
     with Store(f"sqlite:///{db}") as store:
         store.migrate()
         yield config, store

@@ -18,6 +18,7 @@ from proxy.core import ExperimentState
 from proxy.rollout import decision_json
 from proxy.store import ExperimentStore
 from proxy.store.exchanges import Store
+from tests.conftest import seed_sqlite
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
 DOC = {
@@ -45,8 +46,9 @@ def units(arm: str, n: int, completed: float, cost: float) -> list[Unit]:
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Path:
+def config(tmp_path: Path, migrated_sqlite: Path) -> Path:
     url = f"sqlite:///{tmp_path / 'mirrorgate.db'}"
+    seed_sqlite(url, migrated_sqlite)
     doc = {**DOC, "store": {"url": url}}
     path = tmp_path / "mirrorgate.yaml"
     path.write_text(yaml.safe_dump(doc))
@@ -105,9 +107,10 @@ def test_html_has_the_same_section_escaped(
 
 
 def test_a_report_without_experiments_has_no_section(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, migrated_sqlite: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = f"sqlite:///{tmp_path / 'empty.db'}"
+    seed_sqlite(url, migrated_sqlite)
     doc = {**DOC, "store": {"url": url}}
     path = tmp_path / "empty.yaml"
     path.write_text(yaml.safe_dump(doc))

@@ -20,6 +20,7 @@ from proxy.core.records import Arm, ExchangeRecord, Status
 from proxy.report.rollouts import build_rollouts, describe_transition, describe_verdict
 from proxy.store.exchanges import Store
 from proxy.store.rollouts import RolloutStore
+from tests.conftest import seed_sqlite
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
 DOC = {
@@ -99,8 +100,10 @@ def write_config(tmp_path: Path, url: str) -> Path:
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Path:
-    return write_config(tmp_path, f"sqlite:///{tmp_path / 'mirrorgate.db'}")
+def config(tmp_path: Path, migrated_sqlite: Path) -> Path:
+    url = f"sqlite:///{tmp_path / 'mirrorgate.db'}"
+    seed_sqlite(url, migrated_sqlite)
+    return write_config(tmp_path, url)
 
 
 def report(config: Path, capsys: pytest.CaptureFixture[str], *args: str) -> str:

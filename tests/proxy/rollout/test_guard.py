@@ -33,6 +33,7 @@ from proxy.store.leadership import Leadership
 from proxy.store.probes import ProbeStore
 from proxy.store.rollouts import RolloutStore
 from proxy.store.rule_events import RuleEvent, RuleEventStore
+from tests.conftest import seed_sqlite
 
 CONFIG = """
 models:
@@ -65,8 +66,10 @@ class CapturedAlerts(AlertDispatcher):
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    with Store(f"sqlite:///{tmp_path / 'guard.db'}") as opened:
+def store(tmp_path: Path, migrated_sqlite: Path) -> Iterator[Store]:
+    url = f"sqlite:///{tmp_path / 'guard.db'}"
+    seed_sqlite(url, migrated_sqlite)
+    with Store(url) as opened:
         opened.migrate()
         yield opened
 

@@ -13,13 +13,16 @@ from proxy.core.records import Arm, CheckRecord
 from proxy.store.exchanges import Store
 from proxy.store.guard import AnswerTally, GuardStore
 from proxy.store.rule_events import RuleEvent, RuleEventStore
+from tests.conftest import seed_sqlite
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    with Store(f"sqlite:///{tmp_path / 'guard.db'}") as opened:
+def store(tmp_path: Path, migrated_sqlite: Path) -> Iterator[Store]:
+    url = f"sqlite:///{tmp_path / 'guard.db'}"
+    seed_sqlite(url, migrated_sqlite)
+    with Store(url) as opened:
         opened.migrate()
         yield opened
 

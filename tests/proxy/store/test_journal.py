@@ -33,7 +33,7 @@ from proxy.store.journal import (
     read_segment,
 )
 from proxy.store.recorder import Recorder
-from tests.conftest import wait_until
+from tests.conftest import seed_sqlite, wait_until
 from tests.proxy.store import test_exchanges as test_store
 from tests.proxy.store.test_exchanges import make_record
 
@@ -308,11 +308,13 @@ def test_a_close_with_records_the_store_lacks_keeps_them_for_the_next_start(
 
 
 def test_the_recorder_settles_what_it_committed(
-    tmp_path: Path, make_journal: Callable[..., Any]
+    tmp_path: Path, migrated_sqlite: Path, make_journal: Callable[..., Any]
 ) -> None:
     journal, _ = make_journal()
     journal.open()
-    store = Store(f"sqlite:///{tmp_path / 'r.db'}")
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    seed_sqlite(url, migrated_sqlite)
+    store = Store(url)
     store.migrate()
     recorder = Recorder(
         store,

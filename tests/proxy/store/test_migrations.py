@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -13,6 +14,7 @@ from proxy.core.records import Arm, FindingRecord
 from proxy.store.exchanges import Store, StoreError
 from proxy.store.migrations import (
     MIGRATIONS,
+    SQLITE_BEGIN_OPTION,
     Migration,
     SchemaVersionError,
     current_version,
@@ -176,3 +178,14 @@ def test_findings_stored_before_severity_existed_read_back_without_one(
     found = {f.request_id: f.severity for f in store.query_findings(route="bot")}
     assert found == {"r-old": None, "r-new": "warning"}
     assert [f.request_id for f in store.query_findings(analyzer="judge")] == []
+
+
+def test_a_database_at_head_is_not_locked_to_find_nothing_to_do(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'at-head.db'}"
+    with Store(url) as writer, Store(url, busy_timeout_ms=50) as starting:
+        writer.migrate()
+        with writer.engine.connect() as conn:
+            conn.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
+            with conn.begin():  # another process holds the write lock, for as long as it likes
+                # A start that took the lock to look would wait 50 ms for it, then fail.
+                assert starting.migrate() == head_version()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import sqlalchemy as sa
 
@@ -10,6 +11,7 @@ from proxy.core.records import PairRecord
 from proxy.store.exchanges import Store
 from proxy.store.migrations import MIGRATIONS, migrate
 from proxy.store.pairs import pair_to_row
+from tests.conftest import seed_sqlite
 from tests.proxy.store import test_exchanges as test_store
 
 db_url = test_store.db_url
@@ -28,7 +30,8 @@ def pair(pair_id: str, created_at: datetime, **fields: object) -> PairRecord:
     return PairRecord(**{**base, **fields})  # type: ignore[arg-type]
 
 
-def test_pairs_round_trip_and_filter(db_url: str) -> None:
+def test_pairs_round_trip_and_filter(db_url: str, migrated_sqlite: Path) -> None:
+    seed_sqlite(db_url, migrated_sqlite)
     now = datetime.now(UTC)
     written = [
         pair("a", now),
@@ -59,7 +62,8 @@ def test_pairs_stored_before_the_verdict_column_read_as_without_one(db_url: str)
         assert [p.agreement for p in store.query_pairs()] == [None, "agree"]
 
 
-def test_retention_deletes_old_pairs_too(db_url: str) -> None:
+def test_retention_deletes_old_pairs_too(db_url: str, migrated_sqlite: Path) -> None:
+    seed_sqlite(db_url, migrated_sqlite)
     now = datetime.now(UTC)
     with Store(db_url) as store:
         store.migrate()
