@@ -46,6 +46,7 @@ The scales, per metric:
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -230,7 +231,7 @@ def _preference(preferences: Sequence[float], th: Thresholds) -> _Evidence | _Fe
     if n < th.min_samples_reviews:
         return _Few(metric, th.human_preference_drop, n, n, th.min_samples_reviews)
     total = math.fsum(preferences)
-    squares = math.fsum(p * p for p in preferences)
+    squares = math.fsum(map(operator.mul, preferences, preferences))
 
     def grown(k: float) -> tuple[float, float]:
         # k times the reviews of the same quality, plus one preference each way (1 and 0)
