@@ -360,7 +360,10 @@ def _growth_to_pass(e: _Evidence, tau: float, beta: float) -> float:
 
     def passes(k: float) -> bool:
         estimate, se = e.at(k)
-        return bounds(estimate, se, tau, beta)[1] <= e.margin
+        # The bound is the estimate plus a width >= 0, so an estimate beyond the margin cannot
+        # pass: no bound to compute. A candidate worse than the margin but not yet failed takes
+        # the doubling all the way to its limit, on every look, and this saves each step's solve.
+        return estimate <= e.margin and bounds(estimate, se, tau, beta)[1] <= e.margin
 
     high = 2.0
     while not passes(high):
