@@ -311,7 +311,10 @@ def _verdict(
     e = evidence
     beta = 1.0 - th.pass_confidence
     tau = e.tau if e.tau is not None else max(e.margin, _TAU_FLOOR[e.kind])
-    fail_low, _ = bounds(e.estimate, e.se, tau, alpha)
+    # The fail bound lies below the estimate (rounding keeps fl(estimate - width) <= estimate),
+    # so it can only be beyond the margin when the estimate is: otherwise it is not solved for.
+    # Most looks at a healthy candidate are of that kind.
+    fail_low = bounds(e.estimate, e.se, tau, alpha)[0] if e.estimate > e.margin else -math.inf
     low, high = bounds(e.estimate, e.se, tau, beta)
     shown = e.shown if e.shown is not None else e.estimate
 
