@@ -58,9 +58,11 @@ trusted until it is explained.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from fractions import Fraction
 from typing import Literal
 
 from analyzers import experiment_words as words
@@ -458,7 +460,7 @@ def _ratio_side(info: MetricInfo, units: Sequence[Unit]) -> _Side:
     if m < 2:
         return _Side(ratio, m)
     # Delta method: Var(Σx/Σy) ≈ Σ(x - R·y)² / (Σy)² · m/(m-1).
-    spread = math.fsum([(x - ratio * y) ** 2 for x, y in pairs])
+    spread = _spread(pairs, ratio, grouped=info.name != "cost_per_operation")
     variance = spread / (bottom * bottom) * m / (m - 1)
     if info.kind == "proportion":
         adjusted = (top + 1) / (bottom + 2)
@@ -467,6 +469,22 @@ def _ratio_side(info: MetricInfo, units: Sequence[Unit]) -> _Side:
     if ratio <= 0:
         return _Side(ratio, m)  # nothing spent: no ratio
     return _Side(ratio, m, math.log(ratio), variance / (ratio * ratio))
+
+
+def _spread(pairs: Sequence[tuple[float, float]], ratio: float, *, grouped: bool) -> float:
+    """math.fsum of (x - ratio·y)² over `pairs`. With `grouped` (counts, which repeat: a rate's
+    units are mostly (0, 1) and (1, 1)) each distinct pair's square is taken once and the sum
+    made exactly (Fraction) and rounded once, which is what fsum returns: the correctly rounded
+    exact sum, whatever the order."""
+    if grouped:
+        try:
+            exact = sum(
+                Fraction((x - ratio * y) ** 2) * count for (x, y), count in Counter(pairs).items()
+            )
+            return float(exact)
+        except (OverflowError, ValueError):
+            pass  # an infinite square: fsum says what it says about those
+    return math.fsum([(x - ratio * y) ** 2 for x, y in pairs])
 
 
 def _quantile_side(info: MetricInfo, units: Sequence[Unit]) -> _Side:
