@@ -57,9 +57,10 @@ trusted until it is explained.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
@@ -487,8 +488,8 @@ def _spread(pairs: Sequence[tuple[float, float]], ratio: float, *, grouped: bool
     return math.fsum([(x - ratio * y) ** 2 for x, y in pairs])
 
 
-def _quantile_side(info: MetricInfo, units: Sequence[Unit]) -> _Side:
-    values = sorted(v for u in units for v in u.latencies_s)
+def _quantile_side(info: MetricInfo, values: Sequence[float]) -> _Side:
+    """The side of latency p50 or p95 from every operation's latency, sorted."""
     if not values:
         return _Side(None, 0)
     q = 0.5 if info.name == "latency_p50" else 0.95
@@ -504,9 +505,17 @@ def _plain_quantile(values: Sequence[float], q: float) -> float:
     return 0.0 if point is None else point
 
 
-def _side(info: MetricInfo, units: Sequence[Unit]) -> _Side:
+def _latencies(units: Sequence[Unit]) -> Callable[[], list[float]]:
+    """The units' latencies, sorted on the first call and kept: latency p50 and p95 of one arm
+    share one sort per look."""
+    return functools.cache(lambda: sorted(v for u in units for v in u.latencies_s))
+
+
+def _side(
+    info: MetricInfo, units: Sequence[Unit], latencies: Callable[[], list[float]] | None = None
+) -> _Side:
     if info.kind == "quantile":
-        return _quantile_side(info, units)
+        return _quantile_side(info, (latencies or _latencies(units))())
     return _ratio_side(info, units)
 
 
@@ -769,8 +778,11 @@ def decide(
     infos = [metric_info(m) for m in metrics]
     reviewed = dict(preferences or {})
     _check_preferences(reviewed)
+    control_latencies = _latencies(units[control])
     control_sides = [
-        _Side(None, 0) if info.name == HUMAN_PREFERENCE else _side(info, units[control])
+        _Side(None, 0)
+        if info.name == HUMAN_PREFERENCE
+        else _side(info, units[control], control_latencies)
         for info in infos
     ]
     decisions = tuple(
@@ -804,10 +816,12 @@ def _decide_arm(
     unit_name: str,
     preferences: Sequence[float] = (),
 ) -> ArmDecision:
+    arm_latencies = _latencies(arm_units)
+
     def lifted(info: MetricInfo, c: _Side) -> Lift:
         if info.name == HUMAN_PREFERENCE:
             return _lift(info, *_preference_sides(preferences), level, mde)
-        return _lift(info, c, _side(info, arm_units), level, mde)
+        return _lift(info, c, _side(info, arm_units, arm_latencies), level, mde)
 
     lifts = tuple(lifted(info, c) for info, c in zip(infos, control_sides, strict=True))
     primary = lifts[0]
