@@ -57,10 +57,13 @@ trusted until it is explained.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
+from fractions import Fraction
 from typing import Literal
 
 from analyzers import experiment_words as words
@@ -220,11 +223,27 @@ class Unit:
     """Check name -> (passed, evaluated) over the unit's answers."""
 
     def __post_init__(self) -> None:
+        # Plain comparisons first, the message built only on failure: experiments build units by
+        # the thousand on every look, and this runs for each.
         counts = (self.operations, self.requests, self.errors, self.outcomes, self.adopted)
         if min(*counts, self.adopted_known, self.corrected, self.corrected_known) < 0:
             raise ValueError(f"unit of arm {self.arm!r}: counts must be >= 0")
         if not math.isfinite(self.cost_usd) or self.cost_usd < 0:
             raise ValueError(f"unit of arm {self.arm!r}: cost_usd must be finite and >= 0")
+        completed = self.completed or 0
+        if not (
+            0 <= completed <= self.outcomes
+            and 0 <= self.adopted <= self.adopted_known
+            and 0 <= self.corrected <= self.corrected_known
+            and 0 <= self.errors <= self.requests
+            and (not self.checks or all(0 <= k <= n for k, n in self.checks.values()))
+        ):
+            self._refuse_pairs()
+        if self.latencies_s and not all(0 <= v < math.inf for v in self.latencies_s):
+            raise ValueError(f"unit of arm {self.arm!r}: latencies must be finite and >= 0")
+
+    def _refuse_pairs(self) -> None:
+        """Raise for the first (events, trials) pair out of order."""
         pairs = {
             "completed": (self.completed or 0, self.outcomes),
             "adopted": (self.adopted, self.adopted_known),
@@ -235,8 +254,6 @@ class Unit:
         for what, (events, trials) in pairs.items():
             if not 0 <= events <= trials:
                 raise ValueError(f"unit of arm {self.arm!r}: {what} {events} of {trials}")
-        if any(not math.isfinite(v) or v < 0 for v in self.latencies_s):
-            raise ValueError(f"unit of arm {self.arm!r}: latencies must be finite and >= 0")
 
 
 class Verdict(StrEnum):
@@ -411,37 +428,40 @@ class _Side:
     """Variance of `centre`; None when it cannot be estimated."""
 
 
-def _counts(metric: str, unit: Unit) -> tuple[float, float]:
-    """(numerator, denominator) of the unit for a proportion or ratio metric."""
+def _pairs(metric: str, units: Sequence[Unit]) -> list[tuple[float, float]]:
+    """(numerator, denominator) of each unit with a denominator, for a proportion or ratio
+    metric, in the units' order. One comprehension per metric: `decide` runs it for every
+    metric, arm and look over every unit so far."""
     match metric:
         case "completion_rate":
-            return unit.completed or 0, unit.outcomes
+            return [(u.completed or 0, u.outcomes) for u in units if u.outcomes > 0]
         case "adoption_rate":
-            return unit.adopted, unit.adopted_known
+            return [(u.adopted, u.adopted_known) for u in units if u.adopted_known > 0]
         case "correction_rate":
-            return unit.corrected, unit.corrected_known
+            return [(u.corrected, u.corrected_known) for u in units if u.corrected_known > 0]
         case "error_rate":
-            return unit.errors, unit.requests
+            return [(u.errors, u.requests) for u in units if u.requests > 0]
         case "cost_per_operation":
-            return unit.cost_usd, unit.operations
+            return [(u.cost_usd, u.operations) for u in units if u.operations > 0]
         case "calls_per_operation":
-            return unit.requests, unit.operations
-    passed, evaluated = unit.checks.get(metric[len(CHECK_PREFIX) :], (0, 0))
-    return passed, evaluated
+            return [(u.requests, u.operations) for u in units if u.operations > 0]
+    check = metric[len(CHECK_PREFIX) :]
+    counted = (u.checks.get(check, (0, 0)) for u in units)
+    return [(passed, evaluated) for passed, evaluated in counted if evaluated > 0]
 
 
 def _ratio_side(info: MetricInfo, units: Sequence[Unit]) -> _Side:
-    pairs = [p for p in (_counts(info.name, u) for u in units) if p[1] > 0]
+    pairs = _pairs(info.name, units)
     m = len(pairs)
     if m == 0:
         return _Side(None, 0)
-    top = math.fsum(x for x, _ in pairs)
-    bottom = math.fsum(y for _, y in pairs)
+    tops, bottoms = zip(*pairs, strict=True)
+    top, bottom = math.fsum(tops), math.fsum(bottoms)
     ratio = top / bottom
     if m < 2:
         return _Side(ratio, m)
     # Delta method: Var(Σx/Σy) ≈ Σ(x - R·y)² / (Σy)² · m/(m-1).
-    spread = math.fsum((x - ratio * y) ** 2 for x, y in pairs)
+    spread = _spread(pairs, ratio, grouped=info.name != "cost_per_operation")
     variance = spread / (bottom * bottom) * m / (m - 1)
     if info.kind == "proportion":
         adjusted = (top + 1) / (bottom + 2)
@@ -452,8 +472,24 @@ def _ratio_side(info: MetricInfo, units: Sequence[Unit]) -> _Side:
     return _Side(ratio, m, math.log(ratio), variance / (ratio * ratio))
 
 
-def _quantile_side(info: MetricInfo, units: Sequence[Unit]) -> _Side:
-    values = sorted(v for u in units for v in u.latencies_s)
+def _spread(pairs: Sequence[tuple[float, float]], ratio: float, *, grouped: bool) -> float:
+    """math.fsum of (x - ratio·y)² over `pairs`. With `grouped` (counts, which repeat: a rate's
+    units are mostly (0, 1) and (1, 1)) each distinct pair's square is taken once and the sum
+    made exactly (Fraction) and rounded once, which is what fsum returns: the correctly rounded
+    exact sum, whatever the order."""
+    if grouped:
+        try:
+            exact = sum(
+                Fraction((x - ratio * y) ** 2) * count for (x, y), count in Counter(pairs).items()
+            )
+            return float(exact)
+        except (OverflowError, ValueError):
+            pass  # an infinite square: fsum says what it says about those
+    return math.fsum([(x - ratio * y) ** 2 for x, y in pairs])
+
+
+def _quantile_side(info: MetricInfo, values: Sequence[float]) -> _Side:
+    """The side of latency p50 or p95 from every operation's latency, sorted."""
     if not values:
         return _Side(None, 0)
     q = 0.5 if info.name == "latency_p50" else 0.95
@@ -469,9 +505,17 @@ def _plain_quantile(values: Sequence[float], q: float) -> float:
     return 0.0 if point is None else point
 
 
-def _side(info: MetricInfo, units: Sequence[Unit]) -> _Side:
+def _latencies(units: Sequence[Unit]) -> Callable[[], list[float]]:
+    """The units' latencies, sorted on the first call and kept: latency p50 and p95 of one arm
+    share one sort per look."""
+    return functools.cache(lambda: sorted(v for u in units for v in u.latencies_s))
+
+
+def _side(
+    info: MetricInfo, units: Sequence[Unit], latencies: Callable[[], list[float]] | None = None
+) -> _Side:
     if info.kind == "quantile":
-        return _quantile_side(info, units)
+        return _quantile_side(info, (latencies or _latencies(units))())
     return _ratio_side(info, units)
 
 
@@ -538,39 +582,50 @@ def _lift(info: MetricInfo, c: _Side, a: _Side, alpha: float, mde: float) -> Lif
             estimate = a.value - c.value
         elif c.value > 0:
             estimate = a.value / c.value - 1.0
-    base = Lift(
-        info.name, info.scale, info.better, c.value, a.value, estimate, None, None, c.n, a.n,
-        alpha, mde, None,
-    )  # fmt: skip
+
+    def made(
+        low: float | None, high: float | None, needs: int | None, growth: float | None = None
+    ) -> Lift:
+        # Built once, directly (dataclasses.replace costs a second construction per lift).
+        return Lift(
+            info.name, info.scale, info.better, c.value, a.value, estimate, low, high, c.n, a.n,
+            alpha, mde, needs, growth,
+        )  # fmt: skip
+
     short = max(0, MIN_UNITS - min(c.n, a.n))
     if c.centre is None or a.centre is None or c.variance is None or a.variance is None:
-        return replace(base, needs=short if short else None)
+        return made(None, None, short if short else None)
     centre = a.centre - c.centre
     se = math.sqrt(c.variance + a.variance)
     tau = max(mde if info.scale == "points" else math.log1p(mde), _TAU_FLOOR[info.scale])
-    growth = _growth(info, centre, se, tau, alpha, mde)
+    low, high = bounds(centre, se, tau, alpha / 2)
+    growth = _growth(info, centre, se, tau, alpha, mde, (low, high))
     grown_needs = None if growth is None else math.ceil(a.n * (growth - 1.0))
     needs = max(short, grown_needs) if grown_needs is not None else None
     if short:
-        return replace(base, needs=needs, growth=growth)
-    low, high = bounds(centre, se, tau, alpha / 2)
-    return replace(
-        base, low=_to_scale(info, low), high=_to_scale(info, high), needs=needs, growth=growth
-    )
+        return made(None, None, needs, growth)
+    return made(_to_scale(info, low), _to_scale(info, high), needs, growth)
 
 
 def _growth(
-    info: MetricInfo, centre: float, se: float, tau: float, alpha: float, mde: float
+    info: MetricInfo,
+    centre: float,
+    se: float,
+    tau: float,
+    alpha: float,
+    mde: float,
+    now: tuple[float, float],
 ) -> float | None:
     """By how much both sides must grow (k times the units, of the same quality) for the
-    interval to exclude 0 or lie within ±mde if the estimate holds; None if never."""
+    interval to exclude 0 or lie within ±mde if the estimate holds; None if never. `now` is
+    the interval at k = 1 (`bounds(centre, se, tau, alpha / 2)`, which the caller has)."""
     if info.scale == "points":
         floor, ceiling = -mde, mde
     else:
         floor, ceiling = math.log1p(-mde), math.log1p(mde)
 
     def settled(k: float) -> bool:
-        low, high = bounds(centre, se / math.sqrt(k), tau, alpha / 2)
+        low, high = bounds(centre, se / math.sqrt(k), tau, alpha / 2) if k != 1.0 else now
         return low > 0 or high < 0 or (floor < low and high < ceiling)
 
     if se == 0 or settled(1.0):
@@ -723,8 +778,11 @@ def decide(
     infos = [metric_info(m) for m in metrics]
     reviewed = dict(preferences or {})
     _check_preferences(reviewed)
+    control_latencies = _latencies(units[control])
     control_sides = [
-        _Side(None, 0) if info.name == HUMAN_PREFERENCE else _side(info, units[control])
+        _Side(None, 0)
+        if info.name == HUMAN_PREFERENCE
+        else _side(info, units[control], control_latencies)
         for info in infos
     ]
     decisions = tuple(
@@ -758,16 +816,18 @@ def _decide_arm(
     unit_name: str,
     preferences: Sequence[float] = (),
 ) -> ArmDecision:
+    arm_latencies = _latencies(arm_units)
+
     def lifted(info: MetricInfo, c: _Side) -> Lift:
         if info.name == HUMAN_PREFERENCE:
             return _lift(info, *_preference_sides(preferences), level, mde)
-        return _lift(info, c, _side(info, arm_units), level, mde)
+        return _lift(info, c, _side(info, arm_units, arm_latencies), level, mde)
 
     lifts = tuple(lifted(info, c) for info, c in zip(infos, control_sides, strict=True))
     primary = lifts[0]
     info = infos[0]
     n_arm, n_control = len(arm_units), len(control_units)
-    operations = sum(u.operations for u in arm_units)
+    operations = sum([u.operations for u in arm_units])
     enough = min(n_arm, n_control) >= MIN_UNITS
     breached = tuple(
         x.metric for x in lifts if x.metric in guardrails and x.surely_worse(guardrails[x.metric])

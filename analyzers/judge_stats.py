@@ -46,6 +46,7 @@ The scales, per metric:
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -230,7 +231,7 @@ def _preference(preferences: Sequence[float], th: Thresholds) -> _Evidence | _Fe
     if n < th.min_samples_reviews:
         return _Few(metric, th.human_preference_drop, n, n, th.min_samples_reviews)
     total = math.fsum(preferences)
-    squares = math.fsum(p * p for p in preferences)
+    squares = math.fsum(map(operator.mul, preferences, preferences))
 
     def grown(k: float) -> tuple[float, float]:
         # k times the reviews of the same quality, plus one preference each way (1 and 0)
@@ -310,7 +311,10 @@ def _verdict(
     e = evidence
     beta = 1.0 - th.pass_confidence
     tau = e.tau if e.tau is not None else max(e.margin, _TAU_FLOOR[e.kind])
-    fail_low, _ = bounds(e.estimate, e.se, tau, alpha)
+    # The fail bound lies below the estimate (rounding keeps fl(estimate - width) <= estimate),
+    # so it can only be beyond the margin when the estimate is: otherwise it is not solved for.
+    # Most looks at a healthy candidate are of that kind.
+    fail_low = bounds(e.estimate, e.se, tau, alpha)[0] if e.estimate > e.margin else -math.inf
     low, high = bounds(e.estimate, e.se, tau, beta)
     shown = e.shown if e.shown is not None else e.estimate
 
@@ -359,7 +363,10 @@ def _growth_to_pass(e: _Evidence, tau: float, beta: float) -> float:
 
     def passes(k: float) -> bool:
         estimate, se = e.at(k)
-        return bounds(estimate, se, tau, beta)[1] <= e.margin
+        # The bound is the estimate plus a width >= 0, so an estimate beyond the margin cannot
+        # pass: no bound to compute. A candidate worse than the margin but not yet failed takes
+        # the doubling all the way to its limit, on every look, and this saves each step's solve.
+        return estimate <= e.margin and bounds(estimate, se, tau, beta)[1] <= e.margin
 
     high = 2.0
     while not passes(high):

@@ -40,6 +40,8 @@ from statistics import NormalDist
 
 _STANDARD_NORMAL = NormalDist()
 _LOG2 = math.log(2.0)
+_SQRT2 = math.sqrt(2.0)
+_SQRT_2PI = math.sqrt(2 * math.pi)
 
 
 def z_for(alpha: float) -> float:
@@ -52,13 +54,13 @@ def z_for(alpha: float) -> float:
 
 def upper_tail(z: float) -> float:
     """P(Z > z) for a standard normal Z, precise far into the tail."""
-    return 0.5 * math.erfc(z / math.sqrt(2.0))
+    return 0.5 * math.erfc(z / _SQRT2)
 
 
 def _log_phi(x: float) -> float:
     """log Φ(x), precise for very negative x too."""
     return (
-        math.log(upper_tail(-x)) if x > -30 else -x * x / 2 - math.log(-x * math.sqrt(2 * math.pi))
+        math.log(0.5 * math.erfc(-x / _SQRT2)) if x > -30 else -x * x / 2 - math.log(-x * _SQRT_2PI)
     )
 
 
@@ -90,21 +92,20 @@ def offset(se: float, tau: float, alpha: float) -> float:
     total = info + rho
     # Solve g(x) = 0 for x = S/√(I+rho): g = log M - log(1/alpha) = c + x²/2 + log Φ(x), increasing
     # and convex enough for Newton from the right (log Φ ≈ 0 there), converging in a few steps.
+    # Each step needs log Φ(x) twice (in g and in its slope x + φ/Φ): computed once. This runs in
+    # every look of the judge and of an experiment, dozens of times per metric.
     c = _LOG2 + 0.5 * math.log(rho / total) + math.log(alpha)
     x = math.sqrt(max(-2.0 * c, 1e-12))
     for _ in range(50):
-        g = c + x * x / 2 + _log_phi(x)
-        slope = x + _phi_over_cdf(x)
+        half_square = x * x / 2
+        log_phi = _log_phi(x)
+        g = c + half_square + log_phi
+        slope = x + math.exp(-half_square - log_phi) / _SQRT_2PI
         step = g / slope
         x -= step
         if abs(step) < 1e-12 * max(1.0, x):
             break
     return x * math.sqrt(total) / info
-
-
-def _phi_over_cdf(x: float) -> float:
-    """φ(x)/Φ(x), the derivative of log Φ."""
-    return math.exp(-x * x / 2 - _log_phi(x)) / math.sqrt(2 * math.pi)
 
 
 def bounds(estimate: float, se: float, tau: float, alpha: float) -> tuple[float, float]:

@@ -39,7 +39,7 @@ def percentile(values: Sequence[float], q: float) -> float | None:
         raise ValueError(f"q must be in [0, 1], got {q}")
     if not values:
         return None
-    if not all(math.isfinite(v) for v in values):
+    if not all(map(math.isfinite, values)):
         raise ValueError("percentile of non-finite values")
     ordered = sorted(values)
     h = (len(ordered) - 1) * q

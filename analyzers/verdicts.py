@@ -21,6 +21,9 @@ Tally = tuple[int, int]
 """(events, out of): e.g. (passed, total) of a check, (corrected, answers)."""
 
 
+_PREFERENCE_SCORES = frozenset((0.0, 0.5, 1.0))
+
+
 def _check_tally(name: str, tally: Tally) -> None:
     events, total = tally
     if not 0 <= events <= total:
@@ -67,6 +70,28 @@ class ArmWindow:
     None when blind review is not judged, () when it is and nobody has reviewed yet."""
 
     def __post_init__(self) -> None:
+        # The judge builds two windows on every look: one chained comparison per tally first,
+        # and the named checks below only to say which one is wrong (the same first one).
+        try:
+            (e, n), (c, m), (a, p), (x, y), (f, g), (s, t) = (
+                (self.errors, self.requests), self.corrections, self.agreement, self.noise,
+                self.findings, (0, 0) if self.adaptation is None else self.adaptation,
+            )  # fmt: skip
+            plain = (
+                0 <= e <= n and 0 <= c <= m and 0 <= a <= p and 0 <= x <= y and 0 <= f <= g
+                and 0 <= s <= t
+                and (not self.checks or all(0 <= k <= o for k, o in self.checks.values()))
+            )  # fmt: skip
+        except (TypeError, ValueError):
+            plain = False
+        if not plain:
+            self._refuse()
+        # A set, not a scan per value: the judge is handed every review so far on every look.
+        if self.preferences is not None and not _PREFERENCE_SCORES.issuperset(self.preferences):
+            raise ValueError("preferences: each must be 0, 0.5 or 1")
+
+    def _refuse(self) -> None:
+        """Raise for the first tally out of order."""
         _check_tally("requests/errors", (self.errors, self.requests))
         for name, tally in self.checks.items():
             _check_tally(f"checks.{name}", tally)
@@ -76,8 +101,6 @@ class ArmWindow:
         _check_tally("findings", self.findings)
         if self.adaptation is not None:
             _check_tally("adaptation", self.adaptation)
-        if self.preferences is not None and any(p not in (0.0, 0.5, 1.0) for p in self.preferences):
-            raise ValueError("preferences: each must be 0, 0.5 or 1")
 
 
 def refuse_removed(data: object, **removed: str) -> object:

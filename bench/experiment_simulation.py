@@ -90,17 +90,23 @@ def _poisson(rng: random.Random, mean: float) -> int:
     return k
 
 
+_LOG_COST_MEDIAN = math.log(COST_MEDIAN_USD)
+_LOG_LATENCY_MEDIAN = math.log(LATENCY_MEDIAN_S)
+
+
 def operation(rng: random.Random, name: str, arm: Arm) -> Unit:
     """One operation as a unit: its calls (a retry now and then), their errors, cost, latency,
     and its outcomes."""
+    # The draws in a fixed order (a run is reproducible from its seed); lists rather than
+    # generators, a simulation makes hundreds of thousands of these.
     calls = 1 + (rng.random() < RETRY)
-    cost = sum(rng.lognormvariate(math.log(COST_MEDIAN_USD), COST_SIGMA) for _ in range(calls))
-    latency = arm.latency_factor * rng.lognormvariate(math.log(LATENCY_MEDIAN_S), LATENCY_SIGMA)
+    cost = sum([rng.lognormvariate(_LOG_COST_MEDIAN, COST_SIGMA) for _ in range(calls)])
+    latency = arm.latency_factor * rng.lognormvariate(_LOG_LATENCY_MEDIAN, LATENCY_SIGMA)
     return Unit(
         name,
         operations=1,
         requests=calls,
-        errors=sum(rng.random() < ERRORS for _ in range(calls)),
+        errors=sum([rng.random() < ERRORS for _ in range(calls)]),
         cost_usd=arm.cost_factor * cost,
         completed=int(rng.random() < arm.completion),
         outcomes=1,
@@ -117,15 +123,15 @@ def user(rng: random.Random, name: str, arm: Arm) -> Unit:
     a = arm.completion * CONCENTRATION
     propensity = rng.betavariate(a, CONCENTRATION - a)
     factor = rng.lognormvariate(0.0, USER_COST_SIGMA)
-    calls = count + sum(rng.random() < RETRY for _ in range(count))
-    cost = sum(rng.lognormvariate(math.log(COST_MEDIAN_USD), COST_SIGMA) for _ in range(calls))
+    calls = count + sum([rng.random() < RETRY for _ in range(count)])
+    cost = sum([rng.lognormvariate(_LOG_COST_MEDIAN, COST_SIGMA) for _ in range(calls)])
     return Unit(
         name,
         operations=count,
         requests=calls,
         errors=0,
         cost_usd=arm.cost_factor * factor * cost,
-        completed=sum(rng.random() < propensity for _ in range(count)),
+        completed=sum([rng.random() < propensity for _ in range(count)]),
         outcomes=count,
     )
 

@@ -112,6 +112,37 @@ def test_impossible_units_are_refused(fields: dict[str, object]) -> None:
 # -- lifts ------------------------------------------------------------------------------------
 
 
+def test_a_rate_spread_over_repeating_counts_is_the_sum_over_every_unit() -> None:
+    # Users of 1-6 operations whose outcomes go together, so the delta-method variance beats the
+    # Agresti-Caffo floor: the interval is the one of Σ(k - R·n)² summed unit by unit with fsum,
+    # to the last bit (decide groups the repeating (k, n) pairs and sums them exactly).
+    rng = random.Random(4)
+
+    def users(arm: str, p: float, count: int) -> list[Unit]:
+        out = []
+        for _ in range(count):
+            n = rng.randint(1, 6)
+            done = n if rng.random() < p else rng.randint(0, n // 3)
+            out.append(Unit(arm, n, n, 0, 0.01, completed=done, outcomes=n))
+        return out
+
+    control, arm = users("control", 0.6, 400), users("b", 0.65, 400)
+
+    def side(units: list[Unit]) -> tuple[float, float]:
+        ks, ns = [u.completed or 0 for u in units], [u.outcomes for u in units]
+        top, bottom, m = math.fsum(ks), math.fsum(ns), len(units)
+        ratio = top / bottom
+        spread = math.fsum([(k - ratio * n) ** 2 for k, n in zip(ks, ns, strict=True)])
+        variance = spread / (bottom * bottom) * m / (m - 1)
+        adjusted = (top + 1) / (bottom + 2)
+        assert variance > adjusted * (1 - adjusted) / (bottom + 2)  # the delta method decides
+        return ratio, variance
+
+    (r_c, v_c), (r_a, v_a) = side(control), side(arm)
+    x = lift("completion_rate", control, arm, alpha=0.05, mde=0.03)
+    assert (x.low, x.high) == bounds(r_a - r_c, math.sqrt(v_c + v_a), 0.03, 0.025)
+
+
 def test_a_rate_lift_is_the_difference_in_points_with_the_binomial_spread() -> None:
     control, arm = operations("c", 3000, 1800), operations("a", 3000, 1950)
     result = lift("completion_rate", control, arm, mde=0.03)
