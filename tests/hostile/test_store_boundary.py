@@ -368,7 +368,11 @@ def test_readyz_fails_while_the_sqlite_file_is_gone_and_recovers_with_a_new_one(
         assert client.get("/readyz").status_code == 200
 
         # The folder gone too: nothing can be written, readiness says why until it is back.
-        shutil.rmtree(folder)
+        # Moved away in one step, then removed: a writer that reopens the file at its path
+        # between rmtree's unlinks and its rmdir made "Directory not empty" (seen once).
+        gone = tmp_path / "gone"
+        folder.rename(gone)
+        shutil.rmtree(gone)
         during = [ask(client) for _ in range(3)]
         not_ready = wait_until(
             lambda: (r := client.get("/readyz")).status_code == 503 and r, what="readyz 503"
