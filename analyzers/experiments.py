@@ -571,8 +571,15 @@ def lift(
     return _lift(info, _side(info, control), _side(info, arm), alpha, mde)
 
 
+_MAX_LOG_LIFT = 709.0
+"""The largest log-ratio bound `_to_scale` turns into a relative lift (e**709 is near the float's
+limit). A bound past it, from a side with almost no information (latencies half zeros give a
+log-p50 standard error near 4), is given at that size instead of overflowing: a lift of ~1e308,
+past any threshold the decision compares it with, so no verdict changes."""
+
+
 def _to_scale(info: MetricInfo, value: float) -> float:
-    return value if info.scale == "points" else math.expm1(value)
+    return value if info.scale == "points" else math.expm1(min(value, _MAX_LOG_LIFT))
 
 
 def _lift(info: MetricInfo, c: _Side, a: _Side, alpha: float, mde: float) -> Lift:

@@ -578,3 +578,24 @@ def test_human_preference_is_refused_where_it_has_no_meaning() -> None:
         )  # fmt: skip
     with pytest.raises(ValueError, match="lifted from reviews"):
         lift("human_preference", units["control"], units["b"], mde=0.05)
+
+
+def test_latencies_half_zeros_give_a_decision_not_an_overflow() -> None:
+    # Half of arm b's latencies are 0: its log-p50 has a standard error near 4, and the upper
+    # bound of its relative lift, e to the power of more than 709, overflowed a float: every
+    # look of such an experiment raised instead of deciding.
+    def unit(arm: str, latency: float) -> Unit:
+        return Unit(arm, 1, 1, 0, 0.01, completed=1, outcomes=1, latencies_s=(latency,))
+
+    control = [unit("control", 1.0 + i / 100) for i in range(40)]
+    b = [unit("b", 0.0 if i < 20 else 1.0 + i / 100) for i in range(40)]
+    decision = decide(
+        "completion_rate", ["latency_p50"], "control", {"control": control, "b": b},
+        mde=0.03, rate_per_s=None,
+    )  # fmt: skip
+    arm = decision.arm("b")
+    assert arm.verdict is Verdict.INCONCLUSIVE
+    latency = next(x for x in arm.lifts if x.metric == "latency_p50")
+    assert latency.low is not None and latency.high is not None
+    assert math.isfinite(latency.high) and latency.high > 1e300 and latency.low >= -1.0
+    assert "latency_p50" not in arm.breached
