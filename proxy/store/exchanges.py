@@ -291,10 +291,10 @@ class Store:
         if not records:
             return
         try:
-            exchanges = [r for r in records if isinstance(r, ExchangeRecord)]
-            rows = exchange_rows(exchanges, sqlite=self.backend == "sqlite")
-            pairs = [pair_to_row(r) for r in records if isinstance(r, PairRecord)]
             sqlite = self.backend == "sqlite"
+            exchanges = [r for r in records if isinstance(r, ExchangeRecord)]
+            rows = exchange_rows(exchanges, sqlite=sqlite)
+            pairs = [pair_to_row(r) for r in records if isinstance(r, PairRecord)]
             checks = [check_row(r, sqlite=sqlite) for r in records if isinstance(r, CheckRecord)]
             findings = [finding_to_row(r) for r in records if isinstance(r, FindingRecord)]
             probes = [probe_to_row(r) for r in records if isinstance(r, ProbeRecord)]
