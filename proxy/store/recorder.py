@@ -270,6 +270,8 @@ class Recorder:
         self._prepared_bytes = 0
         self._preparer_exit = False
         self._preparer: threading.Thread | None = None
+        self._redacting: list[StoredRecord] | None = None
+        """A batch the writer took from the queue and is applying the bodies policy to."""
         self._accepting = True
         self._accepted = 0
         self._settled = 0  # written, rejected or dropped at shutdown, after being accepted
@@ -489,7 +491,10 @@ class Recorder:
             batch, self._batch_bytes = self._pop_batch()
         if self._bodies_policy == "full":
             return batch
-        return [self._apply_bodies_policy(record) for record in batch]
+        self._redacting = batch  # `_close` counts them as lost if the policy raises
+        applied = [self._apply_bodies_policy(record) for record in batch]
+        self._redacting = None
+        return applied
 
     def _pop_batch(self) -> tuple[list[StoredRecord], int]:
         """Up to `batch_size` records from the queue's head, and their `record_size`s' sum. Call
@@ -664,7 +669,13 @@ class Recorder:
         with self._lock:
             self._accepting = False
             self._preparer_exit = True
-            left = len(held or ()) + len(self._prepared_raw or ()) + len(self._queue)
+            left = (
+                len(held or ())
+                + len(self._redacting or ())
+                + len(self._prepared_raw or ())
+                + len(self._queue)
+            )
+            self._redacting = None
             self._queue.clear()
             self._sizes.clear()
             self._prepared_raw = self._prepared = None

@@ -812,3 +812,37 @@ def test_a_redaction_that_fails_ends_the_recorder_as_on_the_writer_thread_and_co
     assert store.committed == [["r1", "r2"]]
     assert metric(registry, "mirrorgate_recorder_dropped_total", reason="shutdown") == 2
     assert recorder.pending() == 0
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_bodies_policy_that_fails_on_the_writer_thread_counts_its_batch_as_lost(
+    sqlite_path: Path,
+    make_recorder: Callable[..., tuple[Recorder, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `bodies: none` has no redact thread: the writer applies the policy to the batch it took
+    # from the queue, and a policy that raises there lost those records from every count.
+    def policy(record: Any, bodies: Any) -> Any:
+        if record.request_id == "bad":
+            raise RuntimeError("a policy bug")
+        return apply_bodies_policy(record, bodies)
+
+    monkeypatch.setattr("proxy.store.recorder.apply_bodies_policy", policy)
+    store = sqlite_store(sqlite_path, ScriptedStore)
+    assert isinstance(store, ScriptedStore)
+    recorder, registry = make_recorder(
+        store, bodies_policy="none", batch_size=2, flush_interval_s=3600
+    )
+    store.gate.clear()
+    recorder.start()
+    for request_id in ("r1", "r2"):
+        recorder.submit(secret(request_id))
+    assert store.entered.wait(10), "the writer never began the first batch"
+    for request_id in ("bad", "r4"):
+        recorder.submit(secret(request_id))
+    store.gate.set()
+    wait_until(lambda: recorder_threads() == set(), what="the writer to end")
+    assert recorder.stop(timeout_s=5) is False
+    assert store.committed == [["r1", "r2"]]
+    assert metric(registry, "mirrorgate_recorder_dropped_total", reason="shutdown") == 2
+    assert recorder.pending() == 0
