@@ -236,8 +236,11 @@ def test_a_batch_is_written_when_full_without_waiting_for_the_timer(
     recorder.start()
     for _ in range(25):
         recorder.submit(fresh())
-    wait_until(lambda: store.count() == 20, what="two full batches")
-    assert recorder.pending() == 5  # the partial batch waits for the timer (or stop)
+    # pending() settles a batch just after its commit, so both are waited for
+    wait_until(
+        lambda: store.count() == 20 and recorder.pending() == 5, what="two full batches settled"
+    )
+    assert store.count() == 20  # the partial batch waits for the timer (or stop)
     assert recorder.stop(timeout_s=10) is True
     assert store.count() == 25
 
