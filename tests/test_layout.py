@@ -106,8 +106,6 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "proxy/report/markdown.py": "tests/proxy/report/test_command.py",
     "proxy/report/model.py": "tests/proxy/report/test_command.py",
     "proxy/report/style.py": "tests/proxy/report/test_command.py",
-    # rollout state persisted and read back, through the gateway that drives it
-    "proxy/store/rollouts.py": "tests/proxy/api/test_rollouts.py",
     # check verdicts and feedback, stored by the gateway and read back by the report
     "proxy/store/checks.py": "tests/proxy/report/test_checks.py",
     "proxy/store/feedback.py": "tests/proxy/api/test_feedback.py",

@@ -268,7 +268,10 @@ class RolloutStore:
         query = (
             sa.select(verdicts)
             .where(verdicts.c.route == route)
-            .order_by(verdicts.c.id.desc())
+            # Newest first along the (route, created_at) index; the id breaks ties between the
+            # verdicts of one look. SQLite's index ends in the rowid, so it needs no sort at all;
+            # ordered by id alone, it sorted the route's whole verdict history on every call.
+            .order_by(verdicts.c.created_at.desc(), verdicts.c.id.desc())
             .limit(limit)
         )
         with translated("reading verdicts"), self._engine.connect() as conn:
