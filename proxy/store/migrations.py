@@ -540,6 +540,45 @@ def _v17_eval_runs(conn: Connection) -> None:
     ).create(conn)
 
 
+def _v18_review_tallies(conn: Connection) -> None:
+    # Each item keeps how many reviews (not skips) it has and whether it still wants one, so that
+    # the queue reads only the open items, through a partial index, instead of grouping a route's
+    # whole review history at every "next" (`proxy/store/reviews.py`). A flag of its own rather
+    # than `reviews_done < wanted_reviews`: PostgreSQL's statistics say how few rows are open,
+    # where it guesses a third of the table for a comparison of two columns and scans it all.
+    conn.execute(
+        sa.text("ALTER TABLE review_items ADD COLUMN reviews_done INTEGER NOT NULL DEFAULT 0")
+    )
+    conn.execute(
+        sa.text("ALTER TABLE review_items ADD COLUMN is_open BOOLEAN NOT NULL DEFAULT TRUE")
+    )
+    conn.execute(
+        sa.text(
+            "UPDATE review_items SET reviews_done = (SELECT count(*) FROM reviews "
+            "WHERE reviews.item_id = review_items.item_id AND reviews.skipped = :no)"
+        ),
+        {"no": False},
+    )
+    conn.execute(sa.text("UPDATE review_items SET is_open = (reviews_done < wanted_reviews)"))
+    items = sa.Table(
+        "review_items",
+        sa.MetaData(),
+        sa.Column("id", _ID),
+        sa.Column("route", sa.String()),
+        sa.Column("is_open", sa.Boolean()),
+    )
+    # The condition written as the queries write it (`WHERE is_open` on PostgreSQL, `is_open = 1`
+    # on SQLite), so that each database sees the index answers them.
+    open_ = items.c.is_open == sa.true()
+    sa.Index(
+        "ix_review_items_open",
+        items.c.route,
+        items.c.id,
+        sqlite_where=open_,
+        postgresql_where=open_,
+    ).create(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "exchanges table and its indexes", _v1_exchanges),
     Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
@@ -589,6 +628,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         17,
         "eval_runs: offline evaluation runs, scores per stratum, one row per model and run",
         _v17_eval_runs,
+    ),
+    Migration(
+        18,
+        "review_items.reviews_done (reviews kept with each item) and an index of the open items",
+        _v18_review_tallies,
     ),
 )
 """The schema's whole history, oldest first. Append only."""

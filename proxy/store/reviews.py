@@ -1,13 +1,16 @@
 """Blind review in the store: the pairs queued for review (`review_items`) and what reviewers
-made of them (`reviews`), one row per (item, reviewer) — a review, or a skip (schema: migration
-16).
+made of them (`reviews`), one row per (item, reviewer) — a review, or a skip (schema: migrations
+16 and 18).
 
 An item is one pair of answers to the same request, joined to both exchanges by what it stores
 (the request id, the pair id, each side's target and arm): the texts are read from `exchanges`
 when a reviewer is shown the item and never copied, so retention and `store.bodies` apply to
 them as to every other exchange. The item also stores which side is shown as A (a fair coin per
 item, drawn by the caller) so position bias can be measured, how many reviewers it wants (one,
-or two for agreement), its sampling weight and why.
+or two for agreement), its sampling weight and why, how many reviews it has had
+(`reviews_done`) and whether it still wants one (`is_open`), both kept by the transaction that
+stores each review: the queue's reads go through the index of the open items, so a reviewer's
+"next" costs the same after a year of reviews as on the first day.
 
 None of the model, target, arm or request names an item holds ever leaves through
 `ReviewItem.shown`: the page's view is built from the texts and the opaque `item_id` only.
@@ -76,6 +79,8 @@ review_items_table = sa.Table(
     sa.Column("why", sa.String(), nullable=False),
     sa.Column("exchanged_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("reviews_done", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("is_open", sa.Boolean(), nullable=False, server_default=sa.true()),
 )
 reviews_table = sa.Table(
     "reviews",
@@ -96,6 +101,10 @@ _items, _reviews, _exchanges, _pairs = (
     exchanges_table,
     pairs_table,
 )
+_OPEN = _items.c.is_open == sa.true()
+"""An item that still wants a review (`reviews_done < wanted_reviews`): the condition of
+`ix_review_items_open` (migration 18), written as the index's so that SQLite and PostgreSQL read
+the open items through it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,11 +335,12 @@ class ReviewStore:
         """The next item of the queue for `reviewer_id`: one that still wants a review and that
         this reviewer has neither reviewed nor skipped; items waiting for their second review
         first (so agreement can be read early), then the oldest."""
-        done, mine = _tallies(reviewer_id)
+        mine = _mine(reviewer_id)
         statement = (
             _with_reviews(sa.select(_items), route)
-            .having(done < _items.c.wanted_reviews, mine == 0)
-            .order_by(done.desc(), _items.c.id)
+            .where(_OPEN)
+            .having(mine == 0)
+            .order_by(_items.c.reviews_done.desc(), _items.c.id)
             .limit(1)
         )
         if rule_version != ANY_VERSION:
@@ -392,6 +402,15 @@ class ReviewStore:
         try:
             with translated("storing a review", writing=True), self._engine.begin() as conn:
                 conn.execute(sa.insert(_reviews), [row])
+                if not review.skipped:  # one statement: concurrent reviews each count
+                    conn.execute(
+                        sa.update(_items)
+                        .where(_items.c.item_id == review.item_id)
+                        .values(
+                            reviews_done=_items.c.reviews_done + 1,
+                            is_open=_items.c.reviews_done + 1 < _items.c.wanted_reviews,
+                        )
+                    )
         except DuplicateRecordError:
             return False
         return True
@@ -431,18 +450,13 @@ class ReviewStore:
 
     def queues(self) -> list[QueueCount]:
         """Every route and rule version with queued items: open items and reviews."""
-        i, r = _items.c, _reviews.c
-        done = (
-            sa.select(sa.func.count())
-            .where(r.item_id == i.item_id, r.skipped == sa.false())
-            .scalar_subquery()
-        )
+        i = _items.c
         statement = (
             sa.select(
                 i.route,
                 i.rule_version,
-                sa.func.sum(sa.case((done < i.wanted_reviews, 1), else_=0)),
-                sa.func.sum(done),
+                sa.func.sum(sa.case((_OPEN, 1), else_=0)),
+                sa.func.sum(i.reviews_done),
             )
             .group_by(i.route, i.rule_version)
             .order_by(i.route, i.rule_version)
@@ -456,10 +470,8 @@ class ReviewStore:
 
     def open_count(self, route: str, rule_version: str, reviewer_id: str) -> int:
         """Items of the queue still open for `reviewer_id` (not reviewed or skipped by them)."""
-        done, mine = _tallies(reviewer_id)
-        open_ = _with_reviews(sa.select(_items.c.id), route).having(
-            done < _items.c.wanted_reviews, mine == 0
-        )
+        mine = _mine(reviewer_id)
+        open_ = _with_reviews(sa.select(_items.c.id), route).where(_OPEN).having(mine == 0)
         if rule_version != ANY_VERSION:
             open_ = open_.where(_items.c.rule_version == rule_version)
         statement = sa.select(sa.func.count()).select_from(open_.subquery())
@@ -481,20 +493,19 @@ def _item_row(item: ReviewItem) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _tallies(reviewer_id: str) -> tuple[sa.ColumnElement[int], sa.ColumnElement[int]]:
-    """Over an item's reviews (`_with_reviews`): how many are reviews rather than skips, and
-    how many are `reviewer_id`'s (a review or a skip)."""
+def _mine(reviewer_id: str) -> sa.ColumnElement[int]:
+    """Over an item's reviews (`_with_reviews`): how many are `reviewer_id`'s (a review or a
+    skip; at most one)."""
     r = _reviews.c
-    done = sa.func.count(sa.case((r.skipped == sa.false(), r.id)))
-    mine = sa.func.count(sa.case((r.reviewer_id == reviewer_id, r.id)))
-    return done, mine
+    return sa.func.count(sa.case((r.reviewer_id == reviewer_id, r.id)))
 
 
 def _with_reviews(statement: sa.Select[Any], route: str) -> sa.Select[Any]:
     """`statement` over the items of `route`, each grouped with its reviews: one pass over the
-    queue and its reviews by `ix_reviews_item_reviewer`, however many reviews a reviewer has
-    (a `NOT EXISTS` on the reviewer's own reviews let PostgreSQL rescan all of them for every
-    item while its statistics were young)."""
+    items it selects (the open ones, with `_OPEN`) and their reviews by
+    `ix_reviews_item_reviewer`, however many reviews a reviewer has (a `NOT EXISTS` on the
+    reviewer's own reviews let PostgreSQL rescan all of them for every item while its
+    statistics were young)."""
     i = _items.c
     return (
         statement.select_from(_items.outerjoin(_reviews, _reviews.c.item_id == i.item_id))

@@ -1,4 +1,5 @@
-"""Schema migrations on both backends: idempotent, ordered, atomic, race-free, never downgrading."""
+"""Schema migrations on both backends: idempotent, ordered, atomic, race-free, never downgrading;
+the rows of before read back right after the migrations that changed their tables."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from proxy.core.records import Arm, FindingRecord
+from proxy.store import ANY_VERSION, ReviewStore
 from proxy.store.exchanges import Store, StoreError
 from proxy.store.migrations import (
     MIGRATIONS,
@@ -22,7 +24,8 @@ from proxy.store.migrations import (
     migrate,
 )
 from tests.proxy.store import test_exchanges as test_store
-from tests.proxy.store.test_exchanges import make_record
+from tests.proxy.store.test_exchanges import T0, make_record
+from tests.proxy.store.test_reviews import queued, review, shadow_pair
 
 db_url = test_store.db_url  # shared fixtures (until they move to tests/conftest.py)
 EMPTY_DATABASES = True  # every PostgreSQL test here starts on a new, empty schema
@@ -189,3 +192,32 @@ def test_a_database_at_head_is_not_locked_to_find_nothing_to_do(tmp_path: Path) 
             with conn.begin():  # another process holds the write lock, for as long as it likes
                 # A start that took the lock to look would wait 50 ms for it, then fail.
                 assert starting.migrate() == head_version()
+
+
+def test_items_queued_before_the_tallies_existed_are_counted_by_the_migration(
+    open_store: Callable[..., Store],
+) -> None:
+    store = open_store(migrate=False)
+    assert migrate(store.engine, migrations=[m for m in MIGRATIONS if m.version < 18]) == 17
+    store.write_batch(shadow_pair(1) + shadow_pair(2) + shadow_pair(3))
+    reviews = ReviewStore(store)
+    c3, c2, c1 = reviews.candidates("support-bot", ANY_VERSION, since=T0)
+    done, half, skipped = queued(c1), queued(c2, wanted=2), queued(c3)
+    reviews.enqueue([done, half, skipped])  # the items' columns of before only
+    old = [(done, "alice", False), (half, "alice", False), (skipped, "alice", True)]
+    with store.engine.begin() as conn:
+        for item, reviewer, skip in old:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO reviews (item_id, reviewer_id, score_a, score_b, preference, "
+                    "skipped, created_at) VALUES (:item, :who, 4, 2, 'A', :skip, :at)"
+                ),
+                {"item": item.item_id, "who": reviewer, "skip": skip, "at": T0},
+            )
+    assert store.migrate() == head_version()
+    (count,) = reviews.queues()
+    assert (count.open, count.reviews) == (2, 2)  # `done` is closed; a skip is no review
+    assert reviews.next_item("support-bot", ANY_VERSION, "bob") == half  # a second review first
+    assert reviews.next_item("support-bot", ANY_VERSION, "alice") is None
+    assert reviews.add(review(half, "bob"))
+    assert reviews.next_item("support-bot", ANY_VERSION, "bob") == skipped

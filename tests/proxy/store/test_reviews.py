@@ -1,15 +1,21 @@
 """Blind review in the store: pairs queued once, joined to both exchanges, a reviewer never
 offered the same item twice, one review per (item, reviewer), second reviews first, the texts
-read from the exchanges by side, and the reviews read back for agreement and the judge; on
-SQLite and PostgreSQL."""
+read from the exchanges by side, the reviews read back for agreement and the judge, and each
+item's tally of reviews kept with it so the queue reads only the open items; on SQLite and
+PostgreSQL."""
 
 from __future__ import annotations
 
 import json
 import secrets
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
 
 from proxy.core import Arm, ExchangeRecord, PairRecord, Status
 from proxy.store import (
@@ -22,6 +28,7 @@ from proxy.store import (
     experiment_side,
 )
 from proxy.store.exchanges import Store
+from tests.conftest import seed_sqlite
 from tests.proxy.store import test_exchanges as test_store
 from tests.proxy.store.test_exchanges import T0, make_record
 
@@ -243,3 +250,60 @@ def test_experiment_candidates_are_the_pairs_an_experiment_arm_answered_live(
         "from the shadow",
     )
     assert reviews.experiment_candidates("support-bot", ANY_VERSION, since=T0) == []
+
+
+def test_each_review_is_counted_with_its_item_and_closes_it_once_enough_arrive_at_once(
+    open_store: Callable[..., Store],
+) -> None:
+    store = open_store()
+    store.write_batch(shadow_pair(1) + shadow_pair(2))
+    reviews = ReviewStore(store)
+    c2, c1 = reviews.candidates("support-bot", ANY_VERSION, since=T0)
+    single, double = queued(c1), queued(c2, wanted=2)
+    reviews.enqueue([single, double])
+    # eight reviewers at once on the item that wants two, and a skip: every review is counted
+    who = [f"r{n}" for n in range(8)]
+    with ThreadPoolExecutor(len(who) + 1) as pool:
+        stored = list(pool.map(lambda r: reviews.add(review(double, r)), who))
+        assert pool.submit(reviews.add, replace(review(double, "s"), skipped=True)).result()
+    assert all(stored)
+    (count,) = reviews.queues()
+    assert (count.open, count.reviews) == (1, 8)  # the double is closed; the single is open
+    assert reviews.next_item("support-bot", ANY_VERSION, "carol") == single
+    assert reviews.open_count("support-bot", ANY_VERSION, "carol") == 1
+    assert reviews.add(review(single, "carol"))
+    assert reviews.next_item("support-bot", ANY_VERSION, "dave") is None
+    assert reviews.open_count("support-bot", ANY_VERSION, "dave") == 0
+    (count,) = reviews.queues()
+    assert (count.open, count.reviews) == (0, 9)
+
+
+def test_the_next_item_is_read_from_the_open_items_index_not_the_reviews_history(
+    tmp_path: Path, migrated_sqlite: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'plan.db'}"
+    seed_sqlite(url, migrated_sqlite)
+    store = Store(url)
+    try:
+        statements: list[tuple[str, Any]] = []
+
+        def seen(_c: Any, _cur: Any, statement: str, parameters: Any, *_: Any) -> None:
+            if statement.lstrip().upper().startswith("SELECT"):
+                statements.append((statement, parameters))
+
+        sa.event.listen(store.engine, "before_cursor_execute", seen)
+        reviews = ReviewStore(store)
+        reviews.next_item("support-bot", ANY_VERSION, "alice")
+        reviews.open_count("support-bot", ANY_VERSION, "alice")
+        sa.event.remove(store.engine, "before_cursor_execute", seen)
+        assert len(statements) == 2
+        with store.engine.connect() as conn:
+            for statement, parameters in statements:
+                plan = " | ".join(
+                    str(row[-1])
+                    for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters)
+                )
+                assert "USING INDEX ix_review_items_open" in plan, plan
+                assert "SCAN review_items" not in plan, plan
+    finally:
+        store.close()
