@@ -476,6 +476,28 @@ def seed_sqlite(db_url: str, migrated: Path) -> None:
             shutil.copyfile(migrated, path)
 
 
+def sqlite_plans(engine: sa.Engine, call: Callable[[], Any], reading: str) -> list[list[str]]:
+    """SQLite's EXPLAIN QUERY PLAN of each statement that `call` runs on `engine` and that
+    contains `reading` (a table's `FROM ...`, say): one list of plan lines per statement, in the
+    order they ran."""
+    statements: list[tuple[str, Any]] = []
+
+    def keep(_conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        if reading in statement:
+            statements.append((statement, params))
+
+    sa.event.listen(engine, "before_cursor_execute", keep)
+    try:
+        call()
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", keep)
+    with engine.connect() as conn:
+        return [
+            [str(row[-1]) for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, params)]
+            for sql, params in statements
+        ]
+
+
 @pytest.fixture
 def start_gateway(
     upstream: MockUpstreamServer, tmp_path: Path, migrated_sqlite: Path

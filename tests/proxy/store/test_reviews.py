@@ -13,9 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
-
-import sqlalchemy as sa
 
 from proxy.core import Arm, ExchangeRecord, PairRecord, Status
 from proxy.store import (
@@ -28,7 +25,7 @@ from proxy.store import (
     experiment_side,
 )
 from proxy.store.exchanges import Store
-from tests.conftest import seed_sqlite
+from tests.conftest import seed_sqlite, sqlite_plans
 from tests.proxy.store import test_exchanges as test_store
 from tests.proxy.store.test_exchanges import T0, make_record
 
@@ -281,29 +278,24 @@ def test_each_review_is_counted_with_its_item_and_closes_it_once_enough_arrive_a
 def test_the_next_item_is_read_from_the_open_items_index_not_the_reviews_history(
     tmp_path: Path, migrated_sqlite: Path
 ) -> None:
+    """A reviewer's next item and the count of what is left read the open items through their
+    index, never every item the route ever queued (which retention does not shorten)."""
     url = f"sqlite:///{tmp_path / 'plan.db'}"
     seed_sqlite(url, migrated_sqlite)
     store = Store(url)
     try:
-        statements: list[tuple[str, Any]] = []
-
-        def seen(_c: Any, _cur: Any, statement: str, parameters: Any, *_: Any) -> None:
-            if statement.lstrip().upper().startswith("SELECT"):
-                statements.append((statement, parameters))
-
-        sa.event.listen(store.engine, "before_cursor_execute", seen)
         reviews = ReviewStore(store)
-        reviews.next_item("support-bot", ANY_VERSION, "alice")
-        reviews.open_count("support-bot", ANY_VERSION, "alice")
-        sa.event.remove(store.engine, "before_cursor_execute", seen)
-        assert len(statements) == 2
-        with store.engine.connect() as conn:
-            for statement, parameters in statements:
-                plan = " | ".join(
-                    str(row[-1])
-                    for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters)
-                )
-                assert "USING INDEX ix_review_items_open" in plan, plan
-                assert "SCAN review_items" not in plan, plan
+        plans = sqlite_plans(
+            store.engine,
+            lambda: (
+                reviews.next_item("support-bot", ANY_VERSION, "alice"),
+                reviews.open_count("support-bot", ANY_VERSION, "alice"),
+            ),
+            reading="FROM review_items",
+        )
+        assert len(plans) == 2
+        for plan in plans:
+            assert any("USING INDEX ix_review_items_open" in line for line in plan), plan
+            assert not any(line.startswith("SCAN review_items") for line in plan), plan
     finally:
         store.close()

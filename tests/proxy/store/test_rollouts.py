@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
-
-import sqlalchemy as sa
 
 from analyzers.verdicts import MetricVerdict, Outcome
 from proxy.core.rollout_state import RolloutState
 from proxy.store.exchanges import Store
 from proxy.store.rollouts import RolloutStore
-from tests.conftest import seed_sqlite
+from tests.conftest import seed_sqlite, sqlite_plans
 
 T0 = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 
@@ -65,20 +62,9 @@ def test_recent_verdicts_read_the_route_index_without_sorting_its_history(
     try:
         rollouts = RolloutStore(store)
         rollouts.add_verdicts(RolloutState("bot"), 0, [("", _verdict("error_rate"))], T0)
-        statements: list[tuple[str, Any]] = []
-
-        def keep(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
-            if "FROM verdicts" in statement:
-                statements.append((statement, params))
-
-        sa.event.listen(store.engine, "before_cursor_execute", keep)
-        assert len(rollouts.recent_verdicts("bot")) == 1
-        sa.event.remove(store.engine, "before_cursor_execute", keep)
-
-        [(statement, params)] = statements
-        with store.engine.connect() as conn:
-            plan = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, params).all()
-        details = [str(row[-1]) for row in plan]
+        [details] = sqlite_plans(
+            store.engine, lambda: rollouts.recent_verdicts("bot"), reading="FROM verdicts"
+        )
         assert any("ix_verdicts_route_created_at" in d for d in details), details
         assert not any("TEMP B-TREE" in d for d in details), details
     finally:
