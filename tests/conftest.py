@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import httpx2
@@ -36,6 +36,7 @@ from tests.asgi_driver import AppThread, async_transport, status_without_body, s
 sdk_imports.defer()  # before any test module imports them (see tests/sdk_imports.py)
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+Returned = TypeVar("Returned")
 
 
 MEMORY_TEMP_ROOT = Path("/dev/shm")
@@ -476,10 +477,12 @@ def seed_sqlite(db_url: str, migrated: Path) -> None:
             shutil.copyfile(migrated, path)
 
 
-def sqlite_plans(engine: sa.Engine, call: Callable[[], Any], reading: str) -> list[list[str]]:
-    """SQLite's EXPLAIN QUERY PLAN of each statement that `call` runs on `engine` and that
-    contains `reading` (a table's `FROM ...`, say): one list of plan lines per statement, in the
-    order they ran."""
+def sqlite_plans(
+    engine: sa.Engine, call: Callable[[], Returned], reading: str
+) -> tuple[Returned, list[list[str]]]:
+    """What `call` returns, and SQLite's EXPLAIN QUERY PLAN of each statement it runs on
+    `engine` that contains `reading` (a table's `FROM ...`, say): one list of plan lines per
+    statement, in the order they ran."""
     statements: list[tuple[str, Any]] = []
 
     def keep(_conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
@@ -488,11 +491,11 @@ def sqlite_plans(engine: sa.Engine, call: Callable[[], Any], reading: str) -> li
 
     sa.event.listen(engine, "before_cursor_execute", keep)
     try:
-        call()
+        returned = call()
     finally:
         sa.event.remove(engine, "before_cursor_execute", keep)
     with engine.connect() as conn:
-        return [
+        return returned, [
             [str(row[-1]) for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, params)]
             for sql, params in statements
         ]

@@ -567,8 +567,8 @@ def _v18_review_tallies(conn: Connection) -> None:
         sa.Column("route", sa.String()),
         sa.Column("is_open", sa.Boolean()),
     )
-    # The condition written as the queries write it (`WHERE is_open` on PostgreSQL, `is_open = 1`
-    # on SQLite), so that each database sees the index answers them.
+    # The condition written as the queries write it (`is_open = true` on PostgreSQL, `is_open = 1`
+    # on SQLite), so that each database sees that the index answers them.
     open_ = items.c.is_open == sa.true()
     sa.Index(
         "ix_review_items_open",
@@ -631,7 +631,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         18,
-        "review_items.reviews_done (reviews kept with each item) and an index of the open items",
+        "review_items.reviews_done and is_open (each item's reviews, kept with it) and an index "
+        "of the open items",
         _v18_review_tallies,
     ),
 )

@@ -62,9 +62,10 @@ def test_recent_verdicts_read_the_route_index_without_sorting_its_history(
     try:
         rollouts = RolloutStore(store)
         rollouts.add_verdicts(RolloutState("bot"), 0, [("", _verdict("error_rate"))], T0)
-        [details] = sqlite_plans(
+        rows, [details] = sqlite_plans(
             store.engine, lambda: rollouts.recent_verdicts("bot"), reading="FROM verdicts"
         )
+        assert len(rows) == 1
         assert any("ix_verdicts_route_created_at" in d for d in details), details
         assert not any("TEMP B-TREE" in d for d in details), details
     finally:
