@@ -76,6 +76,7 @@ from .errors import StoreError, StoreUnavailableError
 from .exchanges import Store
 from .redaction import apply_bodies_policy
 from .retry import WriteRetry
+from .reviews import ReviewStore
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,8 @@ def _without_bodies(record: StoredRecord) -> ExchangeRecord | None:
 
 
 class Retention:
-    """Deletes records older than `days`, due at start and then every `interval_s`.
+    """Deletes records older than `days`, due at start and then every `interval_s`, and at the
+    end of each purge closes the review items whose exchanges it deleted.
 
     Not thread-safe: it is driven by the recorder's writer thread, one `step` at a time.
     """
@@ -153,6 +155,7 @@ class Retention:
         if days < 1 or interval_s <= 0 or chunk < 1:
             raise ValueError("retention needs days >= 1, interval_s > 0 and chunk >= 1")
         self._store = store
+        self._reviews = ReviewStore(store)
         self._age = timedelta(days=days)
         self._clock = clock
         self._interval_s = interval_s
@@ -181,8 +184,17 @@ class Retention:
         if deleted < self._chunk:
             if self.deleted_total:
                 log.info("retention: deleted records older than %s", self._cutoff.isoformat())
+            self._close_reviews(self._cutoff)
             self._cutoff = None
             self._next_run = now + self._interval_s
+
+    def _close_reviews(self, cutoff: datetime) -> None:
+        """Review items whose exchanges this purge deleted can no longer be shown: closed, so
+        reviewers are not offered them (their reviews are kept)."""
+        try:
+            self._reviews.close_older_than(cutoff)
+        except Exception as exc:  # retention must never stop the writer thread
+            log.warning("retention: could not close old review items (next purge retries): %s", exc)
 
 
 class Recorder:

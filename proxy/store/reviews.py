@@ -9,8 +9,10 @@ them as to every other exchange. The item also stores which side is shown as A (
 item, drawn by the caller) so position bias can be measured, how many reviewers it wants (one,
 or two for agreement), its sampling weight and why, how many reviews it has had
 (`reviews_done`) and whether it still wants one (`is_open`), both kept by the transaction that
-stores each review: the queue's reads go through the index of the open items, so a reviewer's
-"next" costs the same after a year of reviews as on the first day.
+stores each review, and closed by the retention purge that deletes its exchanges
+(`close_older_than`): the queue's reads go through the index of the open items, at most those of
+the retention window, so a reviewer's "next" costs the same after a year of reviews as on the
+first day.
 
 None of the model, target, arm or request names an item holds ever leaves through
 `ReviewItem.shown`: the page's view is built from the texts and the opaque `item_id` only.
@@ -328,6 +330,22 @@ class ReviewStore:
                 continue
             added += 1
         return added
+
+    def close_older_than(self, cutoff: datetime) -> int:
+        """Close the open items whose pair was recorded before `cutoff`, the retention cutoff:
+        their exchanges are deleted, so no reviewer can be shown them any more. Returns how many
+        were closed. Their reviews stay; so the open items are never more than those of the
+        retention window, and the queue's reads stay bounded by it."""
+        statement = (
+            sa.update(_items)
+            .where(_OPEN, _items.c.exchanged_at < as_utc(cutoff))
+            .values(is_open=False)
+        )
+        with (
+            translated("closing review items past retention", writing=True),
+            self._engine.begin() as conn,
+        ):
+            return int(conn.execute(statement).rowcount)
 
     # --- the reviewer's side ------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""The recorder against real stores: bursts, full queues, outages, shutdown, bodies, retention."""
+"""The recorder against real stores: bursts, full queues, outages, shutdown, bodies, retention
+(review items closed with the exchanges it deletes)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,13 +18,16 @@ from prometheus_client import CollectorRegistry
 
 from proxy.config.specs import StoreSpec
 from proxy.core.records import ExchangeRecord, StoredRecord
+from proxy.store import ANY_VERSION, ReviewStore
 from proxy.store.errors import StoreUnavailableError
 from proxy.store.exchanges import Store
 from proxy.store.recorder import BODIES_DROPPED_TAG, RECORD_OVERHEAD_BYTES, Recorder, record_size
 from proxy.store.redaction import apply_bodies_policy
 from tests.conftest import seed_sqlite, wait_until
+from tests.proxy.console.test_review_queue import candidate
 from tests.proxy.store import test_exchanges as test_store
 from tests.proxy.store.test_exchanges import make_record
+from tests.proxy.store.test_reviews import queued
 
 db_url = test_store.db_url  # shared fixtures (until they move to tests/conftest.py)
 open_store = test_store.open_store
@@ -334,6 +339,27 @@ def test_retention_deletes_only_old_records_at_start_and_later(
     wait_until(lambda: store.count() == 5, what="a new record")
     now[0] += timedelta(days=30)  # everything is old now; the next periodic run removes it
     wait_until(lambda: store.count() == 0, what="the periodic purge")
+
+
+def test_a_purge_closes_the_review_items_whose_exchanges_it_deleted(
+    sqlite_path: Path, make_recorder: Callable[..., tuple[Recorder, Any]]
+) -> None:
+    store = sqlite_store(sqlite_path)
+    now = datetime(2025, 6, 1, tzinfo=UTC)
+    reviews = ReviewStore(store)
+    old, young = (
+        queued(replace(candidate(pair_id=name, request_id=name), exchanged_at=now - age))
+        for name, age in (("old", timedelta(days=15)), ("young", timedelta(days=13)))
+    )
+    reviews.enqueue([old, young])
+    assert reviews.open_count("support-bot", ANY_VERSION, "bob") == 2
+    recorder, _ = make_recorder(store, retention_days=14, clock=lambda: now)
+    recorder.start()
+    wait_until(
+        lambda: reviews.open_count("support-bot", ANY_VERSION, "bob") == 1,
+        what="the purge closing the old item",
+    )
+    assert reviews.next_item("support-bot", ANY_VERSION, "bob") == young
 
 
 def test_the_writer_is_one_named_non_daemon_thread(

@@ -299,3 +299,26 @@ def test_the_next_item_is_read_from_the_open_items_index_not_the_reviews_history
             assert not any(line.startswith("SCAN review_items") for line in plan), plan
     finally:
         store.close()
+
+
+def test_items_past_retention_are_closed_and_their_reviews_kept(
+    open_store: Callable[..., Store],
+) -> None:
+    store = open_store()
+    old_start = T0 - timedelta(days=20)
+    store.write_batch(shadow_pair(1, start=old_start) + shadow_pair(2))
+    reviews = ReviewStore(store)
+    young_c, old_c = reviews.candidates("support-bot", ANY_VERSION, since=old_start)
+    old, young = queued(old_c, wanted=2), queued(young_c)
+    reviews.enqueue([old, young])
+    assert reviews.add(review(old, "alice"))  # one of the two reviews it wants
+    assert reviews.next_item("support-bot", ANY_VERSION, "bob") == old  # a second review first
+
+    assert reviews.close_older_than(T0 - timedelta(days=14)) == 1
+    assert reviews.close_older_than(T0 - timedelta(days=14)) == 0
+    assert reviews.next_item("support-bot", ANY_VERSION, "bob") == young
+    assert reviews.open_count("support-bot", ANY_VERSION, "bob") == 1
+    (count,) = reviews.queues()
+    assert (count.open, count.reviews) == (1, 1)
+    (kept,) = reviews.reviewed(route="support-bot")
+    assert (kept.item.item_id, kept.review.reviewer_id) == (old.item_id, "alice")
