@@ -3,13 +3,14 @@
 A store with `history` items already reviewed (by one reviewer each) and 50 still open, all on
 one route; then the console's reads for a second reviewer: `ReviewStore.next_item` (the next
 pair to show) and `ReviewStore.open_count` (how many are left), and the cost of storing one
-review (`ReviewStore.add`, measured while the history is built). On PostgreSQL the schema is
+review (`ReviewStore.add`, measured while the history is built). On PostgreSQL the database is
 analysed before the reads, as autovacuum would have done on a table that size.
 
     .venv/bin/python -m bench.review_queue [--history 1000 10000] [--url URL]
 
-`--url` defaults to a new SQLite file; a PostgreSQL URL gets a schema of its own
-(`bench_review_queue`, dropped and made anew). Figures are wall-clock ms per call, the mean of 50
+`--url` defaults to a new SQLite file; with a PostgreSQL URL (a database the role may connect to,
+with CREATEDB) each run gets a database of its own, `bench_review_queue`, dropped after it
+(`bench.databases`). Figures are wall-clock ms per call, the mean of 50
 calls after 3 warm-up ones. To compare with another checkout, run the same command with that
 checkout on `PYTHONPATH`.
 """
@@ -17,20 +18,20 @@ checkout on `PYTHONPATH`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-import sqlalchemy as sa
-
+from bench import databases
 from proxy.store import ANY_VERSION, ReviewCandidate, ReviewItem, ReviewRecord, ReviewStore
 from proxy.store.exchanges import Store
 
 ROUTE = "support-bot"
 OPEN = 50
-SCHEMA = "bench_review_queue"
+DATABASE = "bench_review_queue"
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -43,19 +44,6 @@ def _item(n: int) -> ReviewItem:
     return ReviewItem(f"item-{n:09d}", candidate, "A", 1, 1.0, "plain", AT)
 
 
-def _open_store(url: str) -> Store:
-    if not url.startswith("postgresql"):
-        store = Store(url)
-    else:
-        engine = sa.create_engine(url)
-        with engine.begin() as conn:
-            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
-        engine.dispose()
-        store = Store(url, schema=SCHEMA)
-    store.migrate()
-    return store
-
-
 def _per_call_ms(call: Callable[[], object], times: int = 50) -> float:
     for _ in range(3):
         call()
@@ -66,7 +54,8 @@ def _per_call_ms(call: Callable[[], object], times: int = 50) -> float:
 
 
 def measure(url: str, history: int) -> dict[str, float]:
-    store = _open_store(url)
+    store = Store(url)
+    store.migrate()
     try:
         reviews = ReviewStore(store)
         items = [_item(n) for n in range(history + OPEN)]
@@ -97,8 +86,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     print(f"{'store':<11} {'history':>8} {'next_item ms':>13} {'open_count ms':>14} {'add ms':>7}")
     for history in args.history:
-        with tempfile.TemporaryDirectory() as tmp:
-            url = args.url or f"sqlite:///{Path(tmp) / 'reviews.db'}"
+        with contextlib.ExitStack() as stack:
+            if args.url is None:
+                tmp = stack.enter_context(tempfile.TemporaryDirectory())
+                url = f"sqlite:///{Path(tmp) / 'reviews.db'}"
+            elif args.url.startswith("postgresql"):
+                url = stack.enter_context(databases.fresh_database(args.url, DATABASE))
+            else:
+                url = args.url
             got = measure(url, history)
         kind = url.split(":")[0].split("+")[0]
         print(
