@@ -104,7 +104,8 @@ _items, _reviews, _exchanges, _pairs = (
     pairs_table,
 )
 _OPEN = _items.c.is_open == sa.true()
-"""An item that still wants a review (`reviews_done < wanted_reviews`): the condition of
+"""An item that still wants a review (`reviews_done < wanted_reviews`) and can still be shown
+(retention has not deleted its exchanges, `close_older_than`): the condition of
 `ix_review_items_open` (migration 18), written as the index's so that SQLite and PostgreSQL read
 the open items through it."""
 
