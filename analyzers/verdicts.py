@@ -20,6 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Tally = tuple[int, int]
 """(events, out of): e.g. (passed, total) of a check, (corrected, answers)."""
 
+UnitTallies = tuple[Tally, ...]
+"""One tally broken down by randomisation unit (a sticky user, tenant, API key or conversation):
+one (events, out of) per unit, in any order; their sums are the tally."""
+
 
 _PREFERENCE_SCORES = frozenset((0.0, 0.5, 1.0))
 
@@ -68,6 +72,17 @@ class ArmWindow:
     request, both answers shown unlabelled in random order): 1.0 when the reviewer preferred this
     arm's answer, 0.0 the primary's, 0.5 a tie, oldest first. Read from the candidate's window;
     None when blind review is not judged, () when it is and nobody has reviewed yet."""
+    units: Mapping[str, UnitTallies] = field(default_factory=dict)
+    """The unit of the statistics is the unit of assignment: per tally of this window, the same
+    tally broken down by the sticky unit whose requests made it (`UnitTallies`, summing to the
+    tally). Keys name the tally: `errors` ((errors, requests)), `checks:<name>` ((passed, total),
+    as `checks`), `corrections`, `findings`, `agreement`, `noise`, `adaptation`. A tally without
+    an entry has independent requests (no sticky key): each request is a unit of its own."""
+    sample_units: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    """Per sample series (`latencies_s`, `ttfts_s`, `costs_usd`, `judge_deltas`,
+    `preferences`): the unit of each sample, parallel to the series (same length, same order),
+    as an index (0, 1, 2...; a request without a key has an index of its own). A series without
+    an entry has one unit per sample."""
 
     def __post_init__(self) -> None:
         # The judge builds two windows on every look: one chained comparison per tally first,
@@ -89,6 +104,37 @@ class ArmWindow:
         # A set, not a scan per value: the judge is handed every review so far on every look.
         if self.preferences is not None and not _PREFERENCE_SCORES.issuperset(self.preferences):
             raise ValueError("preferences: each must be 0, 0.5 or 1")
+        if self.units or self.sample_units:
+            self._check_units()
+
+    def _check_units(self) -> None:
+        """Each breakdown names a tally or series of this window and adds up to it."""
+        for key, per_unit in self.units.items():
+            kind, _, name = key.partition(":")
+            if kind == "checks":
+                whole = self.checks.get(name)
+            elif key == "errors":
+                whole = (self.errors, self.requests)
+            else:
+                whole = getattr(self, key) if key in _UNIT_TALLIES else None
+            if whole is None:
+                raise ValueError(f"units.{key}: no such tally")
+            events = sum(e for e, _ in per_unit)
+            total = sum(n for _, n in per_unit)
+            if (events, total) != tuple(whole) or any(not 0 <= e <= n for e, n in per_unit):
+                raise ValueError(
+                    f"units.{key}: per-unit tallies add up to {events}/{total}, the tally is "
+                    f"{whole[0]}/{whole[1]}"
+                )
+        for key, indexes in self.sample_units.items():
+            if key not in _UNIT_SERIES:
+                raise ValueError(f"sample_units.{key}: no such sample series")
+            series = getattr(self, key)
+            if series is None or len(series) != len(indexes):
+                raise ValueError(
+                    f"sample_units.{key}: {len(indexes)} units for "
+                    f"{0 if series is None else len(series)} samples"
+                )
 
     def _refuse(self) -> None:
         """Raise for the first tally out of order."""
@@ -101,6 +147,11 @@ class ArmWindow:
         _check_tally("findings", self.findings)
         if self.adaptation is not None:
             _check_tally("adaptation", self.adaptation)
+
+
+_UNIT_TALLIES = frozenset(("corrections", "findings", "agreement", "noise", "adaptation"))
+"""The tally fields a `units` key may name besides `errors` and `checks:<name>`."""
+_UNIT_SERIES = frozenset(("latencies_s", "ttfts_s", "costs_usd", "judge_deltas", "preferences"))
 
 
 def refuse_removed(data: object, **removed: str) -> object:

@@ -285,6 +285,28 @@ def test_bad_input_is_refused() -> None:
         Thresholds.model_validate({"no_such_key": 1})
 
 
+def test_a_units_breakdown_must_add_up_to_its_tally_and_name_a_series() -> None:
+    window = ArmWindow(
+        3,
+        1,
+        latencies_s=(0.1, 0.2, 0.3),
+        checks={"c": (2, 3)},
+        units={"errors": ((1, 2), (0, 1)), "checks:c": ((1, 2), (1, 1))},
+        sample_units={"latencies_s": (0, 0, 1)},
+    )
+    assert window.units["errors"] == ((1, 2), (0, 1))
+    with pytest.raises(ValueError, match=r"units\.errors: per-unit tallies add up to 1/2"):
+        ArmWindow(3, 1, units={"errors": ((1, 1), (0, 1))})
+    with pytest.raises(ValueError, match=r"units\.checks:d: no such tally"):
+        ArmWindow(3, 1, units={"checks:d": ((0, 1),)})
+    with pytest.raises(ValueError, match=r"units\.bogus: no such tally"):
+        ArmWindow(3, 1, units={"bogus": ()})
+    with pytest.raises(ValueError, match=r"sample_units\.latencies_s: 2 units for 1 samples"):
+        ArmWindow(3, 1, latencies_s=(0.1,), sample_units={"latencies_s": (0, 1)})
+    with pytest.raises(ValueError, match=r"sample_units\.preferences: 1 units for 0 samples"):
+        ArmWindow(3, 1, sample_units={"preferences": (0,)})
+
+
 # rule_adaptation: rule-flip probes not followed, candidate against primary, and the floor
 
 
