@@ -86,7 +86,7 @@ from .rollout_state import (
 )
 from .sampling import sampled
 from .signals import Agreement, is_correction, judge_pair, pair_agreed
-from .sticky import sticky_key
+from .sticky import sticky_key, sticky_unit
 from .tasks import TaskSet
 from .timewindow import parse_since
 from .utc import as_utc
@@ -169,6 +169,7 @@ __all__ = [
     "sampled",
     "serving",
     "sticky_key",
+    "sticky_unit",
     "summarize",
     "transition",
     "with_system_append",

@@ -138,6 +138,12 @@ class ExchangeRecord:
     experiment_unit: str | None = None
     """The experiment's randomisation unit, as a keyed hash of the unit key (never the raw user
     or operation id); None outside an experiment."""
+    sticky_unit: str | None = None
+    """The request's sticky unit (`proxy.core.sticky_unit`: a keyed hash of the route's canary
+    `sticky` key, never the raw user or tenant id), on every record made for the request (primary,
+    canary, fallback, its shadows and probes); the rollout judge's variances are computed over
+    it. None when the route's canary has no sticky key, the request lacks it, or it ran in an
+    experiment (whose unit is `experiment_unit`)."""
 
     def retimed(self, duration_s: float, overhead_s: float) -> ExchangeRecord:
         """This record with another `duration_s` and `overhead_s`: what

@@ -268,6 +268,7 @@ class ProxyHandler:
             credentials_for=models[plan.route.spec.primary].origin, models=models,
             operation_id=operation,
             experiment_arm=plan.experiment_arm, experiment_unit=plan.experiment_unit,
+            sticky_unit=plan.sticky_unit,
             tags=task_tags(plan.route.spec.evalset.task, scope["headers"]),
         )  # fmt: skip
         if self.feedback_tokens is not None:

@@ -7,7 +7,10 @@ never sees half a change.
 Canary assignment is sticky: a hash of the route's sticky key (`proxy.core.sticky_key`, the same
 key shadow sampling uses) salted with the rollout's id decides the arm, so one user stays in one
 arm on every replica for the whole rollout, and the next rollout draws its users afresh. Without
-a sticky key (or when the request lacks it) each request is drawn on its own.
+a sticky key (or when the request lacks it) each request is drawn on its own. The plan carries the
+request's sticky unit (`proxy.core.sticky_unit`, keyed with the table's shared secret), which every
+record of the request keeps: the rollout judge's statistics are computed over it. It is hashed once
+per request, and only on routes whose canary names a sticky key.
 
 A running experiment (`apply_experiment`) takes precedence: a request carrying the experiment's
 unit key is served by its unit's arm (`proxy.core.experiment.assign`), as arm `experiment`; a
@@ -31,6 +34,7 @@ from proxy.core import (
     sampled,
     serving,
     sticky_key,
+    sticky_unit,
 )
 
 
@@ -76,6 +80,9 @@ class RoutePlan:
     """The unit's keyed hash (recorded), else None."""
     system_append: str | None = None
     """The arm's `system_prompt_append`, if any."""
+    sticky_unit: str | None = None
+    """The request's sticky unit (recorded), else None: the route's canary has no sticky key or
+    the request lacks it (or it is served by an experiment, whose unit is `experiment_unit`)."""
 
 
 def state_for(name: str, spec: RouteSpec, rollout: RolloutState) -> RouteState:
@@ -192,12 +199,16 @@ class RouteTable:
                     experiment_unit=unit_id,
                     system_append=arm_spec.system_prompt_append,
                 )
+        spec = state.spec.canary
+        user: str | None = None
+        recorded: str | None = None
+        if spec is not None and spec.sticky != "none":
+            user = sticky_key(spec.sticky, headers, payload or {})
+            if user is not None:
+                recorded = sticky_unit(self.experiment_secret, name, user)
         canary = state.canary
-        if canary is not None:
-            spec = state.spec.canary
-            key = None
-            if spec is not None and spec.sticky != "none":
-                key = sticky_key(spec.sticky, headers, payload or {})
-            if sampled(key if key is not None else request_id, canary.salt, canary.weight / 100):
-                return RoutePlan(state, canary.target, Arm.CANARY)
-        return RoutePlan(state, state.primary, state.primary_arm)
+        if canary is not None and sampled(
+            user if user is not None else request_id, canary.salt, canary.weight / 100
+        ):
+            return RoutePlan(state, canary.target, Arm.CANARY, sticky_unit=recorded)
+        return RoutePlan(state, state.primary, state.primary_arm, sticky_unit=recorded)

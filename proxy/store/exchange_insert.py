@@ -41,7 +41,7 @@ COLUMNS = (
     "output_tokens", "cached_input_tokens", "cache_write_tokens", "reasoning_tokens",
     "usage_estimated", "cost_usd", "error_class", "rule", "rule_version", "pair_id", "tags",
     "request_body", "response_body", "response_text", "operation_id", "experiment_arm",
-    "experiment_unit",
+    "experiment_unit", "sticky_unit",
 )  # fmt: skip
 """Every column of `exchanges` but `id`, in the order of `exchange_row`'s values."""
 
@@ -104,6 +104,7 @@ def exchange_row(record: ExchangeRecord, *, sqlite: bool) -> tuple[Any, ...]:
         _text(record.operation_id),
         _text(record.experiment_arm),
         _text(record.experiment_unit),
+        _text(record.sticky_unit),
     )
 
 

@@ -149,6 +149,8 @@ class ExchangeRow(SQLModel, table=True):
     """The business operation (migration 14); NULL for exchanges of none."""
     experiment_arm: str | None = None
     experiment_unit: str | None = None
+    sticky_unit: str | None = None
+    """The request's sticky unit, a keyed hash (migration 19); NULL without a sticky key."""
 
 
 _exchanges: sa.Table = ExchangeRow.__table__  # type: ignore[attr-defined]
@@ -664,6 +666,7 @@ def _to_record(row: sa.RowMapping) -> ExchangeRecord:
         operation_id=row["operation_id"],
         experiment_arm=row["experiment_arm"],
         experiment_unit=row["experiment_unit"],
+        sticky_unit=row["sticky_unit"],
     )
 
 

@@ -579,6 +579,11 @@ def _v18_review_tallies(conn: Connection) -> None:
     ).create(conn)
 
 
+def _v19_sticky_units(conn: Connection) -> None:
+    # Exchanges of before stay NULL: each is a unit of its own, as the judge counted them then.
+    conn.execute(sa.text("ALTER TABLE exchanges ADD COLUMN sticky_unit VARCHAR"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "exchanges table and its indexes", _v1_exchanges),
     Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
@@ -634,6 +639,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         "review_items.reviews_done and is_open (each item's reviews, kept with it) and an index "
         "of the open items",
         _v18_review_tallies,
+    ),
+    Migration(
+        19,
+        "exchanges.sticky_unit: the keyed hash of the request's sticky key, the judge's unit",
+        _v19_sticky_units,
     ),
 )
 """The schema's whole history, oldest first. Append only."""

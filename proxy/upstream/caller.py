@@ -87,6 +87,8 @@ class CallContext:
     """The experiment arm the request was assigned to (recorded on each of its calls)."""
     experiment_unit: str | None = None
     """The experiment unit's keyed hash (recorded with `experiment_arm`)."""
+    sticky_unit: str | None = None
+    """The request's sticky unit (`proxy.core.sticky_unit`), recorded on each of its calls."""
 
 
 @dataclass(slots=True)
@@ -326,6 +328,7 @@ class ModelCaller:
             operation_id=ctx.operation_id,
             experiment_arm=ctx.experiment_arm,
             experiment_unit=ctx.experiment_unit,
+            sticky_unit=ctx.sticky_unit,
         )
 
 

@@ -16,6 +16,7 @@ def every_field_set() -> ExchangeRecord:
         usage=Usage(1, 2, 3, 4, 5, True), cost_usd=0.5, error_class="http_429", rule="r",
         rule_version="v2", pair_id="p1", tags=("task:a",), request_body="q", response_body="a",
         response_text="t", operation_id="op", experiment_arm="b", experiment_unit="u",
+        sticky_unit="s",
     )  # fmt: skip
 
 

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from proxy.core import sticky_key
+from proxy.core import sticky_key, sticky_unit
+from proxy.core.experiment import unit_digest, unit_id
 
 HEADERS = [(b"x-user-id", b"alice"), (b"x-empty", b""), (b"x-empty", b"late"), (b"x-id", b"\xe9")]
 
@@ -34,3 +35,12 @@ HEADERS = [(b"x-user-id", b"alice"), (b"x-empty", b""), (b"x-empty", b"late"), (
 )
 def test_sticky_key(sticky: str, payload: dict[str, Any], expected: str | None) -> None:
     assert sticky_key(sticky, HEADERS, payload) == expected
+
+
+def test_the_sticky_unit_is_the_experiments_keyed_hash_salted_by_the_route() -> None:
+    unit = sticky_unit(b"secret", "bot", "user-7")
+    assert unit == unit_id(unit_digest(b"secret", "sticky\0bot", "user-7"))
+    assert sticky_unit(b"secret", "bot", "user-7") == unit  # the cached key state is copied
+    assert len({unit, sticky_unit(b"secret", "other", "user-7"), sticky_unit(b"x", "bot", "user-7"),
+                sticky_unit(b"secret", "bot", "user-8")}) == 4  # fmt: skip
+    assert "user" not in unit and len(unit) == 24

@@ -76,3 +76,28 @@ def test_without_the_sticky_header_the_request_id_decides() -> None:
     table = table_in_rollout()
     arms = {plan.arm for i in range(300) if (plan := table.plan("bot", (), {}, request_id=f"r{i}"))}
     assert arms == {Arm.PRIMARY, Arm.CANARY}
+
+
+def test_each_request_carries_its_users_keyed_unit_on_both_arms() -> None:
+    table = table_in_rollout()
+    plans = [table.plan("bot", headers, request_id="r") for headers in users(200)]
+    units = [p.sticky_unit for p in plans if p]
+    assert len(set(units)) == 200  # one unit per user
+    assert all(u is not None and len(u) == 24 and "user" not in u for u in units)
+    assert {p.arm for p in plans if p} == {Arm.PRIMARY, Arm.CANARY}
+    again = table.plan("bot", users(1)[0], request_id="other")
+    assert again is not None and again.sticky_unit == units[0]  # the same user, the same unit
+    # Keyed: another secret (another gateway's table) records another unit for the same user.
+    other = RouteTable(parse_config(CONFIG, {}), experiment_secret=b"another secret")
+    plan = other.plan("bot", users(1)[0])
+    assert plan is not None and plan.sticky_unit not in (None, units[0])
+
+
+def test_no_unit_without_a_sticky_key_or_without_its_header() -> None:
+    table = table_in_rollout()
+    lacking = table.plan("bot", (), {}, request_id="r1")
+    plain = table.plan("plain", users(1)[0], request_id="r2")
+    assert lacking is not None and lacking.sticky_unit is None
+    assert plain is not None and plain.sticky_unit is None
+    before = RouteTable(parse_config(CONFIG, {})).plan("bot", users(1)[0])
+    assert before is not None and before.sticky_unit is not None  # recorded before a rollout too

@@ -63,6 +63,7 @@ def core_row(record: ExchangeRecord, prefix: str) -> dict[str, Any]:
         "operation_id": record.operation_id,
         "experiment_arm": record.experiment_arm,
         "experiment_unit": record.experiment_unit,
+        "sticky_unit": record.sticky_unit,
     }
 
 
@@ -94,6 +95,7 @@ def records() -> list[ExchangeRecord]:
             operation_id="ticket 42/a",
             experiment_arm="b",
             experiment_unit="user-7",
+            sticky_unit="0f" * 12,
         ),
         make_record(request_id="large", started_at=datetime(2025, 3, 1, 12), request_body=large),
         make_record(

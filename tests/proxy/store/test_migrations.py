@@ -3,8 +3,10 @@ the rows of before read back right after the migrations that changed their table
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -54,6 +56,17 @@ def _v2_notes(conn: Connection) -> None:
 def _v2_half_done(conn: Connection) -> None:
     _v2_notes(conn)
     raise RuntimeError("the migration fails after creating its table")
+
+
+@contextmanager
+def later_exchange_columns(store: Store) -> Iterator[None]:
+    """The columns later migrations add to `exchanges`, there only while the block writes today's
+    records into a database of before them."""
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE exchanges ADD COLUMN sticky_unit VARCHAR"))
+    yield
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE exchanges DROP COLUMN sticky_unit"))
 
 
 def test_a_fresh_database_is_migrated_to_head(open_store: Callable[..., Store]) -> None:
@@ -199,7 +212,8 @@ def test_items_queued_before_the_tallies_existed_are_counted_by_the_migration(
 ) -> None:
     store = open_store(migrate=False)
     assert migrate(store.engine, migrations=[m for m in MIGRATIONS if m.version < 18]) == 17
-    store.write_batch(shadow_pair(1) + shadow_pair(2) + shadow_pair(3))
+    with later_exchange_columns(store):  # the writer writes today's exchanges
+        store.write_batch(shadow_pair(1) + shadow_pair(2) + shadow_pair(3))
     reviews = ReviewStore(store)
     c3, c2, c1 = reviews.candidates("support-bot", ANY_VERSION, since=T0)
     done, half, skipped = queued(c1), queued(c2, wanted=2), queued(c3)
@@ -221,3 +235,16 @@ def test_items_queued_before_the_tallies_existed_are_counted_by_the_migration(
     assert reviews.next_item("support-bot", ANY_VERSION, "alice") is None
     assert reviews.add(review(half, "bob"))
     assert reviews.next_item("support-bot", ANY_VERSION, "bob") == skipped
+
+
+def test_exchanges_of_before_the_sticky_units_read_back_without_one(
+    open_store: Callable[..., Store],
+) -> None:
+    store = open_store(migrate=False)
+    assert migrate(store.engine, migrations=[m for m in MIGRATIONS if m.version < 19]) == 18
+    with later_exchange_columns(store):
+        store.write_batch([make_record(request_id="old")])
+    assert store.migrate() == head_version()
+    store.write_batch([dataclasses.replace(make_record(request_id="new"), sticky_unit="ab" * 12)])
+    units = {r.request_id: r.sticky_unit for r in store.query()}
+    assert units == {"old": None, "new": "ab" * 12}
