@@ -72,17 +72,17 @@ from proxy.store import (
 
 from .evidence import (
     active_epochs,
-    agreement_tallies,
-    check_windows,
+    adaptation_windows,
     current_epoch,
+    epoch_windows,
     failing_examples,
-    finding_tallies,
-    human_preferences,
-    judge_deltas,
-    not_followed,
+    preference_window,
     probe_tallies,
     stuck_examples,
     traffic_windows,
+    with_agreement,
+    with_findings,
+    with_judge_deltas,
 )
 from .experiment_decider import ExperimentDecider
 from .guard import GuardLook, RuleGuard, interval_s
@@ -471,20 +471,20 @@ class RolloutController:
             self.windows, arms, since, corrections_per_caller=analysis.max_corrections_per_caller
         )
         if "disagreement" in wanted:
-            agreement, noise = agreement_tallies(self.windows, arms, spec.agreement.mode, since)
-            primary = replace(primary, noise=noise)
-            candidate = replace(candidate, agreement=agreement)
-            if agreement[1] and not noise[1]:
+            primary, candidate = with_agreement(
+                self.windows, arms, spec.agreement.mode, since, primary, candidate
+            )
+            if candidate.agreement[1] and not primary.noise[1]:
                 warnings.append(
                     "disagreement left out: the canary's shadow pairs have no noise floor to "
                     "be judged against (set the route's noise_sample above 0)"
                 )
         if "judge_score" in wanted:
-            candidate = replace(candidate, judge_deltas=judge_deltas(self.windows, arms, since))
+            candidate = with_judge_deltas(self.windows, arms, since, candidate)
         if "findings" in wanted:
-            flagged = finding_tallies(self.windows, arms, analysis.findings_severity, since)
-            primary = replace(primary, findings=flagged[0])
-            candidate = replace(candidate, findings=flagged[1])
+            primary, candidate = with_findings(
+                self.windows, arms, analysis.findings_severity, since, primary, candidate
+            )
         traffic = judge(primary, candidate, thresholds, sequences=sequences)
         scoped: list[tuple[str, MetricVerdict]] = [
             ("traffic", v) for v in traffic if _family(v.metric) in wanted
@@ -496,16 +496,12 @@ class RolloutController:
             newest = current_epoch(self.windows, rule)
             for epoch in active_epochs(self.windows, arms, rule, state.started_at):
                 epoch_since = max(epoch.started_at, state.started_at)
-                checks = check_windows(self.windows, arms, epoch, epoch_since)
+                checked = epoch_windows(self.windows, arms, epoch, epoch_since)
+                checks = (dict(checked[0].checks), dict(checked[1].checks))
                 if not (checks[0] or checks[1]):
                     continue
                 scope = f"rule:{epoch.rule}@{epoch.version}"
-                verdicts = judge(
-                    ArmWindow(0, 0, checks=checks[0]),
-                    ArmWindow(0, 0, checks=checks[1]),
-                    thresholds,
-                    sequences=sequences,
-                )
+                verdicts = judge(*checked, thresholds, sequences=sequences)
                 if newest is not None and epoch.version != newest.version:
                     # Clients are leaving an older version: it may still fail the candidate,
                     # but waiting for more of its evidence would hold the rollout forever.
@@ -546,13 +542,8 @@ class RolloutController:
             if self.reviews is None:
                 warnings.append("human_preference left out: this gateway reads no reviews")
             else:
-                preferences = human_preferences(self.reviews, arms, state.started_at)
-                verdicts = judge(
-                    ArmWindow(0, 0),
-                    ArmWindow(0, 0, preferences=preferences),
-                    thresholds,
-                    sequences=sequences,
-                )
+                reviewed = preference_window(self.reviews, self.windows, arms, state.started_at)
+                verdicts = judge(ArmWindow(0, 0), reviewed, thresholds, sequences=sequences)
                 scoped.extend((REVIEW_SCOPE, v) for v in verdicts)
                 spans.extend([(now - state.started_at).total_seconds()] * len(verdicts))
         etas = [_eta(v, span) for (_, v), span in zip(scoped, spans, strict=True)]
@@ -578,8 +569,7 @@ class RolloutController:
         assert spec is not None  # unavailable_evidence said the rule has probes
         tallies = probe_tallies(self.probes, rule, arms, since)
         verdicts = judge(
-            ArmWindow(0, 0, adaptation=not_followed(tallies[0])),
-            ArmWindow(0, 0, adaptation=not_followed(tallies[1])),
+            *adaptation_windows(self.windows, rule, arms, since, tallies),
             thresholds,
             sequences=sequences,
             min_adaptation=spec.min_adaptation,

@@ -25,12 +25,14 @@ from array import array
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from analyzers.verdicts import ArmWindow, Tally
 from analyzers.views import Severity, at_or_above
 from proxy.core import CUT_SHORT, Arm, ProbeRecord, Status
 from proxy.gateway import OVERFLOW_VERSION
 from proxy.store import (
+    KEYLESS_PREFIX,
     ArmExchange,
     Arms,
     Epoch,
@@ -38,6 +40,7 @@ from proxy.store import (
     ProbeStore,
     ProbeTally,
     ReviewStore,
+    UnitCount,
     experiment_arm_of,
 )
 
@@ -49,53 +52,132 @@ _NOT_SERVED = tuple(status.value for status in CUT_SHORT)
 
 
 SAMPLES_PER_ARM = 20_000
-"""At most this many of each arm's newest exchanges give a look its latency, TTFT and cost
-samples (requests and errors are counted over the whole window): what one look holds in memory
-stays bounded however long a step is held, and 20,000 samples already measure a quantile ratio
-far more finely than any threshold asks."""
+"""At most this many of each arm's exchanges give a look its latency, TTFT and cost samples
+(requests and errors are counted over the whole window): what one look holds in memory stays
+bounded however long a step is held. Each arm is thinned on its own, uniformly over the whole
+window (`JudgeWindows.samples`), so both arms' samples cover the same window and an arm with
+fewer exchanges than this keeps every one of them (a 10 % canary is never cut to the primary's
+newest minutes)."""
+
+MAX_UNIT_GROUPS = 4096
+"""At most this many sticky units per breakdown (`ArmWindow.units`, `sample_units`): beyond it,
+units are merged into this many groups by the first three hex digits of their keyed hash. A union
+of units is still a valid unit (only a little conservative), and 4,096 groups leave a
+cluster-robust variance some 4,000 degrees of freedom while a look holds a bounded breakdown.
+Exchanges without a unit are independent requests: each is a unit of its own, merged by their
+random request id into at most another 4,096 groups in the store's tallies."""
+
+
+def _breakdown(groups: dict[str, list[int]]) -> tuple[Tally, ...] | None:
+    """One tally's `UnitTallies` from its unit groups ((events, total) per `UnitCount.unit`),
+    with more than `MAX_UNIT_GROUPS` sticky units merged by hash prefix; None when no group has
+    a sticky unit (independent requests: the judge needs no breakdown)."""
+    keyed = {u: t for u, t in groups.items() if not u.startswith(KEYLESS_PREFIX)}
+    if not keyed:
+        return None
+    if len(keyed) > MAX_UNIT_GROUPS:
+        merged: dict[str, list[int]] = {}
+        for unit, (events, total) in keyed.items():
+            group = merged.setdefault(unit[:3], [0, 0])
+            group[0] += events
+            group[1] += total
+        keyed = merged
+    keyless = (t for u, t in groups.items() if u.startswith(KEYLESS_PREFIX))
+    return tuple((e, n) for e, n in (*keyed.values(), *keyless))
+
+
+def _grouped(counts: Iterable[UnitCount]) -> dict[Arm, dict[str, list[int]]]:
+    """Unit counts per arm and group (events, total), summed."""
+    grouped: dict[Arm, dict[str, list[int]]] = {}
+    for count in counts:
+        tally = grouped.setdefault(count.arm, {}).setdefault(count.unit, [0, 0])
+        tally[0] += count.events
+        tally[1] += count.total
+    return grouped
+
+
+def _totals(groups: dict[str, list[int]]) -> Tally:
+    return sum(e for e, _ in groups.values()), sum(n for _, n in groups.values())
+
+
+class _Indexes:
+    """Each sample's unit as an index: one per sticky unit (more than `MAX_UNIT_GROUPS` merged
+    by hash prefix), and one of its own for each sample without a unit."""
+
+    def __init__(self) -> None:
+        self.of_unit: dict[str, int] = {}
+        self.next = 0
+
+    def index(self, unit: str | None) -> int:
+        if unit is not None:
+            found = self.of_unit.get(unit)
+            if found is not None:
+                return found
+            self.of_unit[unit] = self.next
+        self.next += 1
+        return self.next - 1
+
+    def bounded(self) -> dict[int, int] | None:
+        """Index → merged index when there are more than `MAX_UNIT_GROUPS` units, else None."""
+        if len(self.of_unit) <= MAX_UNIT_GROUPS:
+            return None
+        prefixes: dict[str, int] = {}
+        remap = {i: i for i in range(self.next)}
+        for unit, i in self.of_unit.items():
+            remap[i] = prefixes.setdefault(unit[:3], self.next + len(prefixes))
+        return remap
 
 
 def _served(exchanges: Iterable[ArmExchange]) -> dict[Arm, ArmWindow]:
     """Each arm's window of `exchanges` (read once, in one pass, into compact arrays): errors,
-    latency, TTFT and cost (client disconnects and shutdown cuts are neither requests nor
-    errors: the client chose to leave, the gateway to stop)."""
+    latency, TTFT and cost, with each sample's unit when some exchange has a sticky unit
+    (client disconnects and shutdown cuts are neither requests nor errors: the client chose to
+    leave, the gateway to stop)."""
     counts: dict[Arm, list[int]] = {}
     samples: dict[Arm, tuple[array[float], array[float], array[float]]] = {}
+    units: dict[Arm, tuple[array[int], array[int], array[int]]] = {}
+    indexes: dict[Arm, _Indexes] = {}
     for e in exchanges:
         if e.status in _NOT_SERVED:
             continue
         if e.arm not in counts:
             counts[e.arm] = [0, 0]
             samples[e.arm] = (array("d"), array("d"), array("d"))
+            units[e.arm] = (array("q"), array("q"), array("q"))
+            indexes[e.arm] = _Indexes()
         tally, (latencies, ttfts, costs) = counts[e.arm], samples[e.arm]
+        of = units[e.arm]
+        i = indexes[e.arm].index(e.unit)
         tally[0] += 1
         tally[1] += e.status not in _NOT_ERRORS
         latencies.append(e.duration_s)
+        of[0].append(i)
         if e.ttft_s is not None:
             ttfts.append(e.ttft_s)
+            of[1].append(i)
         if e.cost_usd:
             costs.append(e.cost_usd)
-    return {
-        arm: ArmWindow(
+            of[2].append(i)
+    windows: dict[Arm, ArmWindow] = {}
+    for arm, (requests, errors) in counts.items():
+        sample_units: dict[str, tuple[int, ...]] = {}
+        if indexes[arm].of_unit:
+            remap = indexes[arm].bounded()
+            for name, series in zip(
+                ("latencies_s", "ttfts_s", "costs_usd"), units[arm], strict=True
+            ):
+                sample_units[name] = (
+                    tuple(series) if remap is None else tuple(remap[i] for i in series)
+                )
+        windows[arm] = ArmWindow(
             requests=requests,
             errors=errors,
             latencies_s=tuple(samples[arm][0]),
             ttfts_s=tuple(samples[arm][1]),
             costs_usd=tuple(samples[arm][2]),
+            sample_units=sample_units,
         )
-        for arm, (requests, errors) in counts.items()
-    }
-
-
-def _sample_since(windows: JudgeWindows, arms: Arms, since: datetime) -> datetime:
-    """Where a look's samples start: `since`, or later when an arm has more than
-    `SAMPLES_PER_ARM` exchanges since then — the same moment for both arms, so that their
-    samples stay concurrent (the busier arm has at most `SAMPLES_PER_ARM`, the other fewer)."""
-    starts = [
-        windows.nth_newest_start(arms, arm, since, SAMPLES_PER_ARM)
-        for arm in (Arm.PRIMARY, Arm.CANARY)
-    ]
-    return max([since, *(s for s in starts if s is not None)])
+    return windows
 
 
 def traffic_windows(
@@ -103,25 +185,31 @@ def traffic_windows(
 ) -> tuple[ArmWindow, ArmWindow]:
     """(primary, candidate) windows of errors, latency, TTFT, cost and corrections of the
     exchanges that started since `since` (no rule checks: those are judged per epoch by
-    `check_windows`). Requests and errors count every exchange of the window; latency, TTFT and
-    cost are sampled from the newest (`SAMPLES_PER_ARM`). Corrections are `(corrected,
-    requests)` of the same exchanges, at most `corrections_per_caller` of them from any one
-    caller; (0, 0) when neither arm has any (the route gathers no feedback, or none yet)."""
-    counts = windows.served_counts(arms, since)
-    sample_since = _sample_since(windows, arms, since)
-    exchanges = windows.exchanges(arms, sample_since)
-    corrected = windows.corrections(arms, since, per_caller=corrections_per_caller)
-
-    sampled = _served(exchanges)
+    `epoch_windows`). Requests and errors count every exchange of the window; latency, TTFT and
+    cost are at most `SAMPLES_PER_ARM` per arm, thinned uniformly over the window. Corrections
+    are `(corrected, requests)` of the same exchanges, at most `corrections_per_caller` of them
+    from any one caller; (0, 0) when neither arm has any (the route gathers no feedback, or none
+    yet). When some exchange of an arm has a sticky unit, its window carries the breakdowns by
+    unit (`units["errors"]`, `units["corrections"]`, `sample_units` of its series)."""
+    served = _grouped(windows.served_units(arms, since))
+    corrected = _grouped(windows.correction_units(arms, since, per_caller=corrections_per_caller))
 
     def window(arm: Arm) -> ArmWindow:
-        requests, errors = counts.get(arm, (0, 0))
-        served = replace(sampled.get(arm, ArmWindow(0, 0)), requests=requests, errors=errors)
-        if not corrected:
-            return served
-        return replace(
-            served, corrections=(min(corrected.get(arm, 0), served.requests), served.requests)
-        )
+        groups = served.get(arm, {})
+        errors, requests = _totals(groups)
+        rows = windows.samples(arms, arm, since, served=requests, cap=SAMPLES_PER_ARM)
+        sampled = _served(rows).get(arm, ArmWindow(0, 0))
+        units: dict[str, tuple[Tally, ...]] = {}
+        if (errors_by_unit := _breakdown(groups)) is not None:
+            units["errors"] = errors_by_unit
+        window = replace(sampled, requests=requests, errors=errors)
+        if corrected:
+            fixed = corrected.get(arm, {})
+            by_unit = {u: [min(fixed.get(u, [0])[0], n), n] for u, (_, n) in groups.items()}
+            window = replace(window, corrections=(sum(c for c, _ in by_unit.values()), requests))
+            if (corrections_by_unit := _breakdown(by_unit)) is not None:
+                units["corrections"] = corrections_by_unit
+        return replace(window, units=units) if units else window
 
     return window(Arm.PRIMARY), window(Arm.CANARY)
 
@@ -167,6 +255,32 @@ def check_windows(
     return side(Arm.PRIMARY), side(Arm.CANARY)
 
 
+def epoch_windows(
+    windows: JudgeWindows, arms: Arms, epoch: Epoch, since: datetime
+) -> tuple[ArmWindow, ArmWindow]:
+    """(primary, candidate) windows of `epoch`'s rule checks since `since` (`checks`, as
+    `check_windows` tallies them), each check broken down by the sticky unit of the request its
+    verdicts are about (`units["checks:<name>"]`) when some request of the arm had one."""
+    tallies: dict[Arm, dict[str, dict[str, list[int]]]] = {Arm.PRIMARY: {}, Arm.CANARY: {}}
+    for row in windows.check_units(arms, epoch, since):
+        by_unit = tallies[row.arm].setdefault(row.check, {})
+        tally = by_unit.setdefault(row.count.unit, [0, 0])
+        tally[0] += row.count.events
+        tally[1] += row.count.total
+    names = tallies[Arm.PRIMARY].keys() | tallies[Arm.CANARY].keys()
+
+    def side(arm: Arm) -> ArmWindow:
+        checks = {n: _totals(tallies[arm].get(n, {})) for n in names}
+        units = {
+            f"checks:{n}": b
+            for n in names
+            if (b := _breakdown(tallies[arm].get(n, {}))) is not None
+        }
+        return ArmWindow(0, 0, checks=checks, units=units)
+
+    return side(Arm.PRIMARY), side(Arm.CANARY)
+
+
 def failing_examples(
     windows: JudgeWindows, arms: Arms, epoch: Epoch, check: str, since: datetime, limit: int = 5
 ) -> list[str]:
@@ -197,6 +311,88 @@ def agreement_tallies(
         if not row.agreed:
             tally[0] += row.count
     return (shadow[0], shadow[1]), (noise[0], noise[1])
+
+
+def with_agreement(
+    windows: JudgeWindows,
+    arms: Arms,
+    mode: str,
+    since: datetime,
+    primary: ArmWindow,
+    candidate: ArmWindow,
+) -> tuple[ArmWindow, ArmWindow]:
+    """`primary` with its `noise` and `candidate` with its `agreement` (`agreement_tallies`), each
+    broken down by the sticky unit of the pairs' client requests (`units["noise"]`,
+    `units["agreement"]`) when some request had one."""
+    shadow: dict[str, list[int]] = {}
+    noise: dict[str, list[int]] = {}
+    for row in windows.pair_units(arms, mode, since):
+        if row.kind == "noise":
+            groups = noise
+        elif row.kind == "shadow" and row.candidate_target == arms.candidate:
+            groups = shadow
+        else:
+            continue
+        tally = groups.setdefault(row.unit, [0, 0])
+        tally[0] += row.disagree
+        tally[1] += row.pairs
+    return (
+        _with_tally(primary, "noise", noise),
+        _with_tally(candidate, "agreement", shadow),
+    )
+
+
+def with_findings(
+    windows: JudgeWindows,
+    arms: Arms,
+    severity: Severity,
+    since: datetime,
+    primary: ArmWindow,
+    candidate: ArmWindow,
+) -> tuple[ArmWindow, ArmWindow]:
+    """The windows with their `findings` (`finding_tallies`), broken down by sticky unit
+    (`units["findings"]`) when some exchange had one."""
+    grouped = _grouped(windows.finding_units(arms, at_or_above(severity), since))
+    return (
+        _with_tally(primary, "findings", grouped.get(Arm.PRIMARY, {})),
+        _with_tally(candidate, "findings", grouped.get(Arm.CANARY, {})),
+    )
+
+
+def with_judge_deltas(
+    windows: JudgeWindows, arms: Arms, since: datetime, candidate: ArmWindow
+) -> ArmWindow:
+    """`candidate` with its `judge_deltas` (as `judge_deltas` reads them), each with the index of
+    its pair's sticky unit (`sample_units["judge_deltas"]`) when some pair's request had one."""
+    rows = windows.judge_delta_units(arms, since)
+    deltas = tuple(value for value, _ in rows)
+    return _with_series(candidate, "judge_deltas", deltas, [unit for _, unit in rows])
+
+
+def _with_tally(window: ArmWindow, name: str, groups: dict[str, list[int]]) -> ArmWindow:
+    """`window` with tally `name` summed from `groups`, and its breakdown when it has one."""
+    tally: dict[str, Any] = {name: _totals(groups)}  # a field of ArmWindow's, named
+    window = replace(window, **tally)
+    breakdown = _breakdown(groups)
+    if breakdown is None:
+        return window
+    return replace(window, units={**window.units, name: breakdown})
+
+
+def _with_series(
+    window: ArmWindow, name: str, series: tuple[float, ...], units: list[str | None]
+) -> ArmWindow:
+    """`window` with sample series `name`, and each sample's unit index when some has a unit."""
+    samples: dict[str, Any] = {name: series}  # a field of ArmWindow's, named
+    window = replace(window, **samples)
+    indexes = _Indexes()
+    of = [indexes.index(u) for u in units]
+    if not indexes.of_unit:
+        return window
+    remap = indexes.bounded()
+    if remap is not None:
+        of = [remap[i] for i in of]
+    return replace(window, sample_units={**window.sample_units, name: tuple(of)})
 
 
 PROFILE_SAMPLES = 20_000
@@ -270,6 +466,34 @@ def not_followed(tally: ProbeTally) -> Tally:
     return tally.stuck + tally.other, tally.probes
 
 
+def adaptation_windows(
+    windows: JudgeWindows,
+    rule: str,
+    arms: Arms,
+    since: datetime,
+    tallies: tuple[ProbeTally, ProbeTally],
+) -> tuple[ArmWindow, ArmWindow]:
+    """The baseline's and the candidate's `adaptation` windows (`not_followed` of `tallies`,
+    from `probe_tallies`), each broken down by the sticky unit of the live requests its probes
+    re-sent (`units["adaptation"]`) when some had one and the breakdown adds up to the tally
+    (probes scored between the two reads are left to the next look)."""
+    by_target = windows.adaptation_units(rule, since, [arms.baseline, arms.candidate])
+
+    def side(target: str, tally: ProbeTally) -> ArmWindow:
+        whole = not_followed(tally)
+        groups: dict[str, list[int]] = {}
+        for count in by_target.get(target, []):
+            group = groups.setdefault(count.unit, [0, 0])
+            group[0] += count.events
+            group[1] += count.total
+        breakdown = _breakdown(groups)
+        if breakdown is None or _totals(groups) != whole:
+            return ArmWindow(0, 0, adaptation=whole)
+        return ArmWindow(0, 0, adaptation=whole, units={"adaptation": breakdown})
+
+    return side(arms.baseline, tallies[0]), side(arms.candidate, tallies[1])
+
+
 def stuck_examples(
     probes: ProbeStore, rule: str, candidate: str, since: datetime, limit: int = 5
 ) -> list[ProbeRecord]:
@@ -291,6 +515,27 @@ def human_preferences(reviews: ReviewStore, arms: Arms, since: datetime) -> tupl
         route=arms.route, since=since, targets=(arms.baseline, arms.candidate)
     )
     return tuple(p for r in reviewed if (p := r.candidate_preference) is not None)
+
+
+def preference_window(
+    reviews: ReviewStore, windows: JudgeWindows, arms: Arms, since: datetime
+) -> ArmWindow:
+    """The candidate's window of `preferences` (as `human_preferences` reads them), each with
+    the index of its pair's sticky unit (`sample_units["preferences"]`) when some reviewed
+    request had one."""
+    reviewed = reviews.reviewed(
+        route=arms.route, since=since, targets=(arms.baseline, arms.candidate)
+    )
+    kept = [
+        (p, r.item.candidate.request_id)
+        for r in reviewed
+        if (p := r.candidate_preference) is not None
+    ]
+    units = windows.units_of([request for _, request in kept])
+    window = ArmWindow(0, 0, preferences=())
+    return _with_series(
+        window, "preferences", tuple(p for p, _ in kept), [units.get(r) for _, r in kept]
+    )
 
 
 def experiment_preferences(

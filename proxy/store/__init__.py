@@ -40,13 +40,17 @@ from .feedback import FeedbackStore
 from .guard import AnswerTally, GuardDecision, GuardStore, RuleEpochs
 from .journal import Journal, ReplayReport
 from .judge_windows import (
+    KEYLESS_PREFIX,
     ArmExchange,
     Arms,
     CheckCount,
+    CheckUnitCount,
     Epoch,
     FindingCount,
     JudgeWindows,
     PairCount,
+    PairUnitCount,
+    UnitCount,
 )
 from .leadership import Leadership
 from .outcomes import OutcomeStore
@@ -73,11 +77,13 @@ from .signing_keys import SigningKeyStore
 
 __all__ = [
     "ANY_VERSION",
+    "KEYLESS_PREFIX",
     "REASON_MAX_CHARS",
     "AnswerTally",
     "ArmExchange",
     "Arms",
     "CheckCount",
+    "CheckUnitCount",
     "DuplicateRecordError",
     "Epoch",
     "EvalRun",
@@ -92,6 +98,7 @@ __all__ = [
     "Leadership",
     "OutcomeStore",
     "PairCount",
+    "PairUnitCount",
     "ProbeStore",
     "ProbeTally",
     "QueueCount",
@@ -115,6 +122,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "StratumScore",
+    "UnitCount",
     "UnitTally",
     "VersionTraffic",
     "WriteRetry",

@@ -31,6 +31,7 @@ from .errors import translated
 from .exchanges import Store, exchanges_table
 from .feedback import feedback_table, is_correction_clause
 from .pairs import pairs_table
+from .probes import probe_results_table
 from .rule_events import rule_events_table
 
 _exchanges = exchanges_table
@@ -39,6 +40,19 @@ _feedback = feedback_table
 _findings = findings_table
 _pairs = pairs_table
 _rule_events = rule_events_table
+_SAMPLE_COLUMNS = (
+    _exchanges.c.arm, _exchanges.c.status, _exchanges.c.duration_s, _exchanges.c.ttft_s,
+    _exchanges.c.cost_usd, _exchanges.c.sticky_unit,
+)  # fmt: skip
+
+KEYLESS_PREFIX = "r"
+"""Starts the group of exchanges without a sticky unit (a unit is hex, never starting with it)."""
+
+_SAMPLE_EDGE_DIGITS = 6
+"""Hex digits of the request id compared with a thinned sample's edge (1 in 16.7 million)."""
+_SAMPLE_EDGE_SLACK = 1.25
+"""The edge keeps this many times the wanted samples on average, so that the thinning almost
+never keeps fewer; the smallest request ids under it make the exact number."""
 
 _STREAM_ROWS = 2000
 """Rows fetched at a time when a query streams (a server-side cursor on PostgreSQL)."""
@@ -74,6 +88,21 @@ class ArmExchange:
     duration_s: float
     ttft_s: float | None
     cost_usd: float
+    unit: str | None = None
+    """The request's sticky unit (`exchanges.sticky_unit`); None without a key."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnitCount:
+    """One tally of one compared arm, for one unit group (`unit_group`)."""
+
+    arm: Arm
+    unit: str
+    """The group: the request's sticky unit, or `KEYLESS_PREFIX` and three hex digits of the
+    request id for the exchanges without one (independent requests, merged by their random id
+    into at most 4,096 groups: a union of independent units is still a valid unit)."""
+    events: int
+    total: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +117,15 @@ class CheckCount:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckUnitCount:
+    """One check's (passed, verdicts) on one arm, for one unit group."""
+
+    arm: Arm
+    check: str
+    count: UnitCount
+
+
+@dataclass(frozen=True, slots=True)
 class PairCount:
     """How many pairs of one kind and candidate agreed (or not) with the primary."""
 
@@ -99,6 +137,17 @@ class PairCount:
 
 
 @dataclass(frozen=True, slots=True)
+class PairUnitCount:
+    """`PairCount`s of one kind and candidate for one unit group, disagreeing and in all."""
+
+    kind: str
+    candidate_target: str
+    unit: str
+    disagree: int
+    pairs: int
+
+
+@dataclass(frozen=True, slots=True)
 class FindingCount:
     """One compared arm's answers analysed in a window, and those with a severe finding."""
 
@@ -107,6 +156,22 @@ class FindingCount:
     """The arm's answers that ended well (`ok`): the ones analyzers judge."""
     flagged: int
     """Those with at least one finding of the asked severities on the answer itself."""
+
+
+def unit_group(
+    unit: sa.ColumnElement[Any], request_id: sa.ColumnElement[Any]
+) -> sa.ColumnElement[Any]:
+    """The unit group of a row: its sticky unit, or for a request without one `KEYLESS_PREFIX`
+    and the first three hex digits of its (random) request id."""
+    return sa.func.coalesce(unit, sa.literal(KEYLESS_PREFIX) + sa.func.substr(request_id, 1, 3))
+
+
+def _unit_of(request_id: sa.ColumnElement[Any]) -> sa.ScalarSelect[Any]:
+    """The sticky unit of the client request `request_id` (every record of a request carries
+    the same one; NULL when it had none): for rows that refer to a request (checks, pairs,
+    probes, reviews)."""
+    e = _exchanges.c
+    return sa.select(sa.func.max(e.sticky_unit)).where(e.request_id == request_id).scalar_subquery()
 
 
 def _compared(table: sa.Table, arms: Arms) -> sa.ColumnElement[bool]:
@@ -137,17 +202,69 @@ class JudgeWindows:
         `newest`, only that many of the latest — streamed in batches (a look holds one batch of
         rows, not all of them: consume it once, to the end)."""
         c = _exchanges.c
-        statement = sa.select(c.arm, c.status, c.duration_s, c.ttft_s, c.cost_usd).where(
+        statement = sa.select(*_SAMPLE_COLUMNS).where(
             _compared(_exchanges, arms), c.started_at >= since
         )
         if newest is not None:
             statement = statement.order_by(c.started_at.desc()).limit(newest)
+        return self._stream(statement)
+
+    def _stream(self, statement: sa.Select[Any]) -> Iterator[ArmExchange]:
         with translated("reading traffic"), self._engine.connect() as conn:
             rows = conn.execution_options(yield_per=_STREAM_ROWS).execute(statement)
             row: Any
             for row in rows:
-                arm, status, duration, ttft, cost = row
-                yield ArmExchange(Arm(arm), str(status), float(duration), ttft, float(cost or 0.0))
+                arm, status, duration, ttft, cost, unit = row
+                yield ArmExchange(
+                    Arm(arm), str(status), float(duration), ttft, float(cost or 0.0), unit
+                )
+
+    def samples(
+        self, arms: Arms, arm: Arm, since: datetime, *, served: int, cap: int
+    ) -> Iterator[ArmExchange]:
+        """`arm`'s served exchanges (not cut short) that started at or after `since`: all of
+        them when `served` (how many there are) is at most `cap`, else `cap` of them thinned
+        uniformly over the whole window — those whose request ids end in the smallest digits
+        (random hex, so unrelated to time, latency or user), read under an edge that keeps about
+        `_SAMPLE_EDGE_SLACK` times `cap` — in no particular order, streamed as `exchanges`."""
+        c = _exchanges.c
+        statement = sa.select(*_SAMPLE_COLUMNS).where(
+            _compared(_exchanges, arms), c.arm == arm.value, c.started_at >= since,
+            c.status.not_in(tuple(status.value for status in CUT_SHORT)),
+        )  # fmt: skip
+        if served > cap:
+            share = min(1.0, _SAMPLE_EDGE_SLACK * cap / served)
+            edge = f"{min(16**_SAMPLE_EDGE_DIGITS - 1, int(share * 16**_SAMPLE_EDGE_DIGITS)):06x}"
+            tail = self._id_tail(c.request_id)
+            if share < 1.0:
+                statement = statement.where(tail < edge)
+            statement = statement.order_by(tail).limit(cap)
+        return self._stream(statement)
+
+    def _id_tail(self, request_id: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+        """The last `_SAMPLE_EDGE_DIGITS` characters of a request id (random hex digits of the
+        gateway's ids, whatever prefix a test or an importer put before them), compared in byte
+        order."""
+        if self._engine.dialect.name == "postgresql":
+            return sa.func.right(request_id, _SAMPLE_EDGE_DIGITS).collate("C")
+        return sa.func.substr(request_id, -_SAMPLE_EDGE_DIGITS)
+
+    def served_units(self, arms: Arms, since: datetime) -> list[UnitCount]:
+        """`served_counts` per unit group (`unit_group`): (errors, exchanges) of each group of
+        each compared arm, grouped in SQL; their sums are `served_counts`."""
+        c = _exchanges.c
+        group = unit_group(c.sticky_unit, c.request_id)
+        failed = sa.func.sum(sa.case((c.status == Status.OK.value, 0), else_=1))
+        statement = (
+            sa.select(c.arm, group, failed, sa.func.count())
+            .where(_compared(_exchanges, arms), c.started_at >= since)
+            .where(c.status.not_in(tuple(status.value for status in CUT_SHORT)))
+            .group_by(c.arm, group)
+        )
+        return [
+            UnitCount(Arm(arm), str(unit), int(errors or 0), int(count))
+            for arm, unit, errors, count in self._rows("counting the judge's traffic", statement)
+        ]
 
     def served_counts(self, arms: Arms, since: datetime) -> dict[Arm, tuple[int, int]]:
         """Per compared arm: (exchanges, those not `ok`) of the exchanges that started at or
@@ -165,20 +282,6 @@ class JudgeWindows:
             Arm(arm): (int(count), int(errors or 0))
             for arm, count, errors in self._rows("counting the judge's traffic", statement)
         }
-
-    def nth_newest_start(self, arms: Arms, arm: Arm, since: datetime, n: int) -> datetime | None:
-        """When the `n`-th newest exchange of `arm` (since `since`) started; None when it has
-        fewer."""
-        c = _exchanges.c
-        statement = (
-            sa.select(c.started_at)
-            .where(_compared(_exchanges, arms), c.arm == arm.value, c.started_at >= since)
-            .order_by(c.started_at.desc())
-            .limit(1)
-            .offset(n - 1)
-        )
-        rows = self._rows("bounding the judge's samples", statement)
-        return as_utc(rows[0][0]) if rows else None
 
     def count_exchanges(self, arms: Arms, since: datetime) -> int:
         """How many exchanges of both compared arms started at or after `since`."""
@@ -221,6 +324,56 @@ class JudgeWindows:
                 n = min(n, per_caller)
             counts[Arm(arm)] = counts.get(Arm(arm), 0) + n
         return counts
+
+    def correction_units(
+        self, arms: Arms, since: datetime, *, per_caller: int | None = None
+    ) -> list[UnitCount]:
+        """`corrections` per unit group (`unit_group`): (corrected, 0) of each group of each
+        compared arm with a correction (the judge takes the totals from `served_units`). A
+        caller capped at `per_caller` keeps its corrections of the groups that come first in
+        the groups' order, up to the cap, so that the groups add up to `corrections`."""
+        e, f = _exchanges.c, _feedback.c
+        group = unit_group(e.sticky_unit, e.request_id)
+        about = sa.and_(f.request_id == e.request_id, f.arm == e.arm, f.target == e.target)
+        statement = (
+            sa.select(e.arm, f.caller, group, sa.func.count(sa.distinct(e.request_id)))
+            .select_from(_exchanges.join(_feedback, about))
+            .where(_compared(_exchanges, arms), e.started_at >= since)
+            .where(
+                e.status.not_in(tuple(status.value for status in CUT_SHORT)),
+                is_correction_clause(_feedback),
+            )
+            .group_by(e.arm, f.caller, group)
+            .order_by(e.arm, f.caller, group)
+        )
+        left: dict[tuple[str, Any], int] = {}
+        counts: dict[tuple[Arm, str], int] = {}
+        for arm, caller, unit, count in self._rows("reading the judge's corrections", statement):
+            n = int(count)
+            if per_caller is not None and caller is not None:
+                allowed = left.setdefault((arm, caller), per_caller)
+                n = min(n, allowed)
+                left[(arm, caller)] = allowed - n
+            if n:
+                key = (Arm(arm), str(unit))
+                counts[key] = counts.get(key, 0) + n
+        return [UnitCount(arm, unit, n, 0) for (arm, unit), n in counts.items()]
+
+    def units_of(self, request_ids: Sequence[str]) -> dict[str, str]:
+        """Request id → its sticky unit, for those of `request_ids` that had one."""
+        e = _exchanges.c
+        found: dict[str, str] = {}
+        ids = sorted(set(request_ids))
+        for start in range(0, len(ids), 500):  # a bounded IN list per statement
+            statement = (
+                sa.select(e.request_id, sa.func.max(e.sticky_unit))
+                .where(e.request_id.in_(ids[start : start + 500]), e.sticky_unit.is_not(None))
+                .group_by(e.request_id)
+            )
+            found.update(
+                (str(r), str(u)) for r, u in self._rows("reading the requests' units", statement)
+            )
+        return found
 
     def newest_version(self, rule: str) -> Epoch | None:
         """The version of `rule` first seen last, by any replica, and when."""
@@ -267,6 +420,28 @@ class JudgeWindows:
         return [
             CheckCount(Arm(arm), str(check), str(result), int(count))
             for arm, check, result, count in rows
+        ]
+
+    def check_units(self, arms: Arms, epoch: Epoch, since: datetime) -> list[CheckUnitCount]:
+        """`check_counts` per unit group (`unit_group`) of the request each verdict is about
+        (its exchange's sticky unit), grouped in SQL: (passed, verdicts) per arm, check and
+        group; their sums are `check_counts`' (an error counts as not passed)."""
+        c = _checks.c
+        group = unit_group(_unit_of(c.request_id), c.request_id)
+        passed = sa.func.sum(sa.case((c.result == "pass", 1), else_=0))
+        statement = (
+            sa.select(c.arm, c.check_name, group, passed, sa.func.count())
+            .where(_compared(_checks, arms))
+            .where(c.rule == epoch.rule, c.rule_version == epoch.version)
+            .where(c.created_at >= since)
+            .group_by(c.arm, c.check_name, group)
+        )
+        rows = self._rows("reading the judge's check verdicts per unit", statement)
+        return [
+            CheckUnitCount(
+                Arm(arm), str(check), UnitCount(Arm(arm), str(unit), int(p or 0), int(n))
+            )
+            for arm, check, unit, p, n in rows
         ]
 
     def failed_requests(
@@ -317,6 +492,35 @@ class JudgeWindows:
                 counts[key] = counts.get(key, 0) + int(count)
         return [PairCount(kind, target, agreed, n) for (kind, target, agreed), n in counts.items()]
 
+    def pair_units(self, arms: Arms, mode: str, since: datetime) -> list[PairUnitCount]:
+        """`pair_counts` per unit group (`unit_group`) of each pair's client request: (disagree,
+        pairs) per kind, candidate and group, grouped in SQL (the verdict read as `pair_counts`
+        reads it); their sums are `pair_counts`'."""
+        c = _pairs.c
+        group = unit_group(_unit_of(c.request_id), c.request_id)
+        columns = (c.kind, c.candidate_target, c.agreement, c.exact_equal, c.normalized_equal)
+        statement = (
+            sa.select(*columns, group, sa.func.count())
+            .where(
+                c.route == arms.route,
+                c.primary_target == arms.baseline,
+                c.created_at >= since,
+                c.primary_status == Status.OK.value,
+                c.candidate_status == Status.OK.value,
+            )
+            .group_by(*columns, group)
+        )
+        counts: dict[tuple[str, str, str], list[int]] = {}
+        for kind, target, agreement, exact, normalized, unit, count in self._rows(
+            "reading the judge's pairs per unit", statement
+        ):
+            agreed = pair_agreed(agreement, mode, bool(exact), bool(normalized))
+            if agreed is not None:
+                tally = counts.setdefault((str(kind), str(target), str(unit)), [0, 0])
+                tally[0] += 0 if agreed else int(count)
+                tally[1] += int(count)
+        return [PairUnitCount(k, t, u, d, n) for (k, t, u), (d, n) in counts.items()]
+
     def judge_deltas(self, arms: Arms, since: datetime) -> list[float]:
         """The LLM judge's score deltas (candidate minus primary) of the candidate's shadow pairs
         against the route's baseline, for pairs made at or after `since`, oldest pair first."""
@@ -330,6 +534,20 @@ class JudgeWindows:
             .order_by(p.created_at, p.id, f.id)
         )
         return [float(row[0]) for row in self._rows("reading the judge's scores", statement)]
+
+    def judge_delta_units(self, arms: Arms, since: datetime) -> list[tuple[float, str | None]]:
+        """`judge_deltas`, each with the sticky unit of its pair's client request (None: none)."""
+        f, p = _findings.c, _pairs.c
+        statement = (
+            sa.select(f.value, _unit_of(p.request_id))
+            .select_from(_findings.join(_pairs, p.pair_id == f.pair_id))
+            .where(f.analyzer == JUDGE_ANALYZER, f.name == JUDGE_SCORE_DELTA, f.value.is_not(None))
+            .where(p.route == arms.route, p.kind == "shadow", p.created_at >= since)
+            .where(p.primary_target == arms.baseline, p.candidate_target == arms.candidate)
+            .order_by(p.created_at, p.id, f.id)
+        )
+        rows = self._rows("reading the judge's scores", statement)
+        return [(float(value), None if unit is None else str(unit)) for value, unit in rows]
 
     def finding_counts(
         self, arms: Arms, severities: Sequence[str], since: datetime
@@ -352,3 +570,47 @@ class JudgeWindows:
         )
         rows = self._rows("reading the judge's findings", statement)
         return [FindingCount(Arm(arm), int(n), int(hits or 0)) for arm, n, hits in rows]
+
+    def adaptation_units(
+        self, rule: str, since: datetime, targets: Sequence[str]
+    ) -> dict[str, list[UnitCount]]:
+        """Per target of `targets`: its scored rule-flip probes of `rule` created at or after
+        `since`, as (not followed, probes) per unit group (`unit_group`) of the live request each
+        probe re-sent, grouped in SQL; their sums are `ProbeStore.tallies`' (stuck and other are
+        not followed). The `arm` of each count is `Arm.PROBE`."""
+        c = probe_results_table.c
+        group = unit_group(_unit_of(c.request_id), c.request_id)
+        missed = sa.func.sum(sa.case((c.result == "followed", 0), else_=1))
+        statement = (
+            sa.select(c.target, group, missed, sa.func.count())
+            .where(c.rule == rule, c.created_at >= since, c.target.in_(list(targets)))
+            .group_by(c.target, group)
+        )
+        found: dict[str, list[UnitCount]] = {}
+        for target, unit, m, n in self._rows("reading the probes per unit", statement):
+            found.setdefault(str(target), []).append(
+                UnitCount(Arm.PROBE, str(unit), int(m or 0), int(n))
+            )
+        return found
+
+    def finding_units(
+        self, arms: Arms, severities: Sequence[str], since: datetime
+    ) -> list[UnitCount]:
+        """`finding_counts` per unit group (`unit_group`): (flagged, answers) of each group of
+        each compared arm, grouped in SQL; their sums are `finding_counts`'."""
+        e, f = _exchanges.c, _findings.c
+        group = unit_group(e.sticky_unit, e.request_id)
+        flagged = (
+            sa.exists()
+            .where(f.request_id == e.request_id, f.route == e.route)
+            .where(f.target == e.target, f.arm == e.arm, f.pair_id.is_(None))
+            .where(f.severity.in_(list(severities)))
+        )
+        statement = (
+            sa.select(e.arm, group, sa.func.sum(sa.case((flagged, 1), else_=0)), sa.func.count())
+            .where(_compared(_exchanges, arms), e.started_at >= since)
+            .where(e.status == Status.OK.value)
+            .group_by(e.arm, group)
+        )
+        rows = self._rows("reading the judge's findings per unit", statement)
+        return [UnitCount(Arm(a), str(u), int(h or 0), int(n)) for a, u, h, n in rows]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+from collections import Counter
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -12,6 +14,7 @@ import sqlalchemy as sa
 
 from proxy.core.records import Arm, CheckRecord, FeedbackRecord, FindingRecord, PairRecord, Status
 from proxy.rollout.evidence import (
+    SAMPLES_PER_ARM,
     Arms,
     Epoch,
     active_epochs,
@@ -79,40 +82,36 @@ def test_traffic_windows_compare_the_baseline_and_the_canary_in_the_same_window(
     assert candidate.costs_usd == (0.01,)
 
 
-def test_a_long_step_counts_every_exchange_and_samples_the_newest_in_one_window(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+def test_a_long_step_counts_every_exchange_and_thins_each_arm_over_the_whole_step(
+    store: Store,
 ) -> None:
-    from proxy.rollout import evidence  # the module, to lower its sample bound
-
-    monkeypatch.setattr(evidence, "SAMPLES_PER_ARM", 5)
-    # The primary answers every second for 20 s, the canary every 4 s; the first primary
-    # answers fail. What one look holds stays bounded: the samples start where the primary's
-    # 5th newest did (second 15), for both arms, so that they stay concurrent.
+    # A 10 % step: 60,000 primary and 6,000 canary answers over 60 minutes (each answer's
+    # duration says its minute). The canary keeps every sample; the primary at most the cap,
+    # spread over the whole step, both ends included; requests and errors count every answer.
+    ids = random.Random(34)
     records = [
         make_record(
-            target="prod",
-            arm=Arm.PRIMARY,
-            started_at=T0 + timedelta(seconds=i),
-            duration_s=1.0 + i,
-            status=Status.UPSTREAM_ERROR if i < 3 else Status.OK,
+            request_id=f"{ids.getrandbits(128):032x}",
+            target=target,
+            arm=arm,
+            started_at=T0 + timedelta(seconds=3600 * i / n),
+            duration_s=float(int(60 * i / n)),
+            status=Status.UPSTREAM_ERROR if i % 100 == 0 else Status.OK,
         )
-        for i in range(20)
+        for target, arm, n in (("prod", Arm.PRIMARY, 60_000), ("cand", Arm.CANARY, 6_000))
+        for i in range(n)
     ]
-    records += [
-        make_record(
-            target="cand", arm=Arm.CANARY, started_at=T0 + timedelta(seconds=i), duration_s=0.5 + i
-        )
-        for i in range(0, 20, 4)
-    ]
-    records.append(
-        make_record(target="cand", arm=Arm.CANARY, started_at=T0, status=Status.SHUTDOWN)
-    )
+    records.append(make_record(target="cand", arm=Arm.CANARY, status=Status.SHUTDOWN))
     store.write_batch(records)
-    primary, candidate = evidence.traffic_windows(JudgeWindows(store), ARMS, T0)
-    assert (primary.requests, primary.errors) == (20, 3)  # every exchange of the step
-    assert sorted(primary.latencies_s) == [16.0, 17.0, 18.0, 19.0, 20.0]
-    assert (candidate.requests, candidate.errors) == (5, 0)  # the shutdown cut left out
-    assert sorted(candidate.latencies_s) == [16.5]  # the canary's answers since second 15
+    primary, candidate = traffic_windows(JudgeWindows(store), ARMS, T0)
+    assert (primary.requests, primary.errors) == (60_000, 600)
+    assert (candidate.requests, candidate.errors) == (6_000, 60)  # the shutdown cut left out
+    assert len(candidate.latencies_s) == 6_000
+    assert len(primary.latencies_s) == SAMPLES_PER_ARM
+    per_minute = Counter(primary.latencies_s)
+    assert set(per_minute) == {float(m) for m in range(60)}  # the first and last minutes too
+    # Uniform: each minute holds its 1/60 of the samples (333), within 6 standard deviations.
+    assert all(abs(k - SAMPLES_PER_ARM / 60) < 6 * 18 for k in per_minute.values())
 
 
 def test_the_correction_rate_is_of_the_windows_answers_whenever_the_feedback_came(
