@@ -98,8 +98,8 @@ class UnitCount:
 
     arm: Arm
     unit: str
-    """The group: the request's sticky unit, or `KEYLESS_PREFIX` and three hex digits of the
-    request id for the exchanges without one (independent requests, merged by their random id
+    """The group: the request's sticky unit, or `KEYLESS_PREFIX` and the last three hex digits
+    of the request id for the exchanges without one (independent requests, merged by their random id
     into at most 4,096 groups: a union of independent units is still a valid unit)."""
     events: int
     total: int
@@ -162,8 +162,14 @@ def unit_group(
     unit: sa.ColumnElement[Any], request_id: sa.ColumnElement[Any]
 ) -> sa.ColumnElement[Any]:
     """The unit group of a row: its sticky unit, or for a request without one `KEYLESS_PREFIX`
-    and the first three hex digits of its (random) request id."""
-    return sa.func.coalesce(unit, sa.literal(KEYLESS_PREFIX) + sa.func.substr(request_id, 1, 3))
+    and the last three hex digits of its (random) request id."""
+    return sa.func.coalesce(unit, sa.literal(KEYLESS_PREFIX) + _tail(request_id, 3))
+
+
+def _tail(request_id: sa.ColumnElement[Any], digits: int) -> sa.ColumnElement[Any]:
+    """The last `digits` characters of a request id: random hex digits of the gateway's ids,
+    whatever prefix a test or an importer put before them (spelled the same on both backends)."""
+    return sa.func.substr(request_id, sa.func.length(request_id) - (digits - 1), digits)
 
 
 def _unit_of(request_id: sa.ColumnElement[Any]) -> sa.ScalarSelect[Any]:
@@ -245,9 +251,8 @@ class JudgeWindows:
         """The last `_SAMPLE_EDGE_DIGITS` characters of a request id (random hex digits of the
         gateway's ids, whatever prefix a test or an importer put before them), compared in byte
         order."""
-        if self._engine.dialect.name == "postgresql":
-            return sa.func.right(request_id, _SAMPLE_EDGE_DIGITS).collate("C")
-        return sa.func.substr(request_id, -_SAMPLE_EDGE_DIGITS)
+        tail = _tail(request_id, _SAMPLE_EDGE_DIGITS)
+        return tail.collate("C") if self._engine.dialect.name == "postgresql" else tail
 
     def served_units(self, arms: Arms, since: datetime) -> list[UnitCount]:
         """`served_counts` per unit group (`unit_group`): (errors, exchanges) of each group of

@@ -21,11 +21,15 @@ from proxy.rollout.evidence import (
     agreement_tallies,
     check_windows,
     current_epoch,
+    epoch_windows,
     experiment_preferences,
     failing_examples,
     finding_tallies,
     judge_deltas,
     traffic_windows,
+    with_agreement,
+    with_findings,
+    with_judge_deltas,
 )
 from proxy.store import ANY_VERSION, ReviewStore, experiment_side
 from proxy.store.exchanges import Store
@@ -355,3 +359,139 @@ def test_experiment_preferences_are_each_arms_reviews_against_control(store: Sto
     }
     assert experiment_preferences(reviews, "support-bot", "control", T0 + timedelta(hours=1)) == {}
     assert experiment_preferences(reviews, "other-route", "control", T0) == {}
+
+
+def _user(n: int) -> str:
+    return f"{n:024x}"  # a sticky unit as the gateway records it: 24 hex digits
+
+
+def test_every_breakdown_groups_by_the_requests_sticky_unit_and_adds_up(store: Store) -> None:
+    at = T0 + timedelta(seconds=30)
+    # Primary: user 1 sends 3 requests (1 fails), user 2 sends 2, and 2 requests carry no key.
+    # Canary: user 3 sends 4 requests (2 fail, one with no TTFT).
+    primary = [
+        make_record(target="prod", arm=Arm.PRIMARY, started_at=at, sticky_unit=u, status=s,
+                    ttft_s=0.1, duration_s=d)
+        for u, s, d in [(_user(1), Status.TIMEOUT, 1.0), (_user(1), Status.OK, 1.1),
+                        (_user(1), Status.OK, 1.2), (_user(2), Status.OK, 2.0),
+                        (_user(2), Status.OK, 2.1), (None, Status.OK, 3.0), (None, Status.OK, 3.1)]
+    ]  # fmt: skip
+    canary = [
+        make_record(target="cand", arm=Arm.CANARY, started_at=at, sticky_unit=_user(3),
+                    status=Status.UPSTREAM_ERROR if i < 2 else Status.OK,
+                    ttft_s=None if i == 0 else 0.2, cost_usd=0.01)
+        for i in range(4)
+    ]  # fmt: skip
+    store.write_batch([*primary, *canary])
+    feedback = FeedbackStore(store)
+    for record in (primary[1], primary[2], canary[3]):
+        feedback.add(
+            FeedbackRecord(
+                request_id=record.request_id, kind="correction", route=record.route,
+                target=record.target, arm=record.arm, created_at=at, corrected=True,
+            )
+        )  # fmt: skip
+    windows = JudgeWindows(store)
+    p, c = traffic_windows(windows, ARMS, T0)
+    # The windows validate on construction that every breakdown adds up to its tally.
+    assert (p.requests, p.errors, c.requests, c.errors) == (7, 1, 4, 2)
+    assert sorted(p.units["errors"]) == [(0, 1), (0, 1), (0, 2), (1, 3)]
+    assert c.units["errors"] == ((2, 4),)
+    assert sorted(p.units["corrections"]) == [(0, 1), (0, 1), (0, 2), (2, 3)]
+    assert c.corrections == (1, 4) and c.units["corrections"] == ((1, 4),)
+    # Samples: the same index for one user's samples, an index of its own for a keyless one.
+    by_unit: dict[int, list[float]] = {}
+    for latency, unit in zip(p.latencies_s, p.sample_units["latencies_s"], strict=True):
+        by_unit.setdefault(unit, []).append(latency)
+    assert sorted(sorted(v) for v in by_unit.values()) == [
+        [1.0, 1.1, 1.2],
+        [2.0, 2.1],
+        [3.0],
+        [3.1],
+    ]
+    assert len(set(c.sample_units["latencies_s"])) == 1
+    assert len(c.sample_units["ttfts_s"]) == len(c.ttfts_s) == 3
+    assert len(c.sample_units["costs_usd"]) == 4
+
+    # Rule checks: the unit of the request each verdict is about.
+    checks = [
+        CheckRecord(
+            request_id=r.request_id, route="support-bot", target=r.target, arm=r.arm,
+            rule="shipping", rule_version="v1", check="max-weight", result=result, reason="",
+            created_at=at,
+        )
+        for r, result in [(primary[0], "fail"), (primary[1], "pass"), (primary[3], "pass"),
+                          (primary[5], "error"), (canary[0], "pass"), (canary[1], "fail")]
+    ]  # fmt: skip
+    store.write_batch(checks)
+    ep, ec = epoch_windows(windows, ARMS, Epoch("shipping", "v1", T0), T0)
+    assert ep.checks == {"max-weight": (2, 4)} and ec.checks == {"max-weight": (1, 2)}
+    assert sorted(ep.units["checks:max-weight"]) == [(0, 1), (1, 1), (1, 2)]
+    assert ec.units["checks:max-weight"] == ((1, 2),)
+
+    # Findings, pairs (agreement, noise) and the LLM judge's deltas.
+    store.write_batch(
+        [
+            FindingRecord(
+                request_id=primary[1].request_id, route="support-bot", target="prod",
+                arm=Arm.PRIMARY, analyzer="tone", name="rude", created_at=at, severity="critical",
+            )
+        ]
+    )  # fmt: skip
+    fp, fc = with_findings(windows, ARMS, "warning", T0, p, c)
+    assert fp.findings == (1, 6) and sorted(fp.units["findings"]) == [
+        (0, 1),
+        (0, 1),
+        (0, 2),
+        (1, 2),
+    ]
+    assert fc.units["findings"] == ((0, 2),)
+    pairs = [
+        *_judged_pair(-1.0, request_id=primary[1].request_id, pair_id="j1"),
+        *_judged_pair(2.0, request_id=primary[2].request_id, pair_id="j2"),
+        *_judged_pair(0.5, request_id=primary[3].request_id, pair_id="j3"),
+        *_judged_pair(0.0, request_id="no-such-request", pair_id="j4"),
+        *_judged_pair(0.0, request_id=primary[4].request_id, pair_id="n1", kind="noise",
+                      candidate_target="prod", exact_equal=True),
+    ]  # fmt: skip
+    store.write_batch(pairs)
+    ap, ac = with_agreement(windows, ARMS, "exact", T0, p, c)
+    assert ac.agreement == (4, 4) and sorted(ac.units["agreement"]) == [(1, 1), (1, 1), (2, 2)]
+    assert ap.noise == (0, 1) and ap.units["noise"] == ((0, 1),)
+    judged = with_judge_deltas(windows, ARMS, T0, c)
+    assert judged.judge_deltas == (-1.0, 2.0, 0.5, 0.0)
+    first, second, third, fourth = judged.sample_units["judge_deltas"]
+    assert first == second and len({first, third, fourth}) == 3
+
+
+def test_a_route_without_a_sticky_key_has_no_breakdowns(store: Store) -> None:
+    at = T0 + timedelta(seconds=30)
+    store.write_batch(
+        [make_record(target="prod", arm=Arm.PRIMARY, started_at=at) for _ in range(5)]
+        + [make_record(target="cand", arm=Arm.CANARY, started_at=at, status=Status.TIMEOUT)]
+    )
+    primary, candidate = traffic_windows(JudgeWindows(store), ARMS, T0)
+    assert (primary.requests, candidate.errors) == (5, 1)
+    assert (primary.units, primary.sample_units, candidate.units, candidate.sample_units) == (
+        {}, {}, {}, {},
+    )  # fmt: skip
+
+
+def test_more_units_than_the_bound_are_merged_by_their_hash(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from proxy.rollout import evidence  # the module, to lower its bound
+
+    monkeypatch.setattr(evidence, "MAX_UNIT_GROUPS", 16)
+    at = T0 + timedelta(seconds=30)
+    # 40 users whose units share 20 three-digit prefixes, two each.
+    store.write_batch(
+        [
+            make_record(target="prod", arm=Arm.PRIMARY, started_at=at,
+                        sticky_unit=f"{n:03x}{k:021x}")
+            for n in range(20) for k in range(2)
+        ]
+    )  # fmt: skip
+    primary, _ = traffic_windows(JudgeWindows(store), ARMS, T0)
+    assert sorted(primary.units["errors"]) == [(0, 2)] * 20
+    assert len(set(primary.sample_units["latencies_s"])) == 20
