@@ -12,12 +12,22 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from proxy.core.records import Arm, CheckRecord, FeedbackRecord, FindingRecord, PairRecord, Status
+from proxy.core.records import (
+    Arm,
+    CheckRecord,
+    ExchangeRecord,
+    FeedbackRecord,
+    FindingRecord,
+    PairRecord,
+    ProbeRecord,
+    Status,
+)
 from proxy.rollout.evidence import (
     SAMPLES_PER_ARM,
     Arms,
     Epoch,
     active_epochs,
+    adaptation_windows,
     agreement_tallies,
     check_windows,
     current_epoch,
@@ -26,18 +36,20 @@ from proxy.rollout.evidence import (
     failing_examples,
     finding_tallies,
     judge_deltas,
+    preference_window,
+    probe_tallies,
     traffic_windows,
     with_agreement,
     with_findings,
     with_judge_deltas,
 )
-from proxy.store import ANY_VERSION, ReviewStore, experiment_side
+from proxy.store import ANY_VERSION, ProbeStore, ReviewStore, experiment_side
 from proxy.store.exchanges import Store
 from proxy.store.feedback import FeedbackStore
 from proxy.store.judge_windows import JudgeWindows, PairCount
 from tests.conftest import seed_sqlite
 from tests.proxy.store.test_exchanges import T0, make_record
-from tests.proxy.store.test_reviews import experiment_pair, queued, review
+from tests.proxy.store.test_reviews import experiment_pair, queued, review, shadow_pair
 
 ARMS = Arms("support-bot", "prod", "cand")
 
@@ -495,3 +507,47 @@ def test_more_units_than_the_bound_are_merged_by_their_hash(
     primary, _ = traffic_windows(JudgeWindows(store), ARMS, T0)
     assert sorted(primary.units["errors"]) == [(0, 2)] * 20
     assert len(set(primary.sample_units["latencies_s"])) == 20
+
+
+def test_probes_and_reviews_count_for_the_unit_of_the_live_request_they_came_from(
+    store: Store,
+) -> None:
+    # Three live requests of two users (and one without a key), each mirrored and probed.
+    units = {1: _user(1), 2: _user(1), 3: None}
+    records: list[Any] = []
+    for n, unit in units.items():
+        records += [
+            replace(r, sticky_unit=unit) if isinstance(r, ExchangeRecord) else r
+            for r in shadow_pair(n)
+        ]
+    store.write_batch(records)
+    probes = [
+        ProbeRecord(
+            probe_id=f"probe-{n}-{target}", request_id=f"req-{n}", route="support-bot",
+            target=target, rule="shipping", rule_version="v1", created_at=T0 + timedelta(seconds=n),
+            original_value="100", asked_value="150", result=result,
+        )
+        for n in units
+        for target, result in (("prod", "followed"), ("cand", "stuck" if n < 3 else "followed"))
+    ]  # fmt: skip
+    store.write_batch(probes)
+    windows = JudgeWindows(store)
+    tallies = probe_tallies(ProbeStore(store), "shipping", ARMS, T0)
+    baseline, candidate = adaptation_windows(windows, "shipping", ARMS, T0, tallies)
+    assert baseline.adaptation == (0, 3) and sorted(baseline.units["adaptation"]) == [
+        (0, 1),
+        (0, 2),
+    ]
+    assert candidate.adaptation == (2, 3)
+    assert sorted(candidate.units["adaptation"]) == [(0, 1), (2, 2)]
+
+    reviews = ReviewStore(store)
+    items = [queued(c) for c in reviews.candidates("support-bot", ANY_VERSION, since=T0)]
+    reviews.enqueue(items)
+    for item in items:
+        reviews.add(review(item, "alice", "A"))
+    reviewed = preference_window(reviews, windows, ARMS, T0)
+    assert reviewed.preferences == (1.0, 1.0, 1.0)
+    of = reviewed.sample_units["preferences"]
+    order = [r.item.candidate.request_id for r in reviews.reviewed(route="support-bot")]
+    assert of[order.index("req-1")] == of[order.index("req-2")] != of[order.index("req-3")]
