@@ -118,13 +118,23 @@ class _Indexes:
         return self.next - 1
 
     def bounded(self) -> dict[int, int] | None:
-        """Index → merged index when there are more than `MAX_UNIT_GROUPS` units, else None."""
+        """Index → merged index when there are more than `MAX_UNIT_GROUPS` units (the merged
+        indexes again 0, 1, 2... in order of first appearance), else None."""
         if len(self.of_unit) <= MAX_UNIT_GROUPS:
             return None
-        prefixes: dict[str, int] = {}
-        remap = {i: i for i in range(self.next)}
-        for unit, i in self.of_unit.items():
-            remap[i] = prefixes.setdefault(unit[:3], self.next + len(prefixes))
+        prefix_of = {i: unit[:3] for unit, i in self.of_unit.items()}
+        merged: dict[str, int] = {}
+        remap: dict[int, int] = {}
+        fresh = 0
+        for i in range(self.next):
+            prefix = prefix_of.get(i)
+            if prefix is not None and prefix in merged:
+                remap[i] = merged[prefix]
+                continue
+            remap[i] = fresh
+            if prefix is not None:
+                merged[prefix] = fresh
+            fresh += 1
         return remap
 
 
