@@ -9,6 +9,7 @@ breakdowns by unit where the code builds them) and its rule-epoch read (`epoch_w
 `check_windows` where the code has no breakdowns), each the mean of `--looks` after one warm-up.
 
     .venv/bin/python bench/judge_look.py [--users 5000] [--exchanges 100000] [--url URL]
+        [--no-units]
 
 `--url` defaults to a new SQLite file; with a PostgreSQL URL (a database the role may connect to,
 with CREATEDB) the run gets a database of its own, `bench_judge_look`, dropped after it
@@ -43,7 +44,9 @@ DATABASE = "bench_judge_look"
 HAS_UNITS = "sticky_unit" in {f.name for f in dataclasses.fields(ExchangeRecord)}
 
 
-def _records(users: int, exchanges: int, seed: int) -> tuple[list[ExchangeRecord], list[Any]]:
+def _records(
+    users: int, exchanges: int, seed: int, *, units: bool = HAS_UNITS
+) -> tuple[list[ExchangeRecord], list[Any]]:
     rng = random.Random(seed)
     weights = [rng.lognormvariate(0.0, 1.5) for _ in range(users)]
     on_canary = [rng.random() < 0.10 for _ in range(users)]
@@ -53,7 +56,7 @@ def _records(users: int, exchanges: int, seed: int) -> tuple[list[ExchangeRecord
         arm, target = (Arm.CANARY, "cand") if on_canary[user] else (Arm.PRIMARY, "prod")
         request_id = f"{rng.getrandbits(128):032x}"
         started = AT + timedelta(seconds=3600 * i / exchanges)
-        fields: dict[str, Any] = {"sticky_unit": f"{user:024x}"} if HAS_UNITS else {}
+        fields: dict[str, Any] = {"sticky_unit": f"{user:024x}"} if units else {}
         records.append(
             ExchangeRecord(
                 request_id=request_id, route=ARMS.route, target=target, upstream_model="m",
@@ -82,11 +85,13 @@ def _per_call_ms(call: Callable[[], object], times: int) -> float:
     return (time.perf_counter() - started) / times * 1000
 
 
-def measure(url: str, users: int, exchanges: int, looks: int) -> dict[str, float]:
+def measure(
+    url: str, users: int, exchanges: int, looks: int, *, units: bool = HAS_UNITS
+) -> dict[str, float]:
     store = Store(url)
     store.migrate()
     try:
-        records, checks = _records(users, exchanges, seed=34)
+        records, checks = _records(users, exchanges, seed=34, units=units)
         for start in range(0, exchanges, 5000):
             store.write_batch([*records[start : start + 5000], *checks[start : start + 5000]])
         if store.engine.dialect.name == "postgresql":
@@ -100,7 +105,7 @@ def measure(url: str, users: int, exchanges: int, looks: int) -> dict[str, float
             "checks_ms": _per_call_ms(lambda: epoch_read(windows, ARMS, EPOCH, AT), looks),
             "primary_samples": len(primary.latencies_s),
             "canary_samples": len(candidate.latencies_s),
-            "unit_groups": len(primary.units.get("errors", ())) if HAS_UNITS else 0,
+            "unit_groups": len(primary.units.get("errors", ())) if units else 0,
         }
     finally:
         store.close()
@@ -112,6 +117,9 @@ def main() -> None:
     parser.add_argument("--exchanges", type=int, default=100_000)
     parser.add_argument("--looks", type=int, default=5)
     parser.add_argument("--url", default=None)
+    parser.add_argument(
+        "--no-units", action="store_true", help="record no sticky unit (a route with sticky: none)"
+    )
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         if args.url is None:
@@ -119,9 +127,10 @@ def main() -> None:
             url = f"sqlite:///{Path(folder) / 'look.db'}"
         else:
             url = stack.enter_context(databases.fresh_database(args.url, DATABASE))
-        result = measure(url, args.users, args.exchanges, args.looks)
+        units = HAS_UNITS and not args.no_units
+        result = measure(url, args.users, args.exchanges, args.looks, units=units)
     print(
-        f"units recorded: {HAS_UNITS}  users {args.users}  exchanges {args.exchanges}  "
+        f"units recorded: {units}  users {args.users}  exchanges {args.exchanges}  "
         + "  ".join(
             f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items()
         )
