@@ -37,6 +37,7 @@ from proxy.store import (
     Arms,
     Epoch,
     JudgeWindows,
+    PairUnitCount,
     ProbeStore,
     ProbeTally,
     ReviewStore,
@@ -201,8 +202,22 @@ def traffic_windows(
     from any one caller; (0, 0) when neither arm has any (the route gathers no feedback, or none
     yet). When some exchange of an arm has a sticky unit, its window carries the breakdowns by
     unit (`units["errors"]`, `units["corrections"]`, `sample_units` of its series)."""
-    served = _grouped(windows.served_units(arms, since))
-    corrected = _grouped(windows.correction_units(arms, since, per_caller=corrections_per_caller))
+    if windows.has_units(arms, since):
+        served = _grouped(windows.served_units(arms, since))
+        corrected = _grouped(
+            windows.correction_units(arms, since, per_caller=corrections_per_caller)
+        )
+    else:  # no sticky key: the plain counts, as one group of independent requests
+        served = {
+            arm: {KEYLESS_PREFIX: [errors, requests]}
+            for arm, (requests, errors) in windows.served_counts(arms, since).items()
+        }
+        corrected = {
+            arm: {KEYLESS_PREFIX: [n, 0]}
+            for arm, n in windows.corrections(
+                arms, since, per_caller=corrections_per_caller
+            ).items()
+        }
 
     def window(arm: Arm) -> ArmWindow:
         groups = served.get(arm, {})
@@ -272,11 +287,19 @@ def epoch_windows(
     `check_windows` tallies them), each check broken down by the sticky unit of the request its
     verdicts are about (`units["checks:<name>"]`) when some request of the arm had one."""
     tallies: dict[Arm, dict[str, dict[str, list[int]]]] = {Arm.PRIMARY: {}, Arm.CANARY: {}}
-    for row in windows.check_units(arms, epoch, since):
-        by_unit = tallies[row.arm].setdefault(row.check, {})
-        tally = by_unit.setdefault(row.count.unit, [0, 0])
-        tally[0] += row.count.events
-        tally[1] += row.count.total
+    if windows.has_units(arms, since):
+        for row in windows.check_units(arms, epoch, since):
+            by_unit = tallies[row.arm].setdefault(row.check, {})
+            tally = by_unit.setdefault(row.count.unit, [0, 0])
+            tally[0] += row.count.events
+            tally[1] += row.count.total
+    else:  # no sticky key: the plain counts, as one group of independent requests
+        for plain in windows.check_counts(arms, epoch, since):
+            tally = (
+                tallies[plain.arm].setdefault(plain.check, {}).setdefault(KEYLESS_PREFIX, [0, 0])
+            )
+            tally[0] += plain.count if plain.result == "pass" else 0
+            tally[1] += plain.count
     names = tallies[Arm.PRIMARY].keys() | tallies[Arm.CANARY].keys()
 
     def side(arm: Arm) -> ArmWindow:
@@ -336,7 +359,17 @@ def with_agreement(
     `units["agreement"]`) when some request had one."""
     shadow: dict[str, list[int]] = {}
     noise: dict[str, list[int]] = {}
-    for row in windows.pair_units(arms, mode, since):
+    rows = (
+        windows.pair_units(arms, mode, since)
+        if windows.has_units(arms, since)
+        else [
+            PairUnitCount(
+                c.kind, c.candidate_target, KEYLESS_PREFIX, 0 if c.agreed else c.count, c.count
+            )
+            for c in windows.pair_counts(arms, mode, since)
+        ]
+    )
+    for row in rows:
         if row.kind == "noise":
             groups = noise
         elif row.kind == "shadow" and row.candidate_target == arms.candidate:
@@ -362,7 +395,15 @@ def with_findings(
 ) -> tuple[ArmWindow, ArmWindow]:
     """The windows with their `findings` (`finding_tallies`), broken down by sticky unit
     (`units["findings"]`) when some exchange had one."""
-    grouped = _grouped(windows.finding_units(arms, at_or_above(severity), since))
+    severities = at_or_above(severity)
+    grouped = (
+        _grouped(windows.finding_units(arms, severities, since))
+        if windows.has_units(arms, since)
+        else {
+            c.arm: {KEYLESS_PREFIX: [c.flagged, c.answers]}
+            for c in windows.finding_counts(arms, severities, since)
+        }
+    )
     return (
         _with_tally(primary, "findings", grouped.get(Arm.PRIMARY, {})),
         _with_tally(candidate, "findings", grouped.get(Arm.CANARY, {})),
@@ -374,7 +415,11 @@ def with_judge_deltas(
 ) -> ArmWindow:
     """`candidate` with its `judge_deltas` (as `judge_deltas` reads them), each with the index of
     its pair's sticky unit (`sample_units["judge_deltas"]`) when some pair's request had one."""
-    rows = windows.judge_delta_units(arms, since)
+    rows = (
+        windows.judge_delta_units(arms, since)
+        if windows.has_units(arms, since)
+        else [(delta, None) for delta in windows.judge_deltas(arms, since)]
+    )
     deltas = tuple(value for value, _ in rows)
     return _with_series(candidate, "judge_deltas", deltas, [unit for _, unit in rows])
 
@@ -487,7 +532,11 @@ def adaptation_windows(
     from `probe_tallies`), each broken down by the sticky unit of the live requests its probes
     re-sent (`units["adaptation"]`) when some had one and the breakdown adds up to the tally
     (probes scored between the two reads are left to the next look)."""
-    by_target = windows.adaptation_units(rule, since, [arms.baseline, arms.candidate])
+    by_target = (
+        windows.adaptation_units(rule, since, [arms.baseline, arms.candidate])
+        if windows.has_units(arms, since)
+        else {}
+    )
 
     def side(target: str, tally: ProbeTally) -> ArmWindow:
         whole = not_followed(tally)
@@ -541,7 +590,7 @@ def preference_window(
         for r in reviewed
         if (p := r.candidate_preference) is not None
     ]
-    units = windows.units_of([request for _, request in kept])
+    units = windows.units_of([r for _, r in kept]) if windows.has_units(arms, since) else {}
     window = ArmWindow(0, 0, preferences=())
     return _with_series(
         window, "preferences", tuple(p for p, _ in kept), [units.get(r) for _, r in kept]

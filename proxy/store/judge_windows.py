@@ -50,9 +50,10 @@ KEYLESS_PREFIX = "r"
 
 _SAMPLE_EDGE_DIGITS = 6
 """Hex digits of the request id compared with a thinned sample's edge (1 in 16.7 million)."""
-_SAMPLE_EDGE_SLACK = 1.25
-"""The edge keeps this many times the wanted samples on average, so that the thinning almost
-never keeps fewer; the smallest request ids under it make the exact number."""
+_SAMPLE_SHARE = 0.95
+"""A thinned arm keeps about this share of its cap on average: 19,000 of 20,000, some 7 standard
+deviations of the binomial count below the cap, so that the cap's `LIMIT` (which would cut in the
+rows' order, not at random) practically never applies, and no sort is needed."""
 
 _STREAM_ROWS = 2000
 """Rows fetched at a time when a query streams (a server-side cursor on PostgreSQL)."""
@@ -229,22 +230,18 @@ class JudgeWindows:
         self, arms: Arms, arm: Arm, since: datetime, *, served: int, cap: int
     ) -> Iterator[ArmExchange]:
         """`arm`'s served exchanges (not cut short) that started at or after `since`: all of
-        them when `served` (how many there are) is at most `cap`, else `cap` of them thinned
-        uniformly over the whole window — those whose request ids end in the smallest digits
-        (random hex, so unrelated to time, latency or user), read under an edge that keeps about
-        `_SAMPLE_EDGE_SLACK` times `cap` — in no particular order, streamed as `exchanges`."""
+        them when `served` (how many there are) is at most `cap`, else about `_SAMPLE_SHARE` of
+        `cap` of them (never more than `cap`), thinned uniformly over the whole window: those
+        whose request ids end in hex digits under an edge (random digits, so unrelated to time,
+        latency or user). In no particular order, streamed as `exchanges`."""
         c = _exchanges.c
         statement = sa.select(*_SAMPLE_COLUMNS).where(
             _compared(_exchanges, arms), c.arm == arm.value, c.started_at >= since,
             c.status.not_in(tuple(status.value for status in CUT_SHORT)),
         )  # fmt: skip
         if served > cap:
-            share = min(1.0, _SAMPLE_EDGE_SLACK * cap / served)
-            edge = f"{min(16**_SAMPLE_EDGE_DIGITS - 1, int(share * 16**_SAMPLE_EDGE_DIGITS)):06x}"
-            tail = self._id_tail(c.request_id)
-            if share < 1.0:
-                statement = statement.where(tail < edge)
-            statement = statement.order_by(tail).limit(cap)
+            edge = int(_SAMPLE_SHARE * cap / served * 16**_SAMPLE_EDGE_DIGITS)
+            statement = statement.where(self._id_tail(c.request_id) < f"{edge:06x}").limit(cap)
         return self._stream(statement)
 
     def _group(
@@ -256,11 +253,22 @@ class JudgeWindows:
         return group.collate("C") if self._engine.dialect.name == "postgresql" else group
 
     def _id_tail(self, request_id: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
-        """The last `_SAMPLE_EDGE_DIGITS` characters of a request id (random hex digits of the
-        gateway's ids, whatever prefix a test or an importer put before them), compared in byte
-        order."""
+        """The last `_SAMPLE_EDGE_DIGITS` characters of a request id, compared in byte order."""
         tail = _tail(request_id, _SAMPLE_EDGE_DIGITS)
         return tail.collate("C") if self._engine.dialect.name == "postgresql" else tail
+
+    def has_units(self, arms: Arms, since: datetime) -> bool:
+        """Whether some exchange of the compared arms that started at or after `since` has a
+        sticky unit: when none has (a route without a sticky key), the judge reads the plain
+        counts, as cheaply as it always did, and builds no breakdown."""
+        c = _exchanges.c
+        statement = (
+            sa.select(c.id)
+            .where(_compared(_exchanges, arms), c.started_at >= since)
+            .where(c.sticky_unit.is_not(None))
+            .limit(1)
+        )
+        return bool(self._rows("looking for sticky units", statement))
 
     def served_units(self, arms: Arms, since: datetime) -> list[UnitCount]:
         """`served_counts` per unit group (`unit_group`): (errors, exchanges) of each group of

@@ -29,7 +29,7 @@ from proxy.rollout.manager import RolloutManager
 from proxy.store import ANY_VERSION, ReviewRecord, ReviewStore
 from proxy.store.errors import StoreError, StoreUnavailableError
 from proxy.store.exchanges import Store
-from proxy.store.judge_windows import Arms, JudgeWindows, UnitCount
+from proxy.store.judge_windows import Arms, JudgeWindows
 from proxy.store.leadership import Leadership
 from proxy.store.probes import ProbeStore
 from proxy.store.rollouts import RolloutStore
@@ -57,11 +57,11 @@ class FailingWindows(JudgeWindows):
         self.failures = list(failures)
         self.reads = 0
 
-    def served_units(self, arms: Arms, since: datetime) -> list[UnitCount]:
-        self.reads += 1
+    def served_counts(self, arms: Arms, since: datetime) -> dict[Arm, tuple[int, int]]:
+        self.reads += 1  # once per look: these routes' exchanges have no sticky unit
         if self.failures:
             raise self.failures.pop(0)
-        return super().served_units(arms, since)
+        return super().served_counts(arms, since)
 
 
 @pytest.fixture
