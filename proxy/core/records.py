@@ -283,6 +283,9 @@ class CheckRecord:
     reason: str
     created_at: datetime
     pair_id: str | None = None
+    sticky_unit: str | None = None
+    """The checked exchange's `sticky_unit` (the rollout judge counts each verdict for its
+    request's unit); None when it had none."""
 
 
 @dataclass(frozen=True, slots=True)

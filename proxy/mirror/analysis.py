@@ -350,7 +350,7 @@ class AnalysisWorker(ExchangeObserver):
                     request_id=record.request_id, route=record.route, target=record.target,
                     arm=record.arm, rule=rule, rule_version=version, check=result.name,
                     result=result.result, reason=result.reason, created_at=now,
-                    pair_id=record.pair_id,
+                    pair_id=record.pair_id, sticky_unit=record.sticky_unit,
                 )
             )  # fmt: skip
 

@@ -28,6 +28,8 @@ class CheckRow(SQLModel, table=True):
     reason: str = Field(sa_column=sa.Column(sa.Text(), nullable=False))
     created_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
     pair_id: str | None = None
+    sticky_unit: str | None = None
+    """The checked exchange's sticky unit (migration 19); NULL without one."""
 
 
 checks_table: sa.Table = CheckRow.__table__  # type: ignore[attr-defined]
@@ -46,6 +48,7 @@ def row_to_check(row: sa.RowMapping) -> CheckRecord:
         reason=row["reason"],
         created_at=as_utc(row["created_at"]),
         pair_id=row["pair_id"],
+        sticky_unit=row["sticky_unit"],
     )
 
 

@@ -52,7 +52,7 @@ _POSTGRES_COPY = f"COPY exchanges ({_COLUMN_LIST}) FROM STDIN"
 
 CHECK_COLUMNS = (
     "request_id", "route", "target", "arm", "rule", "rule_version", "check_name", "result",
-    "reason", "created_at", "pair_id",
+    "reason", "created_at", "pair_id", "sticky_unit",
 )  # fmt: skip
 """Every column of `check_results` but `id`, in the order of `check_row`'s values."""
 
@@ -129,6 +129,7 @@ def check_row(record: CheckRecord, *, sqlite: bool) -> tuple[Any, ...]:
         storable(record.reason),
         _stored_time(record.created_at, sqlite=sqlite),
         _text(record.pair_id),
+        _text(record.sticky_unit),
     )
 
 

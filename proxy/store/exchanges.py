@@ -105,6 +105,13 @@ class ExchangeRow(SQLModel, table=True):
         sa.Index("ix_exchanges_pair_id", "pair_id"),
         sa.Index("ix_exchanges_operation_route", "operation_id", "route"),
         sa.Index("ix_exchanges_route_experiment_arm", "route", "experiment_arm"),
+        sa.Index(
+            "ix_exchanges_route_started_sticky",
+            "route",
+            "started_at",
+            sqlite_where=sa.text("sticky_unit IS NOT NULL"),
+            postgresql_where=sa.text("sticky_unit IS NOT NULL"),
+        ),
     )
 
     id: int | None = Field(

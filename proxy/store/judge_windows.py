@@ -445,20 +445,13 @@ class JudgeWindows:
 
     def check_units(self, arms: Arms, epoch: Epoch, since: datetime) -> list[CheckUnitCount]:
         """`check_counts` per unit group (`unit_group`) of the request each verdict is about
-        (its exchange's sticky unit), grouped in SQL: (passed, verdicts) per arm, check and
-        group; their sums are `check_counts`' (an error counts as not passed)."""
-        c, e = _checks.c, _exchanges.c
-        # Joined, not looked up per verdict: the database hashes (PostgreSQL) or probes the
-        # request id index once per verdict, where a correlated subquery cost 10-20 times more.
-        about = sa.and_(
-            e.request_id == c.request_id, e.route == c.route, e.arm == c.arm,
-            e.target == c.target, e.sticky_unit.is_not(None),
-        )  # fmt: skip
-        group = self._group(e.sticky_unit, c.request_id)
+        (its exchange's sticky unit, kept with the verdict), grouped in SQL: (passed, verdicts)
+        per arm, check and group; their sums are `check_counts`' (an error counts as not passed)."""
+        c = _checks.c
+        group = self._group(c.sticky_unit, c.request_id)
         passed = sa.func.sum(sa.case((c.result == "pass", 1), else_=0))
         statement = (
             sa.select(c.arm, c.check_name, group, passed, sa.func.count())
-            .select_from(_checks.outerjoin(_exchanges, about))
             .where(_compared(_checks, arms))
             .where(c.rule == epoch.rule, c.rule_version == epoch.version)
             .where(c.created_at >= since)

@@ -426,12 +426,12 @@ def test_every_breakdown_groups_by_the_requests_sticky_unit_and_adds_up(store: S
     assert len(c.sample_units["ttfts_s"]) == len(c.ttfts_s) == 3
     assert len(c.sample_units["costs_usd"]) == 4
 
-    # Rule checks: the unit of the request each verdict is about.
+    # Rule checks: the unit of the request each verdict is about (kept with the verdict).
     checks = [
         CheckRecord(
             request_id=r.request_id, route="support-bot", target=r.target, arm=r.arm,
             rule="shipping", rule_version="v1", check="max-weight", result=result, reason="",
-            created_at=at,
+            created_at=at, sticky_unit=r.sticky_unit,
         )
         for r, result in [(primary[0], "fail"), (primary[1], "pass"), (primary[3], "pass"),
                           (primary[5], "error"), (canary[0], "pass"), (canary[1], "fail")]

@@ -123,6 +123,7 @@ def core_check_row(record: CheckRecord, prefix: str) -> dict[str, Any]:
         "reason": record.reason,
         "created_at": as_utc(record.created_at),
         "pair_id": record.pair_id,
+        "sticky_unit": record.sticky_unit,
     }
 
 
@@ -141,6 +142,7 @@ def check_records() -> list[CheckRecord]:
             "full-unicode",
             route="rôute-✓",
             arm=Arm.SHADOW,
+            sticky_unit="0e" * 12,
             rule="règle",
             check="order id ✓",
             result="fail",
