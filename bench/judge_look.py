@@ -42,6 +42,7 @@ ARMS = Arms("support-bot", "prod", "cand")
 EPOCH = Epoch("shipping", "v1", AT)
 DATABASE = "bench_judge_look"
 HAS_UNITS = "sticky_unit" in {f.name for f in dataclasses.fields(ExchangeRecord)}
+CHECKS_HAVE_UNITS = "sticky_unit" in {f.name for f in dataclasses.fields(CheckRecord)}
 
 
 def _records(
@@ -72,6 +73,7 @@ def _records(
                 request_id=request_id, route=ARMS.route, target=target, arm=arm,
                 rule="shipping", rule_version="v1", check="max-weight",
                 result="pass" if rng.random() < 0.97 else "fail", reason="", created_at=started,
+                **(fields if CHECKS_HAVE_UNITS else {}),
             )
         )  # fmt: skip
     return records, checks
