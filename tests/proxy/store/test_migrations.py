@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from proxy.core.records import Arm, FindingRecord
+from proxy.core.records import Arm, CheckRecord, FindingRecord
 from proxy.store import ANY_VERSION, ReviewStore
 from proxy.store.exchanges import Store, StoreError
 from proxy.store.migrations import (
@@ -248,3 +248,9 @@ def test_exchanges_of_before_the_sticky_units_read_back_without_one(
     store.write_batch([dataclasses.replace(make_record(request_id="new"), sticky_unit="ab" * 12)])
     units = {r.request_id: r.sticky_unit for r in store.query()}
     assert units == {"old": None, "new": "ab" * 12}
+    check = CheckRecord("new", "support-bot", "prod", Arm.PRIMARY, "r", "v1", "c", "pass", "",
+                        T0, sticky_unit="ab" * 12)  # fmt: skip
+    store.write_batch([check])
+    assert [c.sticky_unit for c in store.query_checks()] == ["ab" * 12]
+    indexes = {i["name"] for i in sa.inspect(store.engine).get_indexes("exchanges")}
+    assert "ix_exchanges_route_started_sticky" in indexes
