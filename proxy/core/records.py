@@ -210,6 +210,9 @@ class PairRecord:
     """The verdict under the route's agreement settings when the pair was recorded (an
     `Agreement` value: `agree`, `disagree`, `not_applicable`); None when none was made
     (pairs stored before schema version 9; evaluation sets). Read it with `pair_agreed`."""
+    sticky_unit: str | None = None
+    """The client request's `sticky_unit` (the rollout judge counts the pair for it); None when
+    it had none, and for replays and evaluation sets."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -387,4 +387,5 @@ def _pair(
         ttft_delta_s=ttft,
         cost_delta_usd=candidate.cost_usd - primary.cost_usd,
         agreement=verdict.value,
+        sticky_unit=primary.sticky_unit,
     )

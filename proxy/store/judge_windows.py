@@ -175,8 +175,8 @@ def _tail(request_id: sa.ColumnElement[Any], digits: int) -> sa.ColumnElement[An
 
 def _unit_of(request_id: sa.ColumnElement[Any]) -> sa.ScalarSelect[Any]:
     """The sticky unit of the client request `request_id` (every record of a request carries
-    the same one; NULL when it had none): for rows that refer to a request (checks, pairs,
-    probes, reviews)."""
+    the same one; NULL when it had none): for rows that refer to a request and keep no unit of
+    their own (probes, reviews)."""
     e = _exchanges.c
     return sa.select(sa.func.max(e.sticky_unit)).where(e.request_id == request_id).scalar_subquery()
 
@@ -514,11 +514,12 @@ class JudgeWindows:
         return [PairCount(kind, target, agreed, n) for (kind, target, agreed), n in counts.items()]
 
     def pair_units(self, arms: Arms, mode: str, since: datetime) -> list[PairUnitCount]:
-        """`pair_counts` per unit group (`unit_group`) of each pair's client request: (disagree,
+        """`pair_counts` per unit group (`unit_group`) of each pair's client request (kept with
+        the pair): (disagree,
         pairs) per kind, candidate and group, grouped in SQL (the verdict read as `pair_counts`
         reads it); their sums are `pair_counts`'."""
         c = _pairs.c
-        group = self._group(_unit_of(c.request_id), c.request_id)
+        group = self._group(c.sticky_unit, c.request_id)
         columns = (c.kind, c.candidate_target, c.agreement, c.exact_equal, c.normalized_equal)
         statement = (
             sa.select(*columns, group, sa.func.count())
@@ -560,7 +561,7 @@ class JudgeWindows:
         """`judge_deltas`, each with the sticky unit of its pair's client request (None: none)."""
         f, p = _findings.c, _pairs.c
         statement = (
-            sa.select(f.value, _unit_of(p.request_id))
+            sa.select(f.value, p.sticky_unit)
             .select_from(_findings.join(_pairs, p.pair_id == f.pair_id))
             .where(f.analyzer == JUDGE_ANALYZER, f.name == JUDGE_SCORE_DELTA, f.value.is_not(None))
             .where(p.route == arms.route, p.kind == "shadow", p.created_at >= since)

@@ -585,6 +585,7 @@ def _v19_sticky_units(conn: Connection) -> None:
     # A check verdict keeps its exchange's unit, so that a rule epoch is grouped by unit without
     # joining every verdict to its exchange (a join that cost a look 8 times the plain count).
     conn.execute(sa.text("ALTER TABLE check_results ADD COLUMN sticky_unit VARCHAR"))
+    conn.execute(sa.text("ALTER TABLE pairs ADD COLUMN sticky_unit VARCHAR"))  # likewise
     # Whether a window has any unit at all is asked on every look: for a route without a sticky
     # key this partial index is empty, and the answer immediate.
     conn.execute(
@@ -653,7 +654,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         19,
-        "exchanges.sticky_unit and check_results.sticky_unit: the keyed hash of the request's "
+        "exchanges, check_results and pairs .sticky_unit: the keyed hash of the request's "
         "sticky key, the judge's unit; an index of the exchanges that have one",
         _v19_sticky_units,
     ),

@@ -36,6 +36,8 @@ class PairRow(SQLModel, table=True):
     ttft_delta_s: float | None = None
     cost_delta_usd: float | None = None
     agreement: str | None = None
+    sticky_unit: str | None = None
+    """The client request's sticky unit (migration 19); NULL without one."""
 
 
 pairs_table: sa.Table = PairRow.__table__  # type: ignore[attr-defined]
@@ -61,6 +63,7 @@ def pair_to_row(pair: PairRecord) -> dict[str, Any]:
         "ttft_delta_s": pair.ttft_delta_s,
         "cost_delta_usd": pair.cost_delta_usd,
         "agreement": pair.agreement,
+        "sticky_unit": pair.sticky_unit,
     }
 
 
@@ -84,4 +87,5 @@ def row_to_pair(row: sa.RowMapping) -> PairRecord:
         ttft_delta_s=row["ttft_delta_s"],
         cost_delta_usd=row["cost_delta_usd"],
         agreement=row["agreement"],
+        sticky_unit=row["sticky_unit"],
     )

@@ -460,12 +460,12 @@ def test_every_breakdown_groups_by_the_requests_sticky_unit_and_adds_up(store: S
     ]
     assert fc.units["findings"] == ((0, 2),)
     pairs = [
-        *_judged_pair(-1.0, request_id=primary[1].request_id, pair_id="j1"),
-        *_judged_pair(2.0, request_id=primary[2].request_id, pair_id="j2"),
-        *_judged_pair(0.5, request_id=primary[3].request_id, pair_id="j3"),
+        *_judged_pair(-1.0, request_id=primary[1].request_id, pair_id="j1", sticky_unit=_user(1)),
+        *_judged_pair(2.0, request_id=primary[2].request_id, pair_id="j2", sticky_unit=_user(1)),
+        *_judged_pair(0.5, request_id=primary[3].request_id, pair_id="j3", sticky_unit=_user(2)),
         *_judged_pair(0.0, request_id="no-such-request", pair_id="j4"),
         *_judged_pair(0.0, request_id=primary[4].request_id, pair_id="n1", kind="noise",
-                      candidate_target="prod", exact_equal=True),
+                      candidate_target="prod", exact_equal=True, sticky_unit=_user(2)),
     ]  # fmt: skip
     store.write_batch(pairs)
     ap, ac = with_agreement(windows, ARMS, "exact", T0, p, c)

@@ -58,15 +58,21 @@ def _v2_half_done(conn: Connection) -> None:
     raise RuntimeError("the migration fails after creating its table")
 
 
+LATER_STICKY_UNITS = ("exchanges", "pairs")
+"""The tables migration 19 gives a `sticky_unit` that the writers of the tests below fill."""
+
+
 @contextmanager
 def later_exchange_columns(store: Store) -> Iterator[None]:
     """The columns later migrations add to `exchanges`, there only while the block writes today's
     records into a database of before them."""
     with store.engine.begin() as conn:
-        conn.execute(sa.text("ALTER TABLE exchanges ADD COLUMN sticky_unit VARCHAR"))
+        for table in LATER_STICKY_UNITS:
+            conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN sticky_unit VARCHAR"))
     yield
     with store.engine.begin() as conn:
-        conn.execute(sa.text("ALTER TABLE exchanges DROP COLUMN sticky_unit"))
+        for table in LATER_STICKY_UNITS:
+            conn.execute(sa.text(f"ALTER TABLE {table} DROP COLUMN sticky_unit"))
 
 
 def test_a_fresh_database_is_migrated_to_head(open_store: Callable[..., Store]) -> None:
