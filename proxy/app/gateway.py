@@ -248,6 +248,8 @@ class Gateway:
             policies=version_policies(config),
             values=self.rule_values,
         )
+        if self.analysis is not None:
+            self.analysis.version_open = self.rule_tracker.is_open
         server = config.server
         self.feedback_tokens = FeedbackTokens(server.feedback_token_ttl_s)
         """Signs the answers' feedback tokens; its key is loaded at start (`lifespan`)."""

@@ -579,6 +579,13 @@ def _v18_review_tallies(conn: Connection) -> None:
     ).create(conn)
 
 
+def _v20_rule_templates(conn: Connection) -> None:
+    # The templates a rule learned from its system prompts (`proxy.gateway.rule_templates`), kept
+    # with each version's event so that a restarted gateway gives a prompt the same version. It
+    # holds digests of words, never the words: no body text, whatever `store.bodies` says.
+    conn.execute(sa.text("ALTER TABLE rule_events ADD COLUMN template TEXT"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "exchanges table and its indexes", _v1_exchanges),
     Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
@@ -634,6 +641,14 @@ MIGRATIONS: tuple[Migration, ...] = (
         "review_items.reviews_done and is_open (each item's reviews, kept with it) and an index "
         "of the open items",
         _v18_review_tallies,
+    ),
+    # Number 19 belongs to another change (per-unit tallies) made at the same time; until it is
+    # merged this no-op keeps the sequence whole. Replace it with that migration when merging.
+    Migration(19, "reserved (per-unit tallies)", lambda conn: None),
+    Migration(
+        20,
+        "rule_events.template: each rule version's learned template (word digests and slots)",
+        _v20_rule_templates,
     ),
 )
 """The schema's whole history, oldest first. Append only."""
