@@ -648,6 +648,9 @@ class Gateway:
             probed_rules=lambda: [
                 name for name, rule in self.config.rules.items() if rule.probes is not None
             ],
+            rule_tracker=self.rule_tracker,
+            rule_settings=lambda: self.config.rules,
+            keep_prompts=self.config.store.bodies != "none",
         )
         api.state.rollout_parts = RolloutParts(
             self.rollouts,
