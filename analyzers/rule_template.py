@@ -185,7 +185,7 @@ def align(
             continue
         # Strip the template's slots from the region's edges: they take the prompt's words.
         fixed_in = [i for i in range(i1, i2) if template[i] is not None]
-        if not fixed_in and j2 > j1:
+        if not fixed_in and i2 > i1:
             if j2 - j1 > SLOT_MAX_WORDS * (i2 - i1):
                 return None
             continue

@@ -237,7 +237,7 @@ class TemplateBook:
         self._bound(self._variants, VARIANTS_MAX)
         variant.requests += 1
         _add(variant.units, unit)
-        learned = self._learn(parent, variant, prompt, unit)
+        learned = self._learn(parent, variant, regions, prompt, unit)
         if learned:
             self._count(parent, unit)
             if parent.open:
@@ -293,11 +293,18 @@ class TemplateBook:
                 best = (order, root, regions)
         return None if best is None else (best[1], best[2])
 
-    def _learn(self, parent: Root, variant: Variant, prompt: PromptWords, unit: str) -> bool:
-        """Count the variant's fillings of its parent's regions; make slots of those that have
-        enough; True when the parent's template changed."""
+    def _learn(
+        self,
+        parent: Root,
+        variant: Variant,
+        regions: tuple[Region, ...],
+        prompt: PromptWords,
+        unit: str,
+    ) -> bool:
+        """Count the fillings of its parent's regions (`regions`: where `prompt` differs from
+        it); make slots of those that have enough; True when the parent's template changed."""
         spans: list[tuple[int, int]] = []
-        for region in variant.regions:
+        for region in regions:
             if not region.slottable:
                 continue
             span = (region.start, region.end)
