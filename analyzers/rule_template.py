@@ -240,6 +240,14 @@ def generalise(
     return tuple(out), frozenset(kept)
 
 
+def renumbering(size: int, spans: Sequence[tuple[int, int]]) -> dict[int, int]:
+    """Where each element of a template of `size` elements that `generalise(…, spans)` keeps
+    ends up (elements of a template's own slots beside a new one are not kept)."""
+    template: Template = tuple(f"{i:016x}" for i in range(size))
+    made, _ = generalise(template, frozenset(), spans)
+    return {int(e, 16): k for k, e in enumerate(made) if e is not None}
+
+
 def template_id(template: Template, prompt: PromptWords | None = None) -> str:
     """12 hex digits naming a template. Without slots and with its prompt, the prompt's own
     fingerprint (what versions were before templates); with slots, a hash of the digests."""

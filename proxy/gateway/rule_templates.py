@@ -9,8 +9,9 @@ one rule's templates:
   one (*pending*). A prompt that fills an open root carries its version.
 - **variants** of a root: a prompt that does not fill any root but differs from one in a few short
   regions (`rule_template.align`) is a variant of it, keyed by what it holds in those regions.
-- **slots**: a region of a root becomes a slot of it once `SLOT_VALUES` different fillings of it
-  have been seen, from at least `SLOT_VALUES` different units (the root's own filling counts).
+- **slots**: a region of a root becomes a slot of it once variants have held `SLOT_VALUES`
+  different fillings there (the root's own words not counted), each sent by a different unit:
+  one client sending many fillings counts once.
   Then every variant of that root is dropped (a variant that differed only there fills the root
   now; the others come back on their next request). A region can never become a slot where the
   rule's declared value lies (its value parameter's group `value`), where the variant only adds or
@@ -52,6 +53,7 @@ from analyzers.rule_template import (
     generalise,
     matches,
     render,
+    renumbering,
     slot_labels,
     substitute,
     template_id,
@@ -68,10 +70,14 @@ RETIRED_MAX = 4096
 """Ids of retired versions remembered per rule (so one that comes back opens no new event)."""
 ALIGN_CANDIDATES = 4
 """Roots a prompt that fills none is compared with (those closest to it in length)."""
+MAJORITY = 2 / 3
+"""Without a sticky key, the share of its root's traffic a variant must carry to open."""
 UNITS_KEPT = 64
 """Unit hashes kept per template or variant: support needs at most this many (`min_units`)."""
 REGIONS_MAX = 64
 """Regions of one root whose fillings are counted."""
+FILLINGS_KEPT = 16
+"""Different fillings counted per region."""
 
 
 def unit_hash(key: str) -> str:
@@ -90,6 +96,15 @@ class First:
 
 
 @dataclass(slots=True)
+class _Fillings:
+    """What variants of a root held in one of its regions (at most `FILLINGS_KEPT` fillings)."""
+
+    by_value: dict[tuple[str, ...], set[str]] = field(default_factory=dict)
+    """Each filling (its words' digests; the root's own words not counted) → units that sent
+    it (at most `SLOT_VALUES`)."""
+
+
+@dataclass(slots=True)
 class Root:
     """A template that is a version or may become one."""
 
@@ -105,10 +120,12 @@ class Root:
     """A name for each slot (from the word before it)."""
     rendered: str = ""
     """The last prompt it was opened or learned from, with its slots as `⟨label⟩`, for diffs."""
-    fillings: dict[tuple[int, int], dict[tuple[str, ...], set[str]]] = field(default_factory=dict)
-    """Region (start, end) → each filling seen there (its words' digests) → units that sent it."""
+    fillings: dict[tuple[int, int], _Fillings] = field(default_factory=dict)
+    """Region (start, end) → what variants held there instead of the root's own words."""
     generation: int = 0
     """Grows when the template learns a slot: variants of an older generation are dropped."""
+    family: int = 0
+    """Requests of it and of its variants."""
 
 
 @dataclass(slots=True)
@@ -121,6 +138,8 @@ class Variant:
     template: Template
     version: str
     first: First
+    family_start: int = 0
+    """Its root's `family` when it was first seen."""
     requests: int = 0
     units: set[str] = field(default_factory=set)
 
@@ -205,8 +224,12 @@ class TemplateBook:
         min_units: int,
         max_open: int,
         uncapped: frozenset[str] = frozenset(),
+        per_request: bool = False,
     ) -> Seen:
-        """Count one request (`unit`: its hashed unit) and say what it carries."""
+        """Count one request (`unit`: its hashed unit) and say what it carries. `per_request`:
+        the unit is the request itself (no sticky key): then a variant also needs to have
+        carried most of its root's traffic since it appeared (`MAJORITY`) — the most frequent
+        customer's name is a minority, a rule change is not."""
         root = self._filled(prompt)
         if root is not None:
             self._count(root, unit)
@@ -232,9 +255,12 @@ class TemplateBook:
         if variant is None:
             template = substitute(parent.template, regions, prompt)
             version = FINGERPRINT_PREFIX + template_id(template, prompt)
-            variant = Variant(parent, parent.generation, regions, template, version, first)
+            variant = Variant(
+                parent, parent.generation, regions, template, version, first, parent.family
+            )
         self._variants[key] = variant
         self._bound(self._variants, VARIANTS_MAX)
+        parent.family += 1
         variant.requests += 1
         _add(variant.units, unit)
         learned = self._learn(parent, variant, regions, prompt, unit)
@@ -248,7 +274,10 @@ class TemplateBook:
             if _supported(parent.requests, parent.units, min_requests, min_units):
                 return self._open_root(parent, prompt, max_open, uncapped)
             return Seen(parent.version, False)
-        if _supported(variant.requests, variant.units, min_requests, min_units):
+        share = variant.requests / max(1, parent.family - variant.family_start)
+        if _supported(variant.requests, variant.units, min_requests, min_units) and (
+            not per_request or share > MAJORITY
+        ):
             self._variants.pop(key, None)
             # Where a variant became a version, its parent never gets a slot.
             parent.protected = parent.protected | {
@@ -312,27 +341,33 @@ class TemplateBook:
             if counted is None:
                 if len(parent.fillings) >= REGIONS_MAX:
                     continue
-                own = tuple(e or "" for e in parent.template[region.start : region.end])
-                counted = parent.fillings[span] = {own: set(list(parent.units)[:SLOT_VALUES])}
+                counted = parent.fillings[span] = _Fillings()
             filling = prompt.digests[region.p_start : region.p_end]
-            if filling not in counted and len(counted) >= SLOT_VALUES:
-                continue
-            _add(counted.setdefault(filling, set()), unit, SLOT_VALUES)
-            units = set().union(*counted.values())
-            if len(counted) >= SLOT_VALUES and len(units) >= SLOT_VALUES:
+            held = counted.by_value.get(filling)
+            if held is None and len(counted.by_value) < FILLINGS_KEPT:
+                held = counted.by_value[filling] = set()
+            if held is not None:
+                _add(held, unit, SLOT_VALUES)
+            if _distinct_senders(counted) >= SLOT_VALUES:
                 spans.append(span)
         if not spans:
             return False
+        moved = renumbering(len(parent.template), spans)
         parent.template, parent.protected = generalise(parent.template, parent.protected, spans)
-        parent.fillings.clear()
+        # What other regions have seen still counts: renumbered, unless a slot took part of one.
+        kept: dict[tuple[int, int], _Fillings] = {}
+        for (start, end), counted in parent.fillings.items():
+            if all(i in moved for i in range(start, end)):
+                kept[(moved[start], moved[end - 1] + 1)] = counted
+        parent.fillings = kept
         parent.generation += 1
         for key in [k for k, v in self._variants.items() if v.root is parent]:
             dropped = self._variants.pop(key)
             if dropped is not variant and matches(parent.template, dropped.template):
                 # It differed only where the slot is now: its requests are the parent's.
                 parent.requests += dropped.requests
-                for held in dropped.units:
-                    _add(parent.units, held)
+                for sender in dropped.units:
+                    _add(parent.units, sender)
         return matches(parent.template, prompt.digests)
 
     def _new_pending(self, prompt: PromptWords, first: First) -> Root:
@@ -345,6 +380,7 @@ class TemplateBook:
 
     def _count(self, root: Root, unit: str) -> None:
         root.requests += 1
+        root.family += 1
         _add(root.units, unit)
 
     def _open_root(
@@ -379,13 +415,35 @@ class TemplateBook:
                 self.evicted += 1
 
 
+def _distinct_senders(counted: _Fillings) -> int:
+    """How many different fillings have each a different unit that sent it (a matching of
+    fillings to units, at most `SLOT_VALUES`): one client sending many fillings counts once."""
+    values = sorted(counted.by_value.values(), key=len)
+    best = 0
+
+    def extend(k: int, used: frozenset[str], size: int) -> None:
+        nonlocal best
+        best = max(best, size)
+        if best >= SLOT_VALUES or k == len(values) or size + len(values) - k <= best:
+            return
+        for unit in values[k]:
+            if unit not in used:
+                extend(k + 1, used | {unit}, size + 1)
+                if best >= SLOT_VALUES:
+                    return
+        extend(k + 1, used, size)
+
+    extend(0, frozenset(), 0)
+    return best
+
+
 def _supported(requests: int, units: set[str], min_requests: int, min_units: int) -> bool:
     return requests >= min_requests and len(units) >= min_units
 
 
-def _add(units: set[str], unit: str, limit: int = UNITS_KEPT) -> None:
-    if len(units) < limit:
-        units.add(unit)
+def _add(held: set[Any], item: Any, limit: int = UNITS_KEPT) -> None:
+    if len(held) < limit:
+        held.add(item)
 
 
 def _shifted(protected: frozenset[int], regions: tuple[Region, ...]) -> frozenset[int]:

@@ -351,7 +351,7 @@ class RuleTracker:
         uncapped = policy.named
         seen = state.book.see(
             words, unit, First(now, request_id, route), policy.min_requests, policy.min_units,
-            policy.max_versions, uncapped,
+            policy.max_versions, uncapped, per_request=match.unit is None,
         )  # fmt: skip
         carried = replace(match, version=seen.version)
         if seen.learned is not None:
