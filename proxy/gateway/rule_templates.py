@@ -77,7 +77,7 @@ UNITS_KEPT = 64
 REGIONS_MAX = 64
 """Regions of one root whose fillings are counted."""
 FILLINGS_KEPT = 16
-"""Different fillings counted per region."""
+"""Units whose fillings are counted per region."""
 
 
 def unit_hash(key: str) -> str:
@@ -97,11 +97,11 @@ class First:
 
 @dataclass(slots=True)
 class _Fillings:
-    """What variants of a root held in one of its regions (at most `FILLINGS_KEPT` fillings)."""
+    """What variants of a root held in one of its regions, per unit that sent them."""
 
-    by_value: dict[tuple[str, ...], set[str]] = field(default_factory=dict)
-    """Each filling (its words' digests; the root's own words not counted) → units that sent
-    it (at most `SLOT_VALUES`)."""
+    by_unit: dict[str, set[tuple[str | None, ...]]] = field(default_factory=dict)
+    """Each unit (at most `FILLINGS_KEPT`) → the fillings it sent there (their words' digests;
+    the root's own words not counted; at most `SLOT_VALUES` each)."""
 
 
 @dataclass(slots=True)
@@ -343,11 +343,11 @@ class TemplateBook:
                     continue
                 counted = parent.fillings[span] = _Fillings()
             filling = prompt.digests[region.p_start : region.p_end]
-            held = counted.by_value.get(filling)
-            if held is None and len(counted.by_value) < FILLINGS_KEPT:
-                held = counted.by_value[filling] = set()
+            held = counted.by_unit.get(unit)
+            if held is None and len(counted.by_unit) < FILLINGS_KEPT:
+                held = counted.by_unit[unit] = set()
             if held is not None:
-                _add(held, unit, SLOT_VALUES)
+                _add(held, filling, SLOT_VALUES)
             if _distinct_senders(counted) >= SLOT_VALUES:
                 spans.append(span)
         if not spans:
@@ -416,19 +416,19 @@ class TemplateBook:
 
 
 def _distinct_senders(counted: _Fillings) -> int:
-    """How many different fillings have each a different unit that sent it (a matching of
-    fillings to units, at most `SLOT_VALUES`): one client sending many fillings counts once."""
-    values = sorted(counted.by_value.values(), key=len)
+    """How many different fillings have each a different unit that sent it (a matching of units
+    to fillings, at most `SLOT_VALUES`): one client sending many fillings counts once."""
+    units = sorted(counted.by_unit.values(), key=len)
     best = 0
 
-    def extend(k: int, used: frozenset[str], size: int) -> None:
+    def extend(k: int, used: frozenset[tuple[str | None, ...]], size: int) -> None:
         nonlocal best
         best = max(best, size)
-        if best >= SLOT_VALUES or k == len(values) or size + len(values) - k <= best:
+        if best >= SLOT_VALUES or k == len(units) or size + len(units) - k <= best:
             return
-        for unit in values[k]:
-            if unit not in used:
-                extend(k + 1, used | {unit}, size + 1)
+        for filling in units[k]:
+            if filling not in used:
+                extend(k + 1, used | {filling}, size + 1)
                 if best >= SLOT_VALUES:
                     return
         extend(k + 1, used, size)
