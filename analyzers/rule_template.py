@@ -12,8 +12,9 @@ addresses; what they cannot know — a name — is learned here, from the varian
 - A `Template` is a sequence of word digests and slots (None); `matches` says whether a prompt
   fills it (each slot takes 1 to `SLOT_MAX_WORDS` words), by a set-of-positions scan: linear in
   the prompt, no backtracking.
-- `align` compares a prompt with a template (difflib's matcher over the digests; deterministic):
-  the places where they differ are `Region`s. A prompt is a *variant* of a template when at least
+- `align` compares a prompt with a template (a side-by-side walk over the digests that
+  resynchronises after each difference; deterministic and linear in the prompt): the places where
+  they differ are `Region`s. A prompt is a *variant* of a template when at least
   `SHARED_MIN` of the template's fixed words are kept and every region replaces at most
   `REGION_MAX_WORDS` words with at most as many. A region that touches a protected word, or only
   inserts or only deletes words, can never become a slot: that is an edit of the fixed text.
@@ -27,7 +28,6 @@ tracker's (`proxy.gateway.rule_templates`); everything here is a pure function o
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import re
@@ -172,17 +172,18 @@ def align(
     fixed = sum(1 for e in template if e is not None)
     if fixed == 0:
         return None
-    # A slot is compared as a word no prompt has, so it never matches: the matcher then reports
-    # it replaced by what the prompt holds there, which is what a slot does.
-    left = [e if e is not None else f"slot:{i}" for i, e in enumerate(template)]
-    matcher = difflib.SequenceMatcher(None, left, list(prompt.digests), autojunk=False)
-    kept = sum(size for _, _, size in matcher.get_matching_blocks())
+    present = set(prompt.digests)
+    if sum(1 for e in template if e is not None and e in present) < SHARED_MIN * fixed:
+        return None  # most of its words are not even there: no walk needed
+    walked = _walk(template, prompt.digests)
+    if walked is None:
+        return None
+    kept, differences = walked
     if kept < SHARED_MIN * fixed:
         return None
     regions: list[Region] = []
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            continue
+    for i1, i2, j1, j2 in differences:
+        tag = "replace" if i2 > i1 and j2 > j1 else "insert" if j2 > j1 else "delete"
         # Strip the template's slots from the region's edges: they take the prompt's words.
         fixed_in = [i for i in range(i1, i2) if template[i] is not None]
         if not fixed_in and i2 > i1:
@@ -199,6 +200,56 @@ def align(
         )
         regions.append(Region(i1, i2, j1, j2, slottable))
     return tuple(regions)
+
+
+ANCHOR_WORDS = 3
+"""Equal words after a difference that say where template and prompt agree again."""
+DIFFERENCES_MAX = 64
+"""Differences past which a prompt is no variant of a template."""
+
+
+def _walk(
+    template: Template, digests: Sequence[str]
+) -> tuple[int, list[tuple[int, int, int, int]]] | None:
+    """Template and prompt walked side by side: equal words are kept; at a difference, the
+    nearest point (fewest words skipped on both sides, each at most `REGION_MAX_WORDS`, or
+    `SLOT_MAX_WORDS` past a slot) after which `ANCHOR_WORDS` words agree again (or both end).
+    Linear in the prompt (each difference costs at most a few hundred comparisons), unlike a
+    general diff, so a long hostile prompt cannot make it slow. (kept words, differences as
+    `(start, end, p_start, p_end)`), or None when some difference has no such point."""
+    size, length = len(template), len(digests)
+    i = j = kept = 0
+    differences: list[tuple[int, int, int, int]] = []
+    while i < size or j < length:
+        if i < size and j < length and template[i] is not None and template[i] == digests[j]:
+            i, j, kept = i + 1, j + 1, kept + 1
+            continue
+        step = _resync(template, digests, i, j)
+        if step is None or len(differences) >= DIFFERENCES_MAX:
+            return None
+        differences.append((i, i + step[0], j, j + step[1]))
+        i, j = i + step[0], j + step[1]
+    return kept, differences
+
+
+def _resync(template: Template, digests: Sequence[str], i: int, j: int) -> tuple[int, int] | None:
+    reach = REGION_MAX_WORDS + (SLOT_MAX_WORDS if None in template[i : i + 2] else 0)
+    for total in range(1, 2 * reach + 1):
+        for skip in range(max(0, total - reach), min(total, reach) + 1):
+            a, b = i + skip, j + total - skip
+            if a <= len(template) and b <= len(digests) and _agree(template, digests, a, b):
+                return skip, total - skip
+    return None
+
+
+def _agree(template: Template, digests: Sequence[str], a: int, b: int) -> bool:
+    """Whether `ANCHOR_WORDS` fixed words agree from (a, b) on, or both end there first."""
+    for k in range(ANCHOR_WORDS):
+        if a + k >= len(template) or b + k >= len(digests):
+            return a + k >= len(template) and b + k >= len(digests)
+        if template[a + k] is None or template[a + k] != digests[b + k]:
+            return False
+    return True
 
 
 def substitute(template: Template, regions: Sequence[Region], prompt: PromptWords) -> Template:

@@ -72,6 +72,9 @@ ALIGN_CANDIDATES = 4
 """Roots a prompt that fills none is compared with (those closest to it in length)."""
 MAJORITY = 2 / 3
 """Without a sticky key, the share of its root's traffic a variant must carry to open."""
+PER_REQUEST_MIN = 10
+"""Without a sticky key, the requests a variant must carry to open (at least): long enough for
+a frequent customer's share to show it is one customer among others."""
 UNITS_KEPT = 64
 """Unit hashes kept per template or variant: support needs at most this many (`min_units`)."""
 REGIONS_MAX = 64
@@ -228,8 +231,9 @@ class TemplateBook:
     ) -> Seen:
         """Count one request (`unit`: its hashed unit) and say what it carries. `per_request`:
         the unit is the request itself (no sticky key): then a variant also needs to have
-        carried most of its root's traffic since it appeared (`MAJORITY`) — the most frequent
-        customer's name is a minority, a rule change is not."""
+        carried most of its root's traffic since it appeared (`MAJORITY`), over at least
+        `PER_REQUEST_MIN` requests — the most frequent customer's name is a minority, a rule
+        change is not."""
         root = self._filled(prompt)
         if root is not None:
             self._count(root, unit)
@@ -276,7 +280,7 @@ class TemplateBook:
             return Seen(parent.version, False)
         share = variant.requests / max(1, parent.family - variant.family_start)
         if _supported(variant.requests, variant.units, min_requests, min_units) and (
-            not per_request or share > MAJORITY
+            not per_request or (share > MAJORITY and variant.requests >= PER_REQUEST_MIN)
         ):
             self._variants.pop(key, None)
             # Where a variant became a version, its parent never gets a slot.

@@ -61,6 +61,9 @@ log = logging.getLogger("mirrorgate.rules")
 
 OVERFLOW_VERSION = "overflow"
 """The version a request carries when its own would exceed its rule's `max_versions`."""
+WORDS_CACHED_CHARS = 16_384
+"""Prompts up to this long have their words remembered (`_words`): a route's static prompt is
+split once; a huge one is split per request rather than kept."""
 PENDING_MAX = 1024
 """Pending (not yet recurred) versions remembered per rule; the least recently seen goes first."""
 
@@ -132,14 +135,24 @@ class RuleResolver:
         if binding is None:
             return None
         prompt = extract_system_prompt(endpoint, payload)
+        split: list[PromptWords] = []
+
+        def words_of(text: str) -> str:
+            # Templates split the prompt anyway: its fingerprint comes with the words.
+            split.append(
+                _words(text, binding.ignore, binding.parameter)
+                if len(text) <= WORDS_CACHED_CHARS
+                else tokenize(text, binding.ignore, binding.parameter)
+            )
+            return split[0].fingerprint
+
         resolved = resolve_version(
-            binding.version_setting, headers, prompt, binding.patterns, binding.ignore
-        )
+            binding.version_setting, headers, prompt, binding.patterns, binding.ignore,
+            words_of if binding.template else None,
+        )  # fmt: skip
         if resolved is None:
             return None
-        words = None
-        if binding.template and resolved.source == "fingerprint":
-            words = _words(prompt, binding.ignore, binding.parameter)
+        words = split[0] if split and resolved.source == "fingerprint" else None
         unit = None
         if binding.sticky != "none":
             key = sticky_key(binding.sticky, headers, payload)

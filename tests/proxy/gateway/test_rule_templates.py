@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from analyzers.rule_template import WORDS_MAX
 from proxy.config import ConfigError, parse_config
 from proxy.gateway.rule_templates import ROOTS_PENDING_MAX, VARIANTS_MAX
 from proxy.gateway.rule_values import RuleValues
@@ -222,6 +223,22 @@ def test_junk_with_a_unit_per_request_cannot_exhaust_the_budget(store: Store) ->
     real = run(gw, [(templated(u, rng, weight=150), None) for u in range(20)])
     assert gw.tracker.is_open("support", real[-1]) and real[-1] != main
     assert "overflow" not in real
+
+
+def test_many_huge_prompts_keep_the_tables_bounded(store: Store) -> None:
+    rng = random.Random(13)
+    gw = Gateway(store, config_text())
+    vocabulary = [f"w{k}" for k in range(5000)]
+    for i in range(ROOTS_PENDING_MAX + 6):
+        words = " ".join(rng.choice(vocabulary) for _ in range(WORDS_MAX + 100))
+        run(gw, [(f"Prompt {i}. {words}", i % 7)])
+    book = gw.tracker.book("support")
+    assert book is not None
+    size = book.size()
+    assert size.pending <= ROOTS_PENDING_MAX and size.variants <= VARIANTS_MAX
+    assert size.evicted >= 6 - size.variants
+    assert all(len(root.template) <= WORDS_MAX for root in book._pending.values())
+    assert len(gw.events.events()) == 0  # one request each: no support
 
 
 def test_the_same_prompt_has_the_same_version_after_a_restart_and_on_another_replica(
