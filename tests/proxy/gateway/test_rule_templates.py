@@ -220,6 +220,8 @@ def test_junk_with_a_unit_per_request_cannot_exhaust_the_budget(store: Store) ->
         run(gw, [(templated(rng.randrange(40), rng), None)])
     assert gw.tracker.is_open("support", main)
     assert gw.tracker.versions("support")[0] <= 8
+    book = gw.tracker.book("support")
+    assert book is not None and book.size().retired >= 40 + 1 - 8  # junk went; the rule stayed
     real = run(gw, [(templated(u, rng, weight=150), None) for u in range(20)])
     assert gw.tracker.is_open("support", real[-1]) and real[-1] != main
     assert "overflow" not in real
