@@ -102,6 +102,8 @@ class AdminParts:
     """The running configuration's `rules`."""
     keep_prompts: bool = True
     """Whether prompt text may be shown (`store.bodies` is not `none`)."""
+    redact_prompts: bool = False
+    """Whether it is shown redacted (`store.bodies: redacted`)."""
 
 
 def admin_parts(request: Request) -> AdminParts:
@@ -184,8 +186,9 @@ async def list_rule_templates(request: Request, rule: str | None = None) -> dict
         known = ", ".join(sorted(settings)[:20]) or "none"
         raise NotFound(f"no rule {rule[:100]!r} (configured: {known})")
     return rule_templates(
-        events, traffic, parts.rule_tracker, settings, parts.keep_prompts, only=rule
-    )
+        events, traffic, parts.rule_tracker, settings, parts.keep_prompts, only=rule,
+        redact_text=parts.redact_prompts,
+    )  # fmt: skip
 
 
 @admin_router.get("/rules")

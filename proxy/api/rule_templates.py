@@ -5,7 +5,8 @@ Per rule: its settings (`template`, `version_support`, `max_versions`), what its
 holds in this replica's memory (open templates, pending ones, variants, how many were evicted or
 retired), and per stored version — newest first — when it opened, its traffic, and its template:
 the number of fixed words and the slots, each named by the word before it (`⟨customer⟩`), and,
-unless `store.bodies` is `none`, the template's text with its slots in place. A version opened by
+unless `store.bodies` is `none`, the template's text with its slots in place (redacted under
+`redacted`, like the stored prompt diffs). A version opened by
 another replica, or before a restart, has its stored template (its slots are then named `slot1`,
 `slot2`, … until this replica sees a request of it).
 """
@@ -18,7 +19,7 @@ from typing import Any
 from analyzers.rule_template import loads
 from proxy.config import RuleSpec
 from proxy.gateway import RuleTracker
-from proxy.store import RuleEvent, VersionTraffic
+from proxy.store import RuleEvent, VersionTraffic, redact
 
 
 def rule_templates(
@@ -28,8 +29,10 @@ def rule_templates(
     settings: Mapping[str, RuleSpec],
     keep_text: bool,
     only: str | None = None,
+    redact_text: bool = False,
 ) -> dict[str, Any]:
-    """The endpoint's answer (see the module docstring); `only`: one rule."""
+    """The endpoint's answer (see the module docstring); `only`: one rule; `redact_text`: pass
+    the templates' texts through the store's redactor (`store.bodies: redacted`)."""
     names = list(dict.fromkeys([*settings, *(e.rule for e in events)]))
     if only is not None:
         names = [n for n in names if n == only]
@@ -50,7 +53,7 @@ def rule_templates(
                 template = {
                     "fixed_words": sum(1 for e in root.template if e is not None),
                     "slots": [f"⟨{label}⟩" for label in root.labels],
-                    "text": (root.rendered or None) if keep_text else None,
+                    "text": _shown(root.rendered, keep_text, redact_text),
                 }
             elif event.template is not None and (stored := loads(event.template)) is not None:
                 slots = stored[0].count(None)
@@ -99,3 +102,9 @@ def rule_templates(
             }
         )
     return {"rules": rules}
+
+
+def _shown(text: str, keep: bool, redacted: bool) -> str | None:
+    if not keep or not text:
+        return None
+    return redact(text) if redacted else text

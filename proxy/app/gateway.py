@@ -651,6 +651,7 @@ class Gateway:
             rule_tracker=self.rule_tracker,
             rule_settings=lambda: self.config.rules,
             keep_prompts=self.config.store.bodies != "none",
+            redact_prompts=self.config.store.bodies == "redacted",
         )
         api.state.rollout_parts = RolloutParts(
             self.rollouts,
