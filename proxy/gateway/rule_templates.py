@@ -28,7 +28,7 @@ variant's would-be version (`fp-…`) in its record, and the metric label `pendi
 Ids are functions of the template (`rule_template.template_id`), so every replica that learns the
 same template names it alike, and the open templates are stored with their events
 (`rule_events.template`) and read back at start: a restarted gateway gives the same prompt the
-same version. A template that learns a slot while open keeps its id; the store is told the new
+same version (at most `max_versions` are kept in memory, those in use first: `trim`). A template that learns a slot while open keeps its id; the store is told the new
 template.
 
 Bounded whatever the traffic: at most `ROOTS_PENDING_MAX` pending roots and `VARIANTS_MAX`
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -212,6 +213,22 @@ class TemplateBook:
         root = Root(template, protected, version, First(datetime.min, "", ""), open=True)
         root.labels = tuple(f"slot{k + 1}" for k in range(template.count(None)))
         self._open[version] = root
+
+    def trim(
+        self, max_open: int, uncapped: frozenset[str] = frozenset(), recent: Sequence[str] = ()
+    ) -> None:
+        """Retire open roots past `max_open` (not named in config) after `restore`, so that a
+        store holding many versions does not fill memory at start: those in `recent` (versions
+        the newest exchanges carried, most recent first) are kept first, then the newest."""
+        rank = {version: k for k, version in enumerate(recent)}
+        capped = [v for v in self._open if v not in uncapped]
+        order = sorted(range(len(capped)), key=lambda k: (rank.get(capped[k], len(rank)), -k))
+        keep = {capped[k] for k in order[:max_open]}
+        for victim in [v for v in capped if v not in keep]:
+            del self._open[victim]
+            self._retired[victim] = None
+            self._bound(self._retired, RETIRED_MAX, count=False)
+            self.retired_count += 1
 
     def update_labels(self, root: Root, prompt: PromptWords) -> None:
         if not root.rendered and matches(root.template, prompt.digests):

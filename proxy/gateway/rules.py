@@ -269,8 +269,11 @@ class RuleTracker:
             self.values.opened(
                 event.rule, event.version, event.rule_value, known=event.rule_value is not None
             )
+        recent = self._events.recent_versions() if self._rules else {}
         for rule, state in self._rules.items():
-            cap = self._policy(rule).max_versions
+            policy = self._policy(rule)
+            state.book.trim(policy.max_versions, policy.named, recent.get(rule, ()))
+            cap = policy.max_versions
             if state.capped >= cap:
                 log.warning(
                     "rule %s already has %d stored versions (max_versions %d): every new version "

@@ -139,6 +139,26 @@ class RuleEventStore:
             for row in rows
         ]
 
+    def recent_versions(self, limit: int = 2_000) -> dict[str, list[str]]:
+        """rule → the versions its newest `limit` exchanges (of any rule) carried, most recently
+        seen first: which versions are in use, for the tracker's start, read through the index
+        on `started_at` (no scan of the table)."""
+        c = exchanges_table.c
+        newest = (
+            sa.select(c.rule, c.rule_version)
+            .where(c.rule.is_not(None), c.rule_version.is_not(None))
+            .order_by(c.started_at.desc())
+            .limit(limit)
+        )
+        with translated("reading the newest rule versions"), self._engine.connect() as conn:
+            rows = [tuple(row) for row in conn.execute(newest)]
+        seen: dict[str, list[str]] = {}
+        for rule, version in rows:
+            versions = seen.setdefault(str(rule), [])
+            if version not in versions:
+                versions.append(str(version))
+        return seen
+
     def traffic(self) -> dict[tuple[str, str], VersionTraffic]:
         """(rule, version) → the recorded exchanges that carried it, for every version seen in
         the exchanges table. Probe calls carry the version of the live request they were made

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from analyzers.rule_template import WORDS_MAX
 from proxy.config import ConfigError, parse_config
-from proxy.gateway.rule_templates import ROOTS_PENDING_MAX, VARIANTS_MAX
+from proxy.gateway.rule_templates import ROOTS_PENDING_MAX, VARIANTS_MAX, TemplateBook
 from proxy.gateway.rule_values import RuleValues
 from proxy.gateway.rules import RuleResolver, RuleTracker, version_policies
 from proxy.observability.metrics import GatewayMetrics
@@ -222,8 +222,15 @@ def test_junk_with_a_unit_per_request_cannot_exhaust_the_budget(store: Store) ->
     assert gw.tracker.versions("support")[0] <= 8
     book = gw.tracker.book("support")
     assert book is not None and book.size().retired >= 40 + 1 - 8  # junk went; the rule stayed
-    real = run(gw, [(templated(u, rng, weight=150), None) for u in range(20)])
-    assert gw.tracker.is_open("support", real[-1]) and real[-1] != main
+    # Restarted on the same store, with the junk's versions stored: memory holds the cap, and
+    # a real change still opens.
+    restarted = Gateway(store, config_text("none", extra="    max_versions: 8\n"))
+    assert (
+        restarted.tracker.templates("support")[0].version != ""
+        and len(restarted.tracker.templates("support")) <= 8
+    )
+    real = run(restarted, [(templated(u, rng, weight=150), None) for u in range(20)])
+    assert restarted.tracker.is_open("support", real[-1]) and real[-1] != main
     assert "overflow" not in real
 
 
@@ -282,3 +289,14 @@ def test_bad_values_of_the_new_keys_name_the_key_path() -> None:
     assert version_policies(old)["support"].min_units == 2
     off = parse_config(base + "    template: off\n", {})  # YAML reads an unquoted off as false
     assert off.rules["support"].template == "off"
+
+
+def test_at_start_the_versions_in_use_stay_in_memory_and_the_rest_retire() -> None:
+    book = TemplateBook()
+    for k in range(10):
+        book.restore(f"fp-{k:012x}", (f"{k:016x}", None), frozenset())
+    book.trim(3, frozenset({"fp-000000000009"}), recent=["fp-000000000000"])
+    kept = {root.version for root in book.roots()}
+    # The one in use (oldest by first event), then the newest; a named one is never capped.
+    assert kept == {"fp-000000000000", "fp-000000000008", "fp-000000000007", "fp-000000000009"}
+    assert book.size().retired == 6
