@@ -28,8 +28,8 @@ variant's would-be version (`fp-…`) in its record, and the metric label `pendi
 Ids are functions of the template (`rule_template.template_id`), so every replica that learns the
 same template names it alike, and the open templates are stored with their events
 (`rule_events.template`) and read back at start: a restarted gateway gives the same prompt the
-same version (at most `max_versions` are kept in memory, those in use first: `trim`). A template that learns a slot while open keeps its id; the store is told the new
-template.
+same version (at most `max_versions` are kept in memory, those in use first: `trim`). A
+template that learns a slot while open keeps its id; the store is told the new template.
 
 Bounded whatever the traffic: at most `ROOTS_PENDING_MAX` pending roots and `VARIANTS_MAX`
 variants per rule (the least recently seen go first, counted in `evicted`), the open roots, of
