@@ -56,7 +56,7 @@ import functools
 import hashlib
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -259,12 +259,14 @@ def resolve_version(
     system_prompt: str,
     versions: Mapping[str, VersionPattern],
     ignore: Sequence[re.Pattern[str]] = (),
+    fingerprint_of: Callable[[str], str] | None = None,
 ) -> ResolvedVersion | None:
     """The version of one request under one rule set; None when the request has no system
     prompt (nothing but whitespace), whatever its headers say. `rule_version_setting` is the
     rule's `version` (`fingerprint` or `header:<name>`); `headers` are the request's header lines
     as ASGI and HTTP/1.1 carry them, `(name, value)` bytes, names in any case; `ignore` are the
-    rule's `fingerprint_ignore` patterns, compiled."""
+    rule's `fingerprint_ignore` patterns, compiled; `fingerprint_of`, when given, computes the
+    fingerprint instead (the gateway's templates split the prompt anyway, and know it)."""
     if not system_prompt or system_prompt.isspace():
         return None
     wanted = _version_header(rule_version_setting)
@@ -280,7 +282,10 @@ def resolve_version(
     matched = match_version(system_prompt, versions)
     if matched is not None:
         return ResolvedVersion(matched, "match_prompt")
-    return ResolvedVersion(FINGERPRINT_PREFIX + fingerprint(system_prompt, ignore), "fingerprint")
+    found = fingerprint_of(system_prompt) if fingerprint_of is not None else None
+    if found is None:
+        found = fingerprint(system_prompt, ignore)
+    return ResolvedVersion(FINGERPRINT_PREFIX + found, "fingerprint")
 
 
 @functools.lru_cache(maxsize=256)

@@ -21,12 +21,14 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from analyzers.adaptation import adaptation_score
-from proxy.core import AuthError, ForbiddenError, RequestError, parse_since
-from proxy.gateway import RouteTable, read_body
+from proxy.config import RuleSpec
+from proxy.core import AuthError, ForbiddenError, NotFound, RequestError, parse_since
+from proxy.gateway import RouteTable, RuleTracker, read_body
 from proxy.store import ProbeStore, RuleEventStore, StoreUnavailableError
 
 from .doors import StateChangeGuard
 from .errors import store_unavailable
+from .rule_templates import rule_templates
 
 
 class AdminAuth:
@@ -94,6 +96,14 @@ class AdminParts:
     reload: Callable[[], Awaitable[tuple[int, dict[str, Any]]]] | None = None
     probes: ProbeStore | None = None
     probed_rules: Callable[[], Sequence[str]] = tuple
+    rule_tracker: RuleTracker | None = None
+    """The rule tracker: its learned templates, for `/admin/rules/templates`."""
+    rule_settings: Callable[[], Mapping[str, RuleSpec]] = dict
+    """The running configuration's `rules`."""
+    keep_prompts: bool = True
+    """Whether prompt text may be shown (`store.bodies` is not `none`)."""
+    redact_prompts: bool = False
+    """Whether it is shown redacted (`store.bodies: redacted`)."""
 
 
 def admin_parts(request: Request) -> AdminParts:
@@ -157,6 +167,28 @@ async def list_routes(request: Request) -> dict[str, Any]:
             for state in routes.states().values()
         ]
     }
+
+
+@admin_router.get("/rules/templates")
+async def list_rule_templates(request: Request, rule: str | None = None) -> dict[str, Any]:
+    """Each rule's versions and learned templates with their slots (`proxy.api.rule_templates`);
+    `rule`: only that one."""
+    parts = admin_parts(request)
+    try:
+        events, traffic = await asyncio.gather(
+            asyncio.to_thread(parts.rule_events.events),
+            asyncio.to_thread(parts.rule_events.traffic),
+        )
+    except StoreUnavailableError as exc:
+        raise store_unavailable(exc, "the store cannot be read") from exc
+    settings = parts.rule_settings()
+    if rule is not None and rule not in settings and all(e.rule != rule for e in events):
+        known = ", ".join(sorted(settings)[:20]) or "none"
+        raise NotFound(f"no rule {rule[:100]!r} (configured: {known})")
+    return rule_templates(
+        events, traffic, parts.rule_tracker, settings, parts.keep_prompts, only=rule,
+        redact_text=parts.redact_prompts,
+    )  # fmt: skip
 
 
 @admin_router.get("/rules")

@@ -248,6 +248,8 @@ class Gateway:
             policies=version_policies(config),
             values=self.rule_values,
         )
+        if self.analysis is not None:
+            self.analysis.version_open = self.rule_tracker.is_open
         server = config.server
         self.feedback_tokens = FeedbackTokens(server.feedback_token_ttl_s)
         """Signs the answers' feedback tokens; its key is loaded at start (`lifespan`)."""
@@ -646,6 +648,10 @@ class Gateway:
             probed_rules=lambda: [
                 name for name, rule in self.config.rules.items() if rule.probes is not None
             ],
+            rule_tracker=self.rule_tracker,
+            rule_settings=lambda: self.config.rules,
+            keep_prompts=self.config.store.bodies != "none",
+            redact_prompts=self.config.store.bodies == "redacted",
         )
         api.state.rollout_parts = RolloutParts(
             self.rollouts,

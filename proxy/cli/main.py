@@ -217,6 +217,21 @@ def cmd_experiment(args: argparse.Namespace, transport: httpx.BaseTransport | No
     return run_experiment(args, transport)
 
 
+def cmd_rules(args: argparse.Namespace, transport: httpx.BaseTransport | None = None) -> int:
+    """`mirrorgate rules`: check the arguments, then run it."""
+    parser: argparse.ArgumentParser = args.parser
+    if not args.timeout > 0:
+        parser.error("--timeout must be a positive number of seconds")
+    if args.url is None:
+        try:
+            args.url = _gateway_url(os.environ.get(ROLLOUT_URL_ENV) or ROLLOUT_DEFAULT_URL)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"${ROLLOUT_URL_ENV} {exc}")
+    from .rules import run_rules
+
+    return run_rules(args, transport)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mirrorgate",
@@ -399,6 +414,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=10.0, help="seconds to wait for the gateway"
     )
     experiment.set_defaults(func=cmd_experiment, parser=experiment)
+
+    rules = sub.add_parser(
+        "rules",
+        help="list a gateway's rule versions and the templates learned from their prompts",
+        formatter_class=HelpFormatter,
+        description=(
+            "List each rule's versions and the template learned from its system prompts, with "
+            "its slots, through a running gateway's admin API (token: $MIRRORGATE_ADMIN_TOKEN)."
+        ),
+    )
+    rules.add_argument("rule", nargs="?", help="only this rule")
+    rules.add_argument(
+        "--url",
+        type=_gateway_url,
+        help=f"gateway base URL (default: ${ROLLOUT_URL_ENV}, else {ROLLOUT_DEFAULT_URL})",
+    )
+    rules.add_argument("--json", action="store_true", help="print the admin API's JSON")
+    rules.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for the gateway"
+    )
+    rules.set_defaults(func=cmd_rules, parser=rules)
 
     demo = sub.add_parser(
         "demo", help="run a complete local scene with no setup", formatter_class=HelpFormatter

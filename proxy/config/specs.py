@@ -706,6 +706,17 @@ def _value_pattern(value: str) -> str:
 ProbeValue = int | float | str
 
 
+class VersionSupportSpec(Spec):
+    """What a new prompt variant (or header value) needs before it becomes a rule version with
+    its rule-change event. A version declared under `versions` needs nothing."""
+
+    min_requests: int = Field(3, ge=1, le=1_000_000)
+    """Requests it has carried."""
+    min_units: int = Field(2, ge=1, le=64)
+    """Distinct units that sent them: the route's canary `sticky` key, or each request where the
+    route has none (then `min_requests` of at least `min_units` is what counts)."""
+
+
 class ProbesSpec(Spec):
     """Rule-flip probes (`rules.<name>.probes`): live requests of the rule re-sent, off the client
     path, with the rule's value in the system prompt flipped, to see which models follow it."""
@@ -756,12 +767,19 @@ class RuleSpec(Spec):
     )
     """Regexes whose matches in the system prompt are replaced by `<ignored>` before it is
     fingerprinted (per-request text the built-in masks do not know, such as a user's name)."""
-    version_min_requests: int = Field(3, ge=1)
-    """Requests a fingerprint or header version must carry before it opens a rule epoch (a
-    rule-change event); until then its requests carry it and are checked, and open nothing."""
+    template: Literal["auto", "off"] = "auto"
+    """`auto`: the parts of the system prompt that vary per request (a name) are learned as slots
+    of a template, and a templated prompt is one version; `off`: every normalised prompt is a
+    fingerprint version of its own. `fingerprint_ignore` applies first either way."""
+    version_support: VersionSupportSpec = Field(default_factory=lambda: VersionSupportSpec())
+    """What a prompt variant or header value needs before it becomes a version."""
+    version_min_requests: int | None = Field(None, ge=1)
+    """Old name of `version_support.min_requests`, still read (it may not be given with
+    `version_support`)."""
     max_versions: int = Field(64, ge=1)
-    """Fingerprint and header versions a rule may open; requests of any further new version carry
-    the version `overflow` (counted in `mirrorgate_rule_versions_overflow_total`)."""
+    """Fingerprint and header versions a rule keeps open. With templates, opening one more
+    retires the least recently seen; otherwise requests of any further new version carry the
+    version `overflow` (counted in `mirrorgate_rule_versions_overflow_total`)."""
     probes: ProbesSpec | None = None
     """Rule-flip probes (off unless set)."""
 
@@ -775,6 +793,32 @@ class RuleSpec(Spec):
             if check.type == "phantom_rule" and check.parameter is not None:
                 return check.parameter
         return None
+
+    @field_validator("template", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: Any) -> Any:
+        # YAML 1.1 reads an unquoted `off` as false: that is what the user wrote.
+        if value is False:
+            return "off"
+        return value
+
+    @model_validator(mode="after")
+    def _old_min_requests(self) -> RuleSpec:
+        if self.version_min_requests is not None and "version_support" in self.model_fields_set:
+            raise ValueError(
+                "version_min_requests is the old name of version_support.min_requests: "
+                "give only version_support"
+            )
+        return self
+
+    def support(self) -> VersionSupportSpec:
+        """`version_support`, with `min_requests` from `version_min_requests` when that old
+        key is given."""
+        if self.version_min_requests is None:
+            return self.version_support
+        return VersionSupportSpec(
+            min_requests=self.version_min_requests, min_units=self.version_support.min_units
+        )
 
     @field_validator("versions")
     @classmethod

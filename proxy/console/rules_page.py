@@ -5,9 +5,11 @@ Pure: values in, escaped HTML out."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from analyzers.rule_template import loads
 from analyzers.summary import wilson_interval
 from proxy.store import AnswerTally, RuleEvent, VersionTraffic
 
@@ -15,6 +17,21 @@ from .layout import esc
 from .rollout_page import when
 
 MAX_DIFF_LINES = 400
+_SLOT = re.compile(r"⟨([^⟨⟩\s]{1,40})⟩")
+"""A learned slot as a template's text writes it (`analyzers.rule_template.render`)."""
+
+
+def _marked(text: str) -> str:
+    """`text` escaped, each learned slot (`⟨customer⟩`) shown as a slot, not as text."""
+    out: list[str] = []
+    at = 0
+    for found in _SLOT.finditer(text):
+        out.append(esc(text[at : found.start()]))
+        name = esc(found.group(1))
+        out.append(f'<span class="slot" title="learned slot: varies per request">⟨{name}⟩</span>')
+        at = found.end()
+    out.append(esc(text[at:]))
+    return "".join(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +45,9 @@ class VersionView:
 
 
 def diff_html(diff: str | None) -> str:
-    """A unified diff as lines marked added, removed or kept (headers and hunks left out)."""
+    """A unified diff as lines marked added, removed or kept (headers and hunks left out); the
+    learned slots of a template (`⟨customer⟩`) are marked as slots: what varies per request is
+    no change."""
     if diff is None:
         return (
             '<p class="note">No prompt diff: the first version of the rule, or prompts are not '
@@ -39,16 +58,19 @@ def diff_html(diff: str | None) -> str:
         if line.startswith(("+++", "---", "@@")):
             continue
         if line.startswith("+"):
-            lines.append(f'<span class="add">{esc(line[1:])}</span>')
+            lines.append(f'<span class="add">{_marked(line[1:])}</span>')
         elif line.startswith("-"):
-            lines.append(f'<span class="del">{esc(line[1:])}</span>')
+            lines.append(f'<span class="del">{_marked(line[1:])}</span>')
         else:
-            lines.append(f'<span class="same">{esc(line[1:] if line[:1] == " " else line)}</span>')
+            kept = line[1:] if line[:1] == " " else line
+            lines.append(f'<span class="same">{_marked(kept)}</span>')
     if not lines:
         return '<p class="note">The system prompt did not change.</p>'
     return (
         '<pre class="diff" aria-label="System prompt changes: lines starting with + were added, '
-        'with - removed">' + "\n".join(lines) + "</pre>"
+        'with - removed; ⟨slots⟩ are learned parts that vary per request">'
+        + "\n".join(lines)
+        + "</pre>"
     )
 
 
@@ -129,6 +151,15 @@ def rules_page(
                 else "no stored exchanges"
             )
             value = f" · value {esc(event.rule_value)}" if event.rule_value else ""
+            stored = loads(event.template) if event.template is not None else None
+            template = ""
+            if stored is not None:
+                slots = stored[0].count(None)
+                template = (
+                    f"<dt>Template</dt><dd>learned from its prompts: {slots} "
+                    f"slot{'s' if slots != 1 else ''} (parts that vary per request), "
+                    f"{len(stored[0]) - slots} fixed words</dd>"
+                )
             parts.append(
                 '<article class="version">'
                 f"<h3>Version {esc(event.version)}</h3>"
@@ -136,7 +167,7 @@ def rules_page(
                 f"<dt>First seen</dt><dd>{when(event.first_seen_at)} on route "
                 f"{esc(event.route)} (request {esc(event.request_id)}){value}</dd>"
                 f"<dt>Before it</dt><dd>{esc(event.previous_version or '—')}</dd>"
-                f"<dt>Traffic</dt><dd>{seen}</dd></dl>"
+                f"<dt>Traffic</dt><dd>{seen}</dd>{template}</dl>"
                 f"{diff_html(event.prompt_diff)}{_tallies(view.tallies)}</article>"
             )
         parts.append("</section>")

@@ -47,18 +47,23 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from analyzers.rule_template import PromptWords, dumps, loads, tokenize
 from analyzers.rule_version import extract_system_prompt, resolve_version, system_prompt_diff
 from proxy.config import MirrorgateConfig
-from proxy.core import TaskSet
+from proxy.core import TaskSet, sticky_key
 from proxy.observability import GatewayMetrics
 from proxy.store import RuleEvent, RuleEventStore, StoreUnavailableError, WriteRetry, redact
 
+from .rule_templates import First, Root, TemplateBook, unit_hash
 from .rule_values import RuleValues
 
 log = logging.getLogger("mirrorgate.rules")
 
 OVERFLOW_VERSION = "overflow"
 """The version a request carries when its own would exceed its rule's `max_versions`."""
+WORDS_CACHED_CHARS = 16_384
+"""Prompts up to this long have their words remembered (`_words`): a route's static prompt is
+split once; a huge one is split per request rather than kept."""
 PENDING_MAX = 1024
 """Pending (not yet recurred) versions remembered per rule; the least recently seen goes first."""
 
@@ -70,6 +75,11 @@ class RuleMatch:
     rule: str
     version: str
     system_prompt: str
+    words: PromptWords | None = None
+    """The prompt's words, when its version is a fingerprint and the rule learns templates
+    (`template: auto`): the tracker then finds its template's version."""
+    unit: str | None = None
+    """The request's sticky key (the route's canary `sticky`), hashed; None without one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +91,12 @@ class _Binding:
     """Each version's `match_prompt`, compiled once, in config order."""
     ignore: tuple[re.Pattern[str], ...]
     """The rule's `fingerprint_ignore`, compiled once."""
+    template: bool = True
+    """`template: auto`."""
+    parameter: re.Pattern[str] | None = None
+    """The rule's value parameter: the words it spans are never a slot."""
+    sticky: str = "none"
+    """The route's canary `sticky` setting: what a unit is."""
 
 
 class RuleResolver:
@@ -95,8 +111,15 @@ class RuleResolver:
                 if v.match_prompt is not None
             }
             ignore = tuple(re.compile(pattern) for pattern in spec.fingerprint_ignore)
-            binding = _Binding(name, spec.version, patterns, ignore)
+            source = spec.value_parameter()
+            parameter = re.compile(source) if source is not None else None
             for route in spec.routes:
+                route_spec = config.routes.get(route)
+                canary = route_spec.canary if route_spec is not None else None
+                binding = _Binding(
+                    name, spec.version, patterns, ignore, spec.template == "auto", parameter,
+                    canary.sticky if canary is not None else "none",
+                )  # fmt: skip
                 self._by_route.setdefault(route, binding)
 
     def resolve(
@@ -112,12 +135,38 @@ class RuleResolver:
         if binding is None:
             return None
         prompt = extract_system_prompt(endpoint, payload)
+        split: list[PromptWords] = []
+
+        def words_of(text: str) -> str:
+            # Templates split the prompt anyway: its fingerprint comes with the words.
+            split.append(
+                _words(text, binding.ignore, binding.parameter)
+                if len(text) <= WORDS_CACHED_CHARS
+                else tokenize(text, binding.ignore, binding.parameter)
+            )
+            return split[0].fingerprint
+
         resolved = resolve_version(
-            binding.version_setting, headers, prompt, binding.patterns, binding.ignore
-        )
+            binding.version_setting, headers, prompt, binding.patterns, binding.ignore,
+            words_of if binding.template else None,
+        )  # fmt: skip
         if resolved is None:
             return None
-        return RuleMatch(binding.name, resolved.version, prompt)
+        words = split[0] if split and resolved.source == "fingerprint" else None
+        unit = None
+        if binding.sticky != "none":
+            key = sticky_key(binding.sticky, headers, payload)
+            unit = unit_hash(key) if key is not None else None
+        return RuleMatch(binding.name, resolved.version, prompt, words, unit)
+
+
+@functools.lru_cache(maxsize=256)
+def _words(
+    prompt: str, ignore: tuple[re.Pattern[str], ...], parameter: re.Pattern[str] | None
+) -> PromptWords:
+    """`rule_template.tokenize`, remembered for the last few hundred prompts: a route's static
+    prompt is split once, not per request."""
+    return tokenize(prompt, ignore, parameter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,19 +174,25 @@ class VersionPolicy:
     """When a rule's versions open events (see the module docstring)."""
 
     min_requests: int = 3
-    """`version_min_requests`: requests a fingerprint or header version needs to open."""
+    """`version_support.min_requests`: requests a variant or header version needs to open."""
     max_versions: int = 64
-    """`max_versions`: fingerprint and header versions the rule may open."""
+    """`max_versions`: fingerprint, template and header versions the rule keeps open."""
     named: frozenset[str] = frozenset()
     """The versions named under `versions:`: they open at once and are never capped."""
+    min_units: int = 1
+    """`version_support.min_units`: distinct units those requests come from (the config's
+    default is 2; 1 here, for a policy made by hand, counts requests only)."""
 
 
 def version_policies(config: MirrorgateConfig) -> dict[str, VersionPolicy]:
     """Each rule set's `VersionPolicy`, from its config."""
-    return {
-        name: VersionPolicy(spec.version_min_requests, spec.max_versions, frozenset(spec.versions))
-        for name, spec in config.rules.items()
-    }
+    policies = {}
+    for name, spec in config.rules.items():
+        support = spec.support()
+        policies[name] = VersionPolicy(
+            support.min_requests, spec.max_versions, frozenset(spec.versions), support.min_units
+        )
+    return policies
 
 
 @dataclass(slots=True)
@@ -148,6 +203,8 @@ class _Pending:
     first_seen_at: datetime
     request_id: str
     route: str
+    units: set[str] = field(default_factory=set)
+    """Hashed units that sent it (at most `min_units` kept)."""
 
 
 @dataclass(slots=True)
@@ -159,7 +216,10 @@ class _RuleState:
     pending: OrderedDict[str, _Pending] = field(default_factory=OrderedDict)
     """Versions still to recur, least recently seen first."""
     latest: tuple[str, str] | None = None
-    """(version, system prompt) of the newest version opened."""
+    """(version, system prompt) of the newest version opened; a template's prompt has its
+    slots written `⟨label⟩`."""
+    book: TemplateBook = field(default_factory=TemplateBook)
+    """The templates learned from the rule's prompts (`template: auto`)."""
 
 
 class RuleTracker:
@@ -194,47 +254,77 @@ class RuleTracker:
             self._metrics.rule_versions_overflow.labels(rule)
 
     def load(self) -> None:
-        """Read the versions already open (at start, on a worker thread)."""
+        """Read the versions already open, and their templates (at start, on a worker thread)."""
         for event in self._events.events():
             state = self._state(event.rule)
             if event.version not in state.open:
                 state.open.add(event.version)
                 if event.version not in self._policy(event.rule).named:
                     state.capped += 1
+            if event.template is not None:
+                stored = loads(event.template)
+                if stored is not None:
+                    state.book.restore(event.version, *stored)
             state.latest = (event.version, "")
             self.values.opened(
                 event.rule, event.version, event.rule_value, known=event.rule_value is not None
             )
+        recent = self._events.recent_versions() if self._rules else {}
         for rule, state in self._rules.items():
-            cap = self._policy(rule).max_versions
+            policy = self._policy(rule)
+            state.book.trim(policy.max_versions, policy.named, recent.get(rule, ()))
+            cap = policy.max_versions
             if state.capped >= cap:
                 log.warning(
                     "rule %s already has %d stored versions (max_versions %d): every new version "
-                    "will be carried as %r; delete old rows of rule_events or raise max_versions",
+                    "will be carried as %r, or retire an older one if it is a template; delete "
+                    "old rows of rule_events or raise max_versions",
                     rule, state.capped, cap, OVERFLOW_VERSION,
                 )  # fmt: skip
 
     def versions(self, rule: str) -> tuple[int, int]:
-        """(open, pending) versions held in memory for `rule`."""
+        """(open, pending) versions held in memory for `rule` (templates' included)."""
         state = self._rules.get(rule)
-        return (len(state.open), len(state.pending)) if state is not None else (0, 0)
+        if state is None:
+            return (0, 0)
+        size = state.book.size()
+        return (len(state.open), len(state.pending) + size.pending + size.variants)
+
+    def is_open(self, rule: str, version: str) -> bool:
+        """Whether `version` has passed `version_support` (or is named): the only versions that
+        become metric labels. Read from the analysis thread: a set lookup, no lock needed."""
+        state = self._rules.get(rule)
+        return state is not None and version in state.open
+
+    def templates(self, rule: str) -> list[Root]:
+        """The rule's open templates, most recently seen first (`GET /admin/rules/templates`)."""
+        state = self._rules.get(rule)
+        return state.book.roots() if state is not None else []
+
+    def book(self, rule: str) -> TemplateBook | None:
+        """The rule's template book (None: nothing seen yet)."""
+        state = self._rules.get(rule)
+        return state.book if state is not None else None
 
     def observe(self, match: RuleMatch, route: str, request_id: str) -> RuleMatch:
-        """Note one request's version and answer the match it carries: `match` itself, or with
-        the version `overflow` when its rule has no room for another version. A version that
-        opens here has its event persisted in the background."""
+        """Note one request's version and answer the match it carries: `match` itself, with its
+        template's version (`template: auto`), or with the version `overflow` when its rule has no
+        room for another version. A version that opens here has its event persisted in the
+        background."""
         state = self._state(match.rule)
+        policy = self._policy(match.rule)
+        now = datetime.now(UTC)
+        unit = match.unit if match.unit is not None else unit_hash(request_id)
+        if match.words is not None and match.version not in state.open:
+            match = self._templated(state, policy, match, route, request_id, unit, now)
+            self._learn_value(match)
+            return match
+        self._learn_value(match)
         version = match.version
-        if version != OVERFLOW_VERSION and not self.values.knows(match.rule, version):
-            self.values.learn(
-                match.rule, version, self.values.extract(match.rule, match.system_prompt)
-            )
         if version in state.open:
             if state.latest is not None and state.latest[0] == version and not state.latest[1]:
                 state.latest = (version, match.system_prompt)
             return match
-        policy = self._policy(match.rule)
-        now = datetime.now(UTC)
         if version in policy.named:
             self._open(state, match, _Pending(1, now, request_id, route), capped=False)
             return match
@@ -243,13 +333,74 @@ class RuleTracker:
             return replace(match, version=OVERFLOW_VERSION)
         pending = state.pending.pop(version, None) or _Pending(0, now, request_id, route)
         pending.seen += 1
-        if pending.seen >= policy.min_requests:
+        if len(pending.units) < policy.min_units:
+            pending.units.add(unit)
+        if pending.seen >= policy.min_requests and len(pending.units) >= policy.min_units:
             self._open(state, match, pending, capped=True)
             return match
         state.pending[version] = pending
         if len(state.pending) > PENDING_MAX:
             state.pending.popitem(last=False)
         return match
+
+    def _learn_value(self, match: RuleMatch) -> None:
+        version = match.version
+        if version != OVERFLOW_VERSION and not self.values.knows(match.rule, version):
+            self.values.learn(
+                match.rule, version, self.values.extract(match.rule, match.system_prompt)
+            )
+
+    def _templated(
+        self,
+        state: _RuleState,
+        policy: VersionPolicy,
+        match: RuleMatch,
+        route: str,
+        request_id: str,
+        unit: str,
+        now: datetime,
+    ) -> RuleMatch:
+        """The version of a request whose rule learns templates (see `rule_templates`)."""
+        words = match.words
+        if words is None:  # the caller checked; for the type checker
+            return match
+        uncapped = policy.named
+        seen = state.book.see(
+            words, unit, First(now, request_id, route), policy.min_requests, policy.min_units,
+            policy.max_versions, uncapped, per_request=match.unit is None,
+        )  # fmt: skip
+        carried = replace(match, version=seen.version)
+        if seen.learned is not None:
+            root = seen.learned
+            update = functools.partial(
+                self._events.set_template,
+                match.rule,
+                root.version,
+                dumps(root.template, root.protected),
+            )
+            self.tasks.spawn(self._retry.call_async(update), f"template:{match.rule}")
+        opened = seen.opened
+        if opened is None:
+            return carried
+        if seen.retired is not None:
+            state.open.discard(seen.retired)
+            state.capped -= 1
+        if seen.returning:
+            state.open.add(seen.version)
+            state.capped += 1
+            return carried
+        if seen.version in state.open:
+            return carried  # known (stored) already: no new event
+        first = _Pending(opened.requests, opened.first.seen_at, opened.first.request_id,
+                         opened.first.route)  # fmt: skip
+        if not first.request_id:
+            first = _Pending(1, now, request_id, route)
+        self._open(
+            state, replace(carried, system_prompt=opened.rendered or match.system_prompt), first,
+            capped=seen.version not in policy.named,
+            template=dumps(opened.template, opened.protected), prompt=match.system_prompt,
+        )  # fmt: skip
+        return carried
 
     def _state(self, rule: str) -> _RuleState:
         state = self._rules.get(rule)
@@ -260,12 +411,25 @@ class RuleTracker:
     def _policy(self, rule: str) -> VersionPolicy:
         return self._policies.get(rule, self._default)
 
-    def _open(self, state: _RuleState, match: RuleMatch, first: _Pending, capped: bool) -> None:
+    def _open(
+        self,
+        state: _RuleState,
+        match: RuleMatch,
+        first: _Pending,
+        capped: bool,
+        template: str | None = None,
+        prompt: str | None = None,
+    ) -> None:
+        """Open `match.version`: its event, stored in the background. `match.system_prompt` is
+        what the diff shows (a template's, with its slots); `prompt` the request's own, when it
+        differs (its value is read from it)."""
         previous = state.latest
         diff = None
         if self._keep_prompts and previous is not None and previous[1]:
             diff = system_prompt_diff(previous[1], match.system_prompt)
-        value = self.values.extract(match.rule, match.system_prompt)
+        value = self.values.extract(
+            match.rule, prompt if prompt is not None else match.system_prompt
+        )
         event = RuleEvent(
             rule=match.rule,
             version=match.version,
@@ -275,6 +439,7 @@ class RuleTracker:
             route=first.route,
             prompt_diff=diff,
             rule_value=value,
+            template=template,
         )
         self.values.opened(match.rule, match.version, value)
         state.open.add(match.version)

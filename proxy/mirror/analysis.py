@@ -23,8 +23,9 @@ answer cost the loop ~65 µs per answer at ~190 req/s (py-spy, the GIL holder's 
 thread preempts the loop on its core while the loop holds the GIL, then waits for it.
 
 Metric labels stay bounded: a version named in config is its own label; other versions
-(fingerprints, header values) are labelled as they come for the first `MAX_VERSION_LABELS` of a
-rule, then `other`.
+(fingerprints, templates, header values) are `pending` until they pass the rule's
+`version_support`, then labelled as they come for the first `MAX_VERSION_LABELS` of a rule, then
+`other`.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ from proxy.observability import GatewayMetrics
 log = logging.getLogger("mirrorgate.analysis")
 
 MAX_VERSION_LABELS = 20
+PENDING_LABEL = "pending"
+"""The `rule_version` label of a version that has not passed `version_support` yet."""
 _STOP = object()
 
 
@@ -195,6 +198,9 @@ class AnalysisWorker(ExchangeObserver):
         self._idle = False
         """The worker sleeps until woken: the next `_put` wakes it."""
         self._labels: dict[str, set[str]] = {}
+        self.version_open: Callable[[str, str], bool] | None = None
+        """Whether a rule version has passed `version_support` (the rule tracker's `is_open`):
+        one that has not is labelled `pending`, so no client-chosen string becomes a label."""
         self._thread = threading.Thread(target=self._run, name="mirrorgate-analysis", daemon=True)
         self.analysed = 0
         """Exchanges and pairs analysed so far (read by tests and the demo)."""
@@ -357,6 +363,8 @@ class AnalysisWorker(ExchangeObserver):
     def _version_label(self, rule: str, version: str) -> str:
         if self.rules.is_named(rule, version):
             return version
+        if self.version_open is not None and not self.version_open(rule, version):
+            return PENDING_LABEL
         seen = self._labels.setdefault(rule, set())
         if version in seen:
             return version

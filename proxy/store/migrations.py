@@ -596,6 +596,13 @@ def _v19_sticky_units(conn: Connection) -> None:
     )
 
 
+def _v20_rule_templates(conn: Connection) -> None:
+    # The templates a rule learned from its system prompts (`proxy.gateway.rule_templates`), kept
+    # with each version's event so that a restarted gateway gives a prompt the same version. It
+    # holds digests of words, never the words: no body text, whatever `store.bodies` says.
+    conn.execute(sa.text("ALTER TABLE rule_events ADD COLUMN template TEXT"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "exchanges table and its indexes", _v1_exchanges),
     Migration(2, "pairs table: candidate answers compared with the primary's", _v2_pairs),
@@ -657,6 +664,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         "exchanges, check_results and pairs .sticky_unit: the keyed hash of the request's "
         "sticky key, the judge's unit; an index of the exchanges that have one",
         _v19_sticky_units,
+    ),
+    Migration(
+        20,
+        "rule_events.template: each rule version's learned template (word digests and slots)",
+        _v20_rule_templates,
     ),
 )
 """The schema's whole history, oldest first. Append only."""

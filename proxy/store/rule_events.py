@@ -1,5 +1,6 @@
 """Rule-change events: the first exchange of each rule version, one row each in `rule_events`
-(migration 4), and the traffic each version has carried since.
+(migration 4), and the traffic each version has carried since. Migration 20 adds each version's
+learned template (`template`).
 
 The gateway's rule tracker writes an event the first time it sees a version; every replica may see
 it, and the unique (rule, version) key keeps the first. The admin API lists the events with their
@@ -32,6 +33,7 @@ rule_events_table = sa.Table(
     sa.Column("route", sa.String()),
     sa.Column("prompt_diff", sa.Text()),
     sa.Column("rule_value", sa.String()),
+    sa.Column("template", sa.Text()),
 )
 _events = rule_events_table
 
@@ -59,6 +61,11 @@ class RuleEvent:
     """The value of the rule's parameter (`probes.parameter`, or a phantom_rule check's own) in
     the version's system prompt, at most 100 characters; None when the rule has no parameter,
     the prompt carries no value, or the event predates migration 12."""
+    template: str | None = None
+    """The version's learned template (`analyzers.rule_template.dumps`: word digests and slots,
+    no word of the prompt), so that a restarted gateway matches prompts to it; None for a
+    version that is no template (named, a header value, `template: off`, or before
+    migration 20)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +98,7 @@ class RuleEventStore:
             "route": event.route,
             "prompt_diff": self._text.derived(event.prompt_diff),
             "rule_value": self._text.text(_short(event.rule_value)),
+            "template": event.template,
         }
         try:
             with translated("storing a rule change", writing=True), self._engine.begin() as conn:
@@ -98,6 +106,16 @@ class RuleEventStore:
         except DuplicateRecordError:
             return False
         return True
+
+    def set_template(self, rule: str, version: str, template: str) -> None:
+        """Replace the stored template of (rule, version): it learned a slot while open."""
+        statement = (
+            sa.update(_events)
+            .where(_events.c.rule == rule, _events.c.version == version)
+            .values(template=template)
+        )
+        with translated("storing a rule template", writing=True), self._engine.begin() as conn:
+            conn.execute(statement)
 
     def events(self) -> list[RuleEvent]:
         """Every event, in the order their versions were first seen (there are few: one per
@@ -116,9 +134,30 @@ class RuleEventStore:
                 route=row["route"],
                 prompt_diff=row["prompt_diff"],
                 rule_value=row["rule_value"],
+                template=row["template"],
             )
             for row in rows
         ]
+
+    def recent_versions(self, limit: int = 2_000) -> dict[str, list[str]]:
+        """rule → the versions its newest `limit` exchanges (of any rule) carried, most recently
+        seen first: which versions are in use, for the tracker's start, read through the index
+        on `started_at` (no scan of the table)."""
+        c = exchanges_table.c
+        newest = (
+            sa.select(c.rule, c.rule_version)
+            .where(c.rule.is_not(None), c.rule_version.is_not(None))
+            .order_by(c.started_at.desc())
+            .limit(limit)
+        )
+        with translated("reading the newest rule versions"), self._engine.connect() as conn:
+            rows = [tuple(row) for row in conn.execute(newest)]
+        seen: dict[str, list[str]] = {}
+        for rule, version in rows:
+            versions = seen.setdefault(str(rule), [])
+            if version not in versions:
+                versions.append(str(version))
+        return seen
 
     def traffic(self) -> dict[tuple[str, str], VersionTraffic]:
         """(rule, version) → the recorded exchanges that carried it, for every version seen in

@@ -483,21 +483,24 @@ def test_versions_past_max_versions_are_overflow_and_open_nothing_even_after_a_r
     store.close()
 
 
+@pytest.mark.parametrize("template", ["off", "auto"])
 def test_distinct_prompts_far_past_the_caps_keep_versions_events_and_rows_bounded(
-    tmp_path: Any, migrated_sqlite: Path
+    tmp_path: Any, migrated_sqlite: Path, template: str
 ) -> None:
     # Half are one template filled per request, half are prompts each its own; every
     # recur_every-th of those recurs and opens until the cap. The resolver and tracker are what
     # the gateway calls. What bounds them are the two caps, max_versions (64) and PENDING_MAX,
     # so the flood is sized from them: half again as many recurring revisions as max_versions, and
     # several times PENDING_MAX one-off prompts before the cap is reached (after it a new
-    # version is carried as overflow and never pending).
-    text = """
-models: {prod: {provider: openai, base_url: "http://h/v1", model: m}}
-routes: {bot: {primary: prod}}
+    # version is carried as overflow and never pending). With templates, past the cap the least
+    # recently seen version is retired instead: the rule's current template stays open.
+    text = f"""
+models: {{prod: {{provider: openai, base_url: "http://h/v1", model: m}}}}
+routes: {{bot: {{primary: prod}}}}
 rules:
   shipping:
     routes: [bot]
+    template: {template}
     fingerprint_ignore: ['(?<=Customer: )\\w+']
 """
     config = parse_config(text, {})
@@ -533,15 +536,27 @@ rules:
             for _ in range(3 if i % recur_every == 1 else 1):
                 match = resolver.resolve("bot", "chat.completions", chat(prompt(i)), [])
                 assert match is not None
-                carried.add(tracker.observe(match, "bot", f"req-{i}").version)
+                carried.add(tracker.observe(match, "bot", f"req-{i}-{len(carried)}").version)
         await tracker.tasks.wait(30)
         return carried
 
     carried = asyncio.run(feed())
     stored = events.events()
     templated = resolver.resolve("bot", "chat.completions", chat(prompt(0)), [])
-    assert templated is not None and templated.version in {e.version for e in stored}
+    assert templated is not None
+    assert tracker.observe(templated, "bot", "last").version in {e.version for e in stored}
     assert cap == 64
+    if template == "auto":
+        # Without a sticky key the revisions' changing number is learned as a slot (three
+        # different fillings from three requests): they are one template, and nothing overflows.
+        revisions = requests // recur_every
+        assert 2 <= len(stored) <= 1 + revisions
+        assert OVERFLOW_VERSION not in carried
+        assert tracker.versions("shipping")[0] <= 64
+        assert tracker.versions("shipping")[1] <= PENDING_MAX + 64 + 1024
+        assert tracker.is_open("shipping", tracker.observe(templated, "bot", "again").version)
+        store.close()
+        return
     assert len(stored) == 64  # the template, then 63 recurring revisions: the cap
     assert tracker.versions("shipping")[0] == 64
     assert tracker.versions("shipping")[1] <= PENDING_MAX

@@ -66,3 +66,37 @@ def test_a_version_keeps_its_rule_value_capped_at_100_characters(
     for e in (v1, v2, v3):
         assert events.add(e) is True
     assert [e.rule_value for e in events.events()] == ["100", "x" * 100, None]
+
+
+def test_a_version_keeps_its_template_whatever_bodies_says_and_learns_a_new_one(
+    open_store: Callable[..., Store],
+) -> None:
+    # A template holds digests of words, not words: stored under `bodies: none` too, so that a
+    # restarted gateway matches prompts to it.
+    store = open_store()
+    store.text = dataclasses.replace(store.text, policy="none")
+    events = RuleEventStore(store)
+    slotted = '{"t":["0123456789abcdef",null],"p":[]}'
+    assert events.add(dataclasses.replace(event("fp-a"), template='{"t":["0123456789abcdef"]}'))
+    events.set_template("shipping", "fp-a", slotted)
+    events.set_template("shipping", "fp-none", slotted)  # no such version: nothing changes
+    (stored,) = events.events()
+    assert stored.template == slotted and stored.prompt_diff is None
+
+
+def test_recent_versions_are_those_of_the_newest_exchanges_most_recent_first(
+    open_store: Callable[..., Store],
+) -> None:
+    store = open_store()
+    store.write_batch(
+        [
+            make_record(rule="shipping", rule_version="v1", started_at=T0),
+            make_record(rule="shipping", rule_version="v2", started_at=T0 + timedelta(minutes=1)),
+            make_record(rule="shipping", rule_version="v1", started_at=T0 + timedelta(minutes=2)),
+            make_record(rule="other", rule_version="x", started_at=T0 + timedelta(minutes=3)),
+            make_record(started_at=T0 + timedelta(minutes=4)),  # no rule
+        ]
+    )
+    events = RuleEventStore(store)
+    assert events.recent_versions() == {"shipping": ["v1", "v2"], "other": ["x"]}
+    assert events.recent_versions(limit=2) == {"shipping": ["v1"], "other": ["x"]}
