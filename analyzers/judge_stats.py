@@ -23,18 +23,29 @@ The scales, per metric:
   difference of the two proportions, its standard error by Agresti & Caffo (one event and one
   non-event added to each arm, so zero events still have a spread). The margin is the absolute
   one or, if larger, `rate_margin_relative` of the primary's rate.
-- Latency and time to first token, p50 and p95: the log of the ratio of the two quantiles; each
-  arm's standard error from the order statistics one standard deviation either side of the
-  quantile's rank (the binomial method, no distributional assumption). The margin is the log of
-  the ratio bound, or of (primary + `latency_min_increase_s`) / primary if that is larger.
-- Cost per request: the log of the ratio of means, its standard error by the delta method.
-- LLM-judge score: the mean over judged pairs of primary score minus candidate score (paired).
+- Latency and time to first token, p50 and p95: the log of the ratio of the two quantiles.
+  Each arm's uncertainty is Woodruff's: the standard deviation of the empirical CDF at the
+  quantile (`cdf_spread`: binomial for independent samples; with `ArmWindow.sample_units` the
+  cluster-robust one over the sticky units, Σᵢ(bᵢ - q·nᵢ)²) mapped back through the arm's order
+  statistics. Each side of the ratio's bound is read at the bound's own critical value (the
+  candidate's upper side and the primary's lower side for the upper bound), so that a skewed or
+  small sample is bounded by its own tail: a p95 with too few answers above it has no upper
+  bound (it cannot pass), and a tied end of the interval lies halfway to the next recorded value
+  (whole-second latencies never give a zero-width bound). The margin is the log of the ratio
+  bound, or of (primary + `latency_min_increase_s`) / primary if that is larger.
+- Cost per request: the log of the ratio of means; each mean is the ratio of per-unit sums
+  over requests, its variance the delta method's over units (`unit_mean`), with a free and a
+  double-priced pseudo-request added to each arm (a run of equal prices still has a spread).
+- LLM-judge score: the mean over judged pairs of primary score minus candidate score (paired),
+  its variance over units, with one pseudo-pair 4.5 points either side of the mean.
 - Blind human preference (`human_preference`): per reviewed pair of the candidate against the
   primary, 1 when the reviewer preferred the candidate's answer, 0 the primary's, ½ a tie; the
   estimate is ½ minus the candidate's mean (so a regression is positive), with one preference
   each way added (as Agresti & Caffo do for rates: a run of ties still has a spread) and the
-  standard error of that mean. The margin is `human_preference_drop`; fewer than
-  `min_samples_reviews` reviews are inconclusive (they hold, never fail).
+  standard error of that mean, times the design effect over units when reviews have them. The
+  margin is `human_preference_drop`; fewer than `min_samples_reviews` reviews are inconclusive
+  (they hold, never fail).
+- Without a unit breakdown of a series, each sample is a unit of its own.
 - The adaptation floor (`rule_adaptation:min_adaptation`, when the rule sets
   `probes.min_adaptation`): one arm only, the floor minus the candidate's adaptation rate, i.e.
   its not-followed share (one event and one non-event added) minus 1 - floor, with the binomial
@@ -234,13 +245,14 @@ class _QuantileArm:
         n answers cannot bound a p95 from above until enough of them lie above it."""
         values, n = self.values, len(self.values)
         if upper:
-            rank = math.ceil(n * (self.q + z * self.spread))
-            if rank > n:
+            probability = self.q + z * self.spread
+            if probability > 1:  # beyond the sample (and an infinite spread: one unit)
                 return math.inf
-            value = values[max(rank, 1) - 1]
+            value = values[max(math.ceil(n * probability), 1) - 1]
             beyond = bisect_right(values, value)
             return (value + values[beyond]) / 2 if beyond < n else math.inf
-        rank = math.floor(n * (self.q - z * self.spread))
+        probability = self.q - z * self.spread
+        rank = math.floor(n * probability) if probability > 0 else 0
         if rank < 1:
             return 0.0
         value = values[rank - 1]
@@ -363,11 +375,11 @@ def unit_mean(
             sums[unit] = sums.get(unit, 0.0) + value
         squares = math.fsum((s - centre * counts[u]) ** 2 for u, s in sums.items())
         m = len(counts)
+    if m < 2:  # one unit: its spread cannot be estimated, pseudo-samples or not
+        return centre, math.inf, m
     if pseudo > 0:
         squares += 2 * pseudo * pseudo
         n, m = n + 2, m + 2
-    if m < 2:
-        return centre, math.inf, m
     return centre, squares / (n * n) * m / (m - 1), m
 
 
@@ -389,6 +401,8 @@ def _cost(
         return _Few(metric, th.cost_ratio, n_p, n_c, 0, "an arm costs nothing: no ratio")
     _, var_p, _ = unit_mean(primary, primary_units, pseudo=mean_p)
     _, var_c, _ = unit_mean(candidate, candidate_units, pseudo=mean_c)
+    if math.isinf(var_p + var_c):
+        return _Few(metric, th.cost_ratio, n_p, n_c, 0, _ONE_UNIT)
     return _Evidence(
         metric,
         "log",
@@ -400,6 +414,8 @@ def _cost(
         f"mean ${mean_c:.4g} vs ${mean_p:.4g}",
     )
 
+
+_ONE_UNIT = "every sample of an arm is one unit's: no spread over units to judge by"
 
 _SCORE_PSEUDO = 4.5
 """The distance of the judge score's two pseudo-pairs from the mean delta: half the 1-10 scale,
@@ -414,6 +430,8 @@ def _score(
     if n < th.min_samples_latency:
         return _Few(metric, th.judge_score_drop, n, n, th.min_samples_latency)
     centre, variance, _ = unit_mean(deltas, units, pseudo=_SCORE_PSEUDO)
+    if math.isinf(variance):
+        return _Few(metric, th.judge_score_drop, n, n, 0, _ONE_UNIT)
     return _Evidence(
         metric,
         "score",
@@ -442,7 +460,8 @@ def _preference(
         _, clustered, _ = unit_mean(preferences, units)
         _, independent, _ = unit_mean(preferences)
         if independent > 0:  # else every review is the same: the pseudo-reviews carry it
-            effect = max(clustered / independent, 1.0)
+            # at most n: all of them one unit's (whose variance cannot be estimated) is one review
+            effect = min(max(clustered / independent, 1.0), float(n))
 
     def grown(k: float) -> tuple[float, float]:
         # k times the reviews of the same quality, plus one preference each way (1 and 0)

@@ -215,3 +215,21 @@ def test_preferences_of_one_reviewer_heavy_user_widen_the_bound() -> None:
     )
     assert plain["human_preference"].outcome is Outcome.PASS
     assert keyed["human_preference"].outcome is Outcome.INCONCLUSIVE
+
+
+def test_a_single_unit_holds_every_sample_metric() -> None:
+    """Every sample one tenant's: no spread over units can be estimated; nothing passes."""
+    rng = random.Random(9)
+    values = tuple(rng.lognormvariate(0.0, 0.5) for _ in range(400))
+    one = (0,) * 400
+    keyed = {k: one for k in ("latencies_s", "costs_usd", "judge_deltas", "preferences")}
+    prefs = tuple(rng.choice((0.0, 0.5, 1.0)) for _ in range(400))
+    window = ArmWindow(
+        0, 0, values, costs_usd=values, judge_deltas=values, preferences=prefs, sample_units=keyed
+    )
+    verdicts = _by_metric(judge(ArmWindow(0, 0, values, costs_usd=values), window, TH))
+    for metric in ("latency_p50", "latency_p95", "human_preference"):
+        assert verdicts[metric].outcome is Outcome.INCONCLUSIVE, verdicts[metric]
+    for metric in ("cost_per_request", "judge_score"):
+        assert verdicts[metric].outcome is Outcome.INCONCLUSIVE, verdicts[metric]
+        assert "one unit" in verdicts[metric].reason
