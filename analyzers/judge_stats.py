@@ -189,14 +189,29 @@ def _spread(
     n = len(values)
     if units is None or totals is None:
         return math.sqrt(q * (1 - q) / n)
-    m = len(totals)
-    if m < 2:
+    sizes = math.fsum(t * t for t in totals.values())
+    m = effective_units(n, sizes)
+    if m <= 1:
         return math.inf
     below = Counter(units[: bisect_right(values, point)])
     # Σ(b - q·t)² = Σb² - 2q·Σb·t + q²·Σt², the first two over units with samples below only
     squares = math.fsum(b * (b - 2 * q * totals[u]) for u, b in below.items())
-    squares += q * q * math.fsum(t * t for t in totals.values())
+    squares += q * q * sizes
     return math.sqrt(max(squares, 0.0) * m / (m - 1)) / n
+
+
+MIN_EFFECTIVE_UNITS = 10
+"""Fewer effective units (`effective_units`) than this in either arm hold a sample metric: a
+variance over units is itself too uncertain below it (one batch user with half a canary's
+traffic leaves about four, and their spread says little about the next user's)."""
+
+
+def effective_units(samples: float, sizes: float) -> float:
+    """Kish's effective number of units, (Σnᵢ)²/Σnᵢ², for `samples` = Σnᵢ and `sizes` = Σnᵢ²:
+    m for m units of equal size, fewer when a few units have most of the samples. The variances
+    over units are scaled by m/(m - 1) with this m, the first-order correction of their bias
+    (a unit's own weight in the mean it is compared with), which is m/(m - 1) for equal units."""
+    return samples * samples / sizes if sizes > 0 else 0.0
 
 
 def log_quantile(
@@ -321,6 +336,11 @@ def _quantile(
         primary_totals = Counter(primary_units)
     if candidate_units is not None and candidate_totals is None:
         candidate_totals = Counter(candidate_units)
+    for totals, n in ((primary_totals, n_p), (candidate_totals, n_c)):
+        if totals is not None:
+            sizes = math.fsum(t * t for t in totals.values())
+            if effective_units(n, sizes) < MIN_EFFECTIVE_UNITS:
+                return _Few(metric, ratio, n_p, n_c, 0, _FEW_UNITS)
     arm_p = _QuantileArm(
         primary, q, p_value, _spread(primary, q, p_value, primary_units, primary_totals)
     )
@@ -355,32 +375,34 @@ def _quantile(
 
 def unit_mean(
     values: Sequence[float], units: Sequence[int] | None = None, pseudo: float = 0.0
-) -> tuple[float, float, int]:
-    """(mean, the variance of that mean, units) of `values`, with one pseudo-sample each side
-    of the mean at distance `pseudo` (each a unit of its own) when `pseudo` > 0, so that ties and
-    a zero spread still have one, fading as 1/n².
+) -> tuple[float, float, float]:
+    """(mean, the variance of that mean, effective units) of `values`, with one pseudo-sample
+    each side of the mean at distance `pseudo` when `pseudo` > 0, so that ties and a zero spread
+    still have one, fading as 1/n².
 
     With `units` (each value's sticky unit, parallel) the mean is the ratio of per-unit sums,
     Σsᵢ/Σnᵢ, and its variance the delta method's over units, Σ(sᵢ - mean·nᵢ)²/n² · m/(m - 1)
-    (the cluster-robust variance); without, one unit per value, which is s²/n."""
+    with m the `effective_units` (the cluster-robust variance); without, one unit per value,
+    which is s²/n."""
     n = len(values)
     centre = math.fsum(values) / n
     if units is None:
         squares = math.fsum((v - centre) ** 2 for v in values)
-        m = n
+        m = float(n)
     else:
         sums: dict[int, float] = {}
         counts = Counter(units)
         for unit, value in zip(units, values, strict=True):
             sums[unit] = sums.get(unit, 0.0) + value
         squares = math.fsum((s - centre * counts[u]) ** 2 for u, s in sums.items())
-        m = len(counts)
-    if m < 2:  # one unit: its spread cannot be estimated, pseudo-samples or not
+        m = effective_units(n, math.fsum(c * c for c in counts.values()))
+    if m <= 1:  # one unit: its spread cannot be estimated, pseudo-samples or not
         return centre, math.inf, m
+    factor = m / (m - 1)
     if pseudo > 0:
         squares += 2 * pseudo * pseudo
-        n, m = n + 2, m + 2
-    return centre, squares / (n * n) * m / (m - 1), m
+        n += 2
+    return centre, squares / (n * n) * factor, m
 
 
 def _cost(
@@ -399,10 +421,10 @@ def _cost(
     mean_p, mean_c = math.fsum(primary) / n_p, math.fsum(candidate) / n_c
     if mean_p <= 0 or mean_c <= 0:
         return _Few(metric, th.cost_ratio, n_p, n_c, 0, "an arm costs nothing: no ratio")
-    _, var_p, _ = unit_mean(primary, primary_units, pseudo=mean_p)
-    _, var_c, _ = unit_mean(candidate, candidate_units, pseudo=mean_c)
-    if math.isinf(var_p + var_c):
-        return _Few(metric, th.cost_ratio, n_p, n_c, 0, _ONE_UNIT)
+    _, var_p, m_p = unit_mean(primary, primary_units, pseudo=mean_p)
+    _, var_c, m_c = unit_mean(candidate, candidate_units, pseudo=mean_c)
+    if min(m_p, m_c) < MIN_EFFECTIVE_UNITS:
+        return _Few(metric, th.cost_ratio, n_p, n_c, 0, _FEW_UNITS)
     return _Evidence(
         metric,
         "log",
@@ -415,7 +437,10 @@ def _cost(
     )
 
 
-_ONE_UNIT = "every sample of an arm is one unit's: no spread over units to judge by"
+_FEW_UNITS = (
+    f"fewer than {MIN_EFFECTIVE_UNITS} effective units in an arm: a few users or tenants have "
+    "most of its samples, and their spread says little about the next one"
+)
 
 _SCORE_PSEUDO = 4.5
 """The distance of the judge score's two pseudo-pairs from the mean delta: half the 1-10 scale,
@@ -429,9 +454,9 @@ def _score(
     metric, n = "judge_score", len(deltas)
     if n < th.min_samples_latency:
         return _Few(metric, th.judge_score_drop, n, n, th.min_samples_latency)
-    centre, variance, _ = unit_mean(deltas, units, pseudo=_SCORE_PSEUDO)
-    if math.isinf(variance):
-        return _Few(metric, th.judge_score_drop, n, n, 0, _ONE_UNIT)
+    centre, variance, m = unit_mean(deltas, units, pseudo=_SCORE_PSEUDO)
+    if m < MIN_EFFECTIVE_UNITS:
+        return _Few(metric, th.judge_score_drop, n, n, 0, _FEW_UNITS)
     return _Evidence(
         metric,
         "score",
@@ -457,7 +482,9 @@ def _preference(
     squares = math.fsum(map(operator.mul, preferences, preferences))
     effect = 1.0
     if units is not None:
-        _, clustered, _ = unit_mean(preferences, units)
+        _, clustered, m = unit_mean(preferences, units)
+        if m < MIN_EFFECTIVE_UNITS:
+            return _Few(metric, th.human_preference_drop, n, n, 0, _FEW_UNITS)
         _, independent, _ = unit_mean(preferences)
         if independent > 0:  # else every review is the same: the pseudo-reviews carry it
             # at most n: all of them one unit's (whose variance cannot be estimated) is one review

@@ -184,27 +184,29 @@ def test_equal_judge_scores_and_equal_costs_are_not_known_exactly() -> None:
 
 
 def test_judge_scores_of_one_heavy_user_count_as_one_user() -> None:
-    """Half of the judged pairs are one user's, and that user's answers score 1 point worse:
-    over users the mean is far less certain than over pairs."""
+    """A tenth of the judged pairs are one user's, whose answers score 1 point worse: over users
+    the mean is far less certain than over pairs. Half of them one user's: too few effective
+    users to judge at all."""
     rng = random.Random(5)
-    deltas = [rng.gauss(-1.0, 0.5) for _ in range(300)] + [rng.gauss(0.0, 0.5) for _ in range(300)]
-    units = (0,) * 300 + tuple(range(1, 301))
-    plain = _by_metric(judge(ArmWindow(0, 0), ArmWindow(0, 0, judge_deltas=tuple(deltas)), TH))
-    keyed = _by_metric(
-        judge(
-            ArmWindow(0, 0),
-            ArmWindow(0, 0, judge_deltas=tuple(deltas), sample_units={"judge_deltas": units}),
-            TH,
-        )
-    )
-    plain_width = plain["judge_score"].high - plain["judge_score"].low  # type: ignore[operator]
-    keyed_width = keyed["judge_score"].high - keyed["judge_score"].low  # type: ignore[operator]
-    assert keyed_width > 3 * plain_width
+    deltas = [rng.gauss(-1.0, 0.5) for _ in range(60)] + [rng.gauss(0.0, 0.5) for _ in range(540)]
+    units = (0,) * 60 + tuple(range(1, 541))
+
+    def judged(units: tuple[int, ...] | None) -> MetricVerdict:
+        keyed = {"judge_deltas": units} if units else {}
+        candidate = ArmWindow(0, 0, judge_deltas=tuple(deltas), sample_units=keyed)
+        return _by_metric(judge(ArmWindow(0, 0), candidate, TH))["judge_score"]
+
+    plain, keyed = judged(None), judged(units)
+    assert plain.high is not None and plain.low is not None
+    assert keyed.high is not None and keyed.low is not None
+    assert keyed.high - keyed.low > 2 * (plain.high - plain.low)
+    half = judged((0,) * 300 + tuple(range(1, 301)))
+    assert half.outcome is Outcome.INCONCLUSIVE and "effective units" in half.reason
 
 
 def test_preferences_of_one_reviewer_heavy_user_widen_the_bound() -> None:
-    values = (1.0,) * 60 + (0.0,) * 20 + (0.5,) * 20
-    units = (0,) * 60 + tuple(range(1, 41))
+    values = (1.0,) * 54 + (0.0,) * 26 + (0.5,) * 20
+    units = (0,) * 24 + tuple(range(1, 77))
     plain = _by_metric(judge(ArmWindow(0, 0), ArmWindow(0, 0, preferences=values), TH))
     keyed = _by_metric(
         judge(
@@ -232,4 +234,4 @@ def test_a_single_unit_holds_every_sample_metric() -> None:
         assert verdicts[metric].outcome is Outcome.INCONCLUSIVE, verdicts[metric]
     for metric in ("cost_per_request", "judge_score"):
         assert verdicts[metric].outcome is Outcome.INCONCLUSIVE, verdicts[metric]
-        assert "one unit" in verdicts[metric].reason
+        assert "effective units" in verdicts[metric].reason
