@@ -45,7 +45,9 @@ The scales, per metric:
   standard error of that mean, times the design effect over units when reviews have them. The
   margin is `human_preference_drop`; fewer than `min_samples_reviews` reviews are inconclusive
   (they hold, never fail).
-- Without a unit breakdown of a series, each sample is a unit of its own.
+- Without a unit breakdown of a series, each sample is a unit of its own. With one, every
+  variance over units is scaled by m/(m - 1) with m the `effective_units`, and fewer than
+  `MIN_EFFECTIVE_UNITS` in either arm hold the metric.
 - The adaptation floor (`rule_adaptation:min_adaptation`, when the rule sets
   `probes.min_adaptation`): one arm only, the floor minus the candidate's adaptation rate, i.e.
   its not-followed share (one event and one non-event added) minus 1 - floor, with the binomial
