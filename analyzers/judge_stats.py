@@ -23,18 +23,31 @@ The scales, per metric:
   difference of the two proportions, its standard error by Agresti & Caffo (one event and one
   non-event added to each arm, so zero events still have a spread). The margin is the absolute
   one or, if larger, `rate_margin_relative` of the primary's rate.
-- Latency and time to first token, p50 and p95: the log of the ratio of the two quantiles; each
-  arm's standard error from the order statistics one standard deviation either side of the
-  quantile's rank (the binomial method, no distributional assumption). The margin is the log of
-  the ratio bound, or of (primary + `latency_min_increase_s`) / primary if that is larger.
-- Cost per request: the log of the ratio of means, its standard error by the delta method.
-- LLM-judge score: the mean over judged pairs of primary score minus candidate score (paired).
+- Latency and time to first token, p50 and p95: the log of the ratio of the two quantiles.
+  Each arm's uncertainty is Woodruff's: the standard deviation of the empirical CDF at the
+  quantile (`cdf_spread`: binomial for independent samples; with `ArmWindow.sample_units` the
+  cluster-robust one over the sticky units, Σᵢ(bᵢ - q·nᵢ)²) mapped back through the arm's order
+  statistics. Each side of the ratio's bound is read at the bound's own critical value (the
+  candidate's upper side and the primary's lower side for the upper bound), so that a skewed or
+  small sample is bounded by its own tail: a p95 with too few answers above it has no upper
+  bound (it cannot pass), and a tied end of the interval lies halfway to the next recorded value
+  (whole-second latencies never give a zero-width bound). The margin is the log of the ratio
+  bound, or of (primary + `latency_min_increase_s`) / primary if that is larger.
+- Cost per request: the log of the ratio of means; each mean is the ratio of per-unit sums
+  over requests, its variance the delta method's over units (`unit_mean`), with a free and a
+  double-priced pseudo-request added to each arm (a run of equal prices still has a spread).
+- LLM-judge score: the mean over judged pairs of primary score minus candidate score (paired),
+  its variance over units, with one pseudo-pair 4.5 points either side of the mean.
 - Blind human preference (`human_preference`): per reviewed pair of the candidate against the
   primary, 1 when the reviewer preferred the candidate's answer, 0 the primary's, ½ a tie; the
   estimate is ½ minus the candidate's mean (so a regression is positive), with one preference
   each way added (as Agresti & Caffo do for rates: a run of ties still has a spread) and the
-  standard error of that mean. The margin is `human_preference_drop`; fewer than
-  `min_samples_reviews` reviews are inconclusive (they hold, never fail).
+  standard error of that mean, times the design effect over units when reviews have them. The
+  margin is `human_preference_drop`; fewer than `min_samples_reviews` reviews are inconclusive
+  (they hold, never fail).
+- Without a unit breakdown of a series, each sample is a unit of its own. With one, every
+  variance over units is scaled by m/(m - 1) with m the `effective_units`, and fewer than
+  `MIN_EFFECTIVE_UNITS` in either arm hold the metric.
 - The adaptation floor (`rule_adaptation:min_adaptation`, when the rule sets
   `probes.min_adaptation`): one arm only, the floor minus the candidate's adaptation rate, i.e.
   its not-followed share (one event and one non-event added) minus 1 - floor, with the binomial
@@ -47,12 +60,14 @@ from __future__ import annotations
 
 import math
 import operator
+from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from analyzers.sequential import bounds
-from analyzers.summary import mean, percentile
+from analyzers.sequential import bounds, offset
+from analyzers.summary import percentile
 from analyzers.verdicts import ArmWindow, MetricVerdict, Outcome, Tally, Thresholds
 
 _TAU_FLOOR = {"rate": 0.01, "log": 0.05, "score": 0.25}
@@ -83,6 +98,15 @@ class _Evidence:
     the estimate with se/√k (a rate's adjustment fades as it grows)."""
     tau: float | None = None
     """The confidence sequence's mixing scale, when not the margin (with its floor)."""
+    bounded: Callable[[float, float], tuple[float, float]] | None = None
+    """(lower, upper) at (tau, alpha), when not the estimate ± the mixture's width at `se`
+    (a quantile ratio reads each side from its own order statistics); `se` then only sizes
+    `needs`."""
+
+    def bounds(self, tau: float, alpha: float) -> tuple[float, float]:
+        if self.bounded is not None:
+            return self.bounded(tau, alpha)
+        return bounds(self.estimate, self.se, tau, alpha)
 
     def at(self, k: float) -> tuple[float, float]:
         if self.grown is not None:
@@ -144,62 +168,270 @@ def _rate(
     )
 
 
-def log_quantile(values: Sequence[float], q: float) -> tuple[float, float] | None:
-    """(log of the q-quantile, its standard error) of sorted positive-or-zero `values`, or None
-    when the quantile is 0 (no ratio)."""
+def cdf_spread(
+    values: Sequence[float], q: float, point: float, units: Sequence[int] | None = None
+) -> float:
+    """The standard deviation of the empirical CDF of sorted `values` at `point` (their
+    q-quantile), on the probability scale: sqrt(q(1 - q)/n) for independent samples; with
+    `units` (each sample's sticky unit, parallel to `values`) the cluster-robust one over units,
+    sqrt(Σᵢ(bᵢ - q·nᵢ)² · m/(m - 1)) / n for m units, unit i having nᵢ samples of which bᵢ are at
+    or below `point` (Woodruff 1952 with the linearised variance of the CDF over clusters).
+    `math.inf` for a single unit: its spread cannot be estimated."""
+    return _spread(values, q, point, units, None if units is None else Counter(units))
+
+
+def _spread(
+    values: Sequence[float],
+    q: float,
+    point: float,
+    units: Sequence[int] | None,
+    totals: Counter[int] | None,
+) -> float:
+    """`cdf_spread` with the samples per unit counted once per series (`totals`)."""
     n = len(values)
+    if units is None or totals is None:
+        return math.sqrt(q * (1 - q) / n)
+    sizes = math.fsum(t * t for t in totals.values())
+    m = effective_units(n, sizes)
+    if m <= 1:
+        return math.inf
+    below = Counter(units[: bisect_right(values, point)])
+    # Σ(b - q·t)² = Σb² - 2q·Σb·t + q²·Σt², the first two over units with samples below only
+    squares = math.fsum(b * (b - 2 * q * totals[u]) for u, b in below.items())
+    squares += q * q * sizes
+    return math.sqrt(max(squares, 0.0) * m / (m - 1)) / n
+
+
+MIN_EFFECTIVE_UNITS = 10
+"""Fewer effective units (`effective_units`) than this in either arm hold a sample metric: a
+variance over units is itself too uncertain below it (one batch user with half a canary's
+traffic leaves about four, and their spread says little about the next user's)."""
+
+
+def effective_units(samples: float, sizes: float) -> float:
+    """Kish's effective number of units, (Σnᵢ)²/Σnᵢ², for `samples` = Σnᵢ and `sizes` = Σnᵢ²:
+    m for m units of equal size, fewer when a few units have most of the samples. The variances
+    over units are scaled by m/(m - 1) with this m, the first-order correction of their bias
+    (a unit's own weight in the mean it is compared with), which is m/(m - 1) for equal units."""
+    return samples * samples / sizes if sizes > 0 else 0.0
+
+
+def log_quantile(
+    values: Sequence[float], q: float, units: Sequence[int] | None = None
+) -> tuple[float, float] | None:
+    """(log of the q-quantile, its standard error) of sorted positive-or-zero `values`, or None
+    when the quantile is 0 (no ratio). The standard error comes from the order statistics one
+    CDF standard deviation (`cdf_spread`, over `units` when given: each sample's unit, parallel)
+    either side of the quantile's rank, clamped to the sample."""
     point = percentile(values, q)
-    assert point is not None  # the caller checked the sample count
+    if point is None:
+        raise ValueError("log_quantile of no values")
     if point <= 0:
         return None
-    spread = math.sqrt(n * q * (1 - q))
-    low = values[max(0, math.floor(n * q - spread) - 1)]
-    high = values[min(n - 1, math.ceil(n * q + spread) - 1)]
+    return _log_quantile(values, q, point, cdf_spread(values, q, point, units))
+
+
+def _log_quantile(
+    values: Sequence[float], q: float, point: float, spread: float
+) -> tuple[float, float]:
+    n = len(values)
+    ranks = n * min(spread, 1.0)
+    low = values[max(0, math.floor(n * q - ranks) - 1)]
+    high = values[min(n - 1, math.ceil(n * q + ranks) - 1)]
     floor = point * 1e-3  # a zero lower order statistic must not make the spread infinite
     se = (math.log(max(high, floor)) - math.log(max(low, floor))) / 2
     return math.log(point), se
 
 
+@dataclass(frozen=True, slots=True)
+class _QuantileArm:
+    """One arm's q-quantile, for Woodruff intervals at any level."""
+
+    values: Sequence[float]
+    """Sorted."""
+    q: float
+    point: float
+    spread: float
+    """`cdf_spread` at the point."""
+
+    def end(self, z: float, upper: bool) -> float:
+        """The order statistic at probability q ± z·spread (Woodruff), moved halfway to the next
+        distinct value beyond it: recorded values have a resolution (1 s, 0.5 points), and a run
+        of ties says the quantile lies somewhere in that cell, never exactly on the tie. Beyond
+        the sample, or at its last distinct value, the end is unbounded (`math.inf`, or 0 below):
+        n answers cannot bound a p95 from above until enough of them lie above it."""
+        values, n = self.values, len(self.values)
+        if upper:
+            probability = self.q + z * self.spread
+            if probability > 1:  # beyond the sample (and an infinite spread: one unit)
+                return math.inf
+            value = values[max(math.ceil(n * probability), 1) - 1]
+            beyond = bisect_right(values, value)
+            return (value + values[beyond]) / 2 if beyond < n else math.inf
+        probability = self.q - z * self.spread
+        rank = math.floor(n * probability) if probability > 0 else 0
+        if rank < 1:
+            return 0.0
+        value = values[rank - 1]
+        beyond = bisect_left(values, value) - 1
+        return (value + values[beyond]) / 2 if beyond >= 0 else 0.0
+
+    def side(self, z: float, upper: bool) -> float:
+        """The log-scale distance from the point to `end`, per unit of z (a one-sided standard
+        error); `math.inf` when that end is unbounded."""
+        end = self.end(z, upper)
+        if end <= 0 or math.isinf(end):
+            return math.inf
+        return abs(math.log(end) - math.log(self.point)) / z
+
+
+def _ratio_bounds(
+    primary: _QuantileArm, candidate: _QuantileArm, estimate: float, tau: float, alpha: float
+) -> tuple[float, float]:
+    """(lower, upper) anytime-valid bounds at `alpha` of log(candidate / primary quantile).
+
+    Each side's standard error is read from the two arms' Woodruff intervals at the bound's own
+    critical value (the upper bound from the candidate's upper and the primary's lower side, and
+    the other way round), so that a skewed, tied or small sample is bounded by its own order
+    statistics rather than by a slope read one standard deviation from the quantile. The
+    critical value depends on the standard error (the mixture's width over se), which depends on
+    it: a few fixed-point steps from z = 1 settle it."""
+
+    def bound(upper: bool) -> float:
+        z = 1.0
+        width = math.inf
+        for _ in range(4):
+            se = math.hypot(candidate.side(z, upper), primary.side(z, not upper))
+            if math.isinf(se):
+                return math.inf
+            width = offset(se, tau, alpha)
+            z_next = max(width / se, 1.0)
+            if abs(z_next - z) < 1e-3:
+                break
+            z = z_next
+        return width
+
+    return estimate - bound(False), estimate + bound(True)
+
+
 def _quantile(
-    metric: str, primary: list[float], candidate: list[float], q: float, th: Thresholds
+    metric: str,
+    primary: Sequence[float],
+    candidate: Sequence[float],
+    q: float,
+    th: Thresholds,
+    primary_units: Sequence[int] | None = None,
+    candidate_units: Sequence[int] | None = None,
+    primary_totals: Counter[int] | None = None,
+    candidate_totals: Counter[int] | None = None,
 ) -> _Evidence | _Few:
+    """Sorted samples of both arms, with each sample's unit (parallel to them) and the samples
+    per unit (`Counter`) when known."""
     ratio = th.latency_p50_ratio if q == 0.5 else th.latency_p95_ratio
     n_p, n_c = len(primary), len(candidate)
     if min(n_p, n_c) < th.min_samples_latency:
         return _Few(metric, ratio, n_p, n_c, th.min_samples_latency)
-    of_primary, of_candidate = log_quantile(primary, q), log_quantile(candidate, q)
-    if of_primary is None or of_candidate is None:
+    p_value, c_value = percentile(primary, q), percentile(candidate, q)
+    if p_value is None or c_value is None or p_value <= 0 or c_value <= 0:
         return _Few(metric, ratio, n_p, n_c, 0, "a quantile is 0: no ratio")
-    p_value, c_value = math.exp(of_primary[0]), math.exp(of_candidate[0])
+    if primary_units is not None and primary_totals is None:
+        primary_totals = Counter(primary_units)
+    if candidate_units is not None and candidate_totals is None:
+        candidate_totals = Counter(candidate_units)
+    for totals, n in ((primary_totals, n_p), (candidate_totals, n_c)):
+        if totals is not None:
+            sizes = math.fsum(t * t for t in totals.values())
+            if effective_units(n, sizes) < MIN_EFFECTIVE_UNITS:
+                return _Few(metric, ratio, n_p, n_c, 0, _FEW_UNITS)
+    arm_p = _QuantileArm(
+        primary, q, p_value, _spread(primary, q, p_value, primary_units, primary_totals)
+    )
+    arm_c = _QuantileArm(
+        candidate, q, c_value, _spread(candidate, q, c_value, candidate_units, candidate_totals)
+    )
+    of_primary = _log_quantile(primary, q, p_value, arm_p.spread)
+    of_candidate = _log_quantile(candidate, q, c_value, arm_c.spread)
     margin = max(math.log(ratio), math.log((p_value + th.latency_min_increase_s) / p_value))
+    estimate = of_candidate[0] - of_primary[0]
+    # `needs` grows the evidence from one standard error: the wider of the two sides one
+    # CDF deviation out (ties included), or, when one is unbounded, the clamped order statistics
+    se = math.hypot(of_primary[1], of_candidate[1])
+    sides = max(
+        math.hypot(arm_c.side(1.0, True), arm_p.side(1.0, False)),
+        math.hypot(arm_c.side(1.0, False), arm_p.side(1.0, True)),
+    )
+    if math.isfinite(sides):
+        se = max(se, sides)
     return _Evidence(
         metric,
         "log",
-        of_candidate[0] - of_primary[0],
-        math.hypot(of_primary[1], of_candidate[1]),
+        estimate,
+        se,
         margin,
         n_p,
         n_c,
         f"p{round(q * 100)} {c_value:.4g}s vs {p_value:.4g}s",
+        bounded=partial(_ratio_bounds, arm_p, arm_c, estimate),
     )
 
 
-def _cost(primary: Sequence[float], candidate: Sequence[float], th: Thresholds) -> _Evidence | _Few:
+def unit_mean(
+    values: Sequence[float], units: Sequence[int] | None = None, pseudo: float = 0.0
+) -> tuple[float, float, float]:
+    """(mean, the variance of that mean, effective units) of `values`, with one pseudo-sample
+    each side of the mean at distance `pseudo` when `pseudo` > 0, so that ties and a zero spread
+    still have one, fading as 1/n².
+
+    With `units` (each value's sticky unit, parallel) the mean is the ratio of per-unit sums,
+    Σsᵢ/Σnᵢ, and its variance the delta method's over units, Σ(sᵢ - mean·nᵢ)²/n² · m/(m - 1)
+    with m the `effective_units` (the cluster-robust variance); without, one unit per value,
+    which is s²/n."""
+    n = len(values)
+    centre = math.fsum(values) / n
+    if units is None:
+        squares = math.fsum((v - centre) ** 2 for v in values)
+        m = float(n)
+    else:
+        sums: dict[int, float] = {}
+        counts = Counter(units)
+        for unit, value in zip(units, values, strict=True):
+            sums[unit] = sums.get(unit, 0.0) + value
+        squares = math.fsum((s - centre * counts[u]) ** 2 for u, s in sums.items())
+        m = effective_units(n, math.fsum(c * c for c in counts.values()))
+    if m <= 1:  # one unit: its spread cannot be estimated, pseudo-samples or not
+        return centre, math.inf, m
+    factor = m / (m - 1)
+    if pseudo > 0:
+        squares += 2 * pseudo * pseudo
+        n += 2
+    return centre, squares / (n * n) * factor, m
+
+
+def _cost(
+    primary: Sequence[float],
+    candidate: Sequence[float],
+    th: Thresholds,
+    primary_units: Sequence[int] | None = None,
+    candidate_units: Sequence[int] | None = None,
+) -> _Evidence | _Few:
+    """The log of the ratio of mean costs per request, each mean's variance over units, with a
+    free and a double-priced pseudo-request added to each arm (0 and twice its mean): requests
+    that all cost the same still leave the mean of what comes next unknown."""
     metric, n_p, n_c = "cost_per_request", len(primary), len(candidate)
     if min(n_p, n_c) < th.min_samples_latency:
         return _Few(metric, th.cost_ratio, n_p, n_c, th.min_samples_latency)
-    mean_p, mean_c = mean(primary), mean(candidate)
-    assert mean_p is not None and mean_c is not None  # both arms have samples (checked above)
+    mean_p, mean_c = math.fsum(primary) / n_p, math.fsum(candidate) / n_c
     if mean_p <= 0 or mean_c <= 0:
         return _Few(metric, th.cost_ratio, n_p, n_c, 0, "an arm costs nothing: no ratio")
-    rel_var = _variance(primary, mean_p) / (n_p * mean_p**2) + _variance(candidate, mean_c) / (
-        n_c * mean_c**2
-    )
+    _, var_p, m_p = unit_mean(primary, primary_units, pseudo=mean_p)
+    _, var_c, m_c = unit_mean(candidate, candidate_units, pseudo=mean_c)
+    if min(m_p, m_c) < MIN_EFFECTIVE_UNITS:
+        return _Few(metric, th.cost_ratio, n_p, n_c, 0, _FEW_UNITS)
     return _Evidence(
         metric,
         "log",
         math.log(mean_c / mean_p),
-        math.sqrt(rel_var),
+        math.sqrt(var_p / mean_p**2 + var_c / mean_c**2),
         math.log(th.cost_ratio),
         n_p,
         n_c,
@@ -207,17 +439,31 @@ def _cost(primary: Sequence[float], candidate: Sequence[float], th: Thresholds) 
     )
 
 
-def _score(deltas: Sequence[float], th: Thresholds) -> _Evidence | _Few:
+_FEW_UNITS = (
+    f"fewer than {MIN_EFFECTIVE_UNITS} effective units in an arm: a few users or tenants have "
+    "most of its samples, and their spread says little about the next one"
+)
+
+_SCORE_PSEUDO = 4.5
+"""The distance of the judge score's two pseudo-pairs from the mean delta: half the 1-10 scale,
+as the preference's pseudo-reviews sit at its two ends. A run of equal deltas (judges often
+score in whole or half points) then still has the spread an unseen pair might bring."""
+
+
+def _score(
+    deltas: Sequence[float], th: Thresholds, units: Sequence[int] | None = None
+) -> _Evidence | _Few:
     metric, n = "judge_score", len(deltas)
     if n < th.min_samples_latency:
         return _Few(metric, th.judge_score_drop, n, n, th.min_samples_latency)
-    centre = mean(deltas)
-    assert centre is not None
+    centre, variance, m = unit_mean(deltas, units, pseudo=_SCORE_PSEUDO)
+    if m < MIN_EFFECTIVE_UNITS:
+        return _Few(metric, th.judge_score_drop, n, n, 0, _FEW_UNITS)
     return _Evidence(
         metric,
         "score",
         -centre,
-        math.sqrt(_variance(deltas, centre) / n),
+        math.sqrt(variance),
         th.judge_score_drop,
         n,
         n,
@@ -225,20 +471,33 @@ def _score(deltas: Sequence[float], th: Thresholds) -> _Evidence | _Few:
     )
 
 
-def _preference(preferences: Sequence[float], th: Thresholds) -> _Evidence | _Few:
-    """The candidate's blind preferences against the primary (1, ½ or 0 each)."""
+def _preference(
+    preferences: Sequence[float], th: Thresholds, units: Sequence[int] | None = None
+) -> _Evidence | _Few:
+    """The candidate's blind preferences against the primary (1, ½ or 0 each), with each
+    review's unit (parallel) when known: the variance is then the one over units, as the design
+    effect (clustered over independent) applied at every size."""
     metric, n = "human_preference", len(preferences)
     if n < th.min_samples_reviews:
         return _Few(metric, th.human_preference_drop, n, n, th.min_samples_reviews)
     total = math.fsum(preferences)
     squares = math.fsum(map(operator.mul, preferences, preferences))
+    effect = 1.0
+    if units is not None:
+        _, clustered, m = unit_mean(preferences, units)
+        if m < MIN_EFFECTIVE_UNITS:
+            return _Few(metric, th.human_preference_drop, n, n, 0, _FEW_UNITS)
+        _, independent, _ = unit_mean(preferences)
+        if independent > 0:  # else every review is the same: the pseudo-reviews carry it
+            # at most n: all of them one unit's (whose variance cannot be estimated) is one review
+            effect = min(max(clustered / independent, 1.0), float(n))
 
     def grown(k: float) -> tuple[float, float]:
         # k times the reviews of the same quality, plus one preference each way (1 and 0)
         count, s1, s2 = k * n + 2, k * total + 1, k * squares + 1
         centre = s1 / count
         variance = max(s2 / count - centre * centre, 0.0) * count / (count - 1)
-        return 0.5 - centre, math.sqrt(variance / count)
+        return 0.5 - centre, math.sqrt(variance * effect / count)
 
     estimate, se = grown(1.0)
     share = total / n
@@ -283,10 +542,6 @@ def _floor(candidate: Tally, floor: float, th: Thresholds) -> _Evidence | _Few:
     )
 
 
-def _variance(values: Sequence[float], centre: float) -> float:
-    return math.fsum((v - centre) ** 2 for v in values) / (len(values) - 1)
-
-
 def _verdict(
     evidence: _Evidence | _Few, th: Thresholds, alpha: float, with_needs: bool
 ) -> MetricVerdict:
@@ -314,12 +569,15 @@ def _verdict(
     # The fail bound lies below the estimate (rounding keeps fl(estimate - width) <= estimate),
     # so it can only be beyond the margin when the estimate is: otherwise it is not solved for.
     # Most looks at a healthy candidate are of that kind.
-    fail_low = bounds(e.estimate, e.se, tau, alpha)[0] if e.estimate > e.margin else -math.inf
-    low, high = bounds(e.estimate, e.se, tau, beta)
+    fail_low = e.bounds(tau, alpha)[0] if e.estimate > e.margin else -math.inf
+    low, high = e.bounds(tau, beta)
     shown = e.shown if e.shown is not None else e.estimate
 
     def scaled(value: float) -> float:
         return math.exp(value) if e.kind == "log" else value
+
+    def shown_bound(value: float) -> float | None:
+        return None if math.isinf(value) else scaled(value)
 
     margin = scaled(e.margin)
     if fail_low > e.margin:
@@ -346,8 +604,8 @@ def _verdict(
         e.metric,
         outcome,
         scaled(shown),
-        scaled(low),
-        scaled(high),
+        shown_bound(low),
+        shown_bound(high),
         margin,
         e.n_primary,
         e.n_candidate,
@@ -387,6 +645,16 @@ def _fmt(kind: str, value: float) -> str:
     if kind == "log":
         return f"x{value:.3f}"
     return f"{value:.4g}"
+
+
+def _sorted(
+    values: Sequence[float], units: Sequence[int] | None
+) -> tuple[list[float], list[int] | None]:
+    """`values` sorted, and their units (parallel) in the same order."""
+    if units is None:
+        return sorted(values), None
+    order = sorted(range(len(values)), key=values.__getitem__)
+    return [values[i] for i in order], [units[i] for i in order]
 
 
 def _failures(tally: Tally) -> Tally:
@@ -468,23 +736,47 @@ def judge(
                 "disagreement", primary.noise, candidate.agreement, th.disagreement_increase, th
             )
         )
-    for prefix, p_samples, c_samples in (
-        ("latency", primary.latencies_s, candidate.latencies_s),
-        ("ttft", primary.ttfts_s, candidate.ttfts_s),
-    ):
-        if p_samples or c_samples:
-            p_sorted, c_sorted = sorted(p_samples), sorted(c_samples)
+    for prefix, series in (("latency", "latencies_s"), ("ttft", "ttfts_s")):
+        p_series, c_series = getattr(primary, series), getattr(candidate, series)
+        if p_series or c_series:
+            (p_sorted, p_units), (c_sorted, c_units) = (
+                _sorted(p_series, primary.sample_units.get(series)),
+                _sorted(c_series, candidate.sample_units.get(series)),
+            )
+            p_totals = None if p_units is None else Counter(p_units)
+            c_totals = None if c_units is None else Counter(c_units)
             for q in (0.5, 0.95):
                 plan.append(
-                    partial(_quantile, f"{prefix}_p{round(q * 100)}", p_sorted, c_sorted, q, th)
+                    partial(
+                        _quantile,
+                        f"{prefix}_p{round(q * 100)}",
+                        p_sorted,
+                        c_sorted,
+                        q,
+                        th,
+                        p_units,
+                        c_units,
+                        p_totals,
+                        c_totals,
+                    )
                 )
     if primary.costs_usd or candidate.costs_usd:
-        plan.append(lambda: _cost(primary.costs_usd, candidate.costs_usd, th))
+        plan.append(
+            lambda: _cost(
+                primary.costs_usd,
+                candidate.costs_usd,
+                th,
+                primary.sample_units.get("costs_usd"),
+                candidate.sample_units.get("costs_usd"),
+            )
+        )
     if candidate.judge_deltas:
-        plan.append(lambda: _score(candidate.judge_deltas, th))
+        plan.append(
+            lambda: _score(candidate.judge_deltas, th, candidate.sample_units.get("judge_deltas"))
+        )
     preferences = candidate.preferences
     if preferences is not None:
-        plan.append(lambda: _preference(preferences, th))
+        plan.append(lambda: _preference(preferences, th, candidate.sample_units.get("preferences")))
     p_adapt, c_adapt = primary.adaptation or (0, 0), candidate.adaptation or (0, 0)
     if p_adapt[1] or c_adapt[1]:
         plan.append(

@@ -280,14 +280,20 @@ async def low_traffic_rollout(
 
 
 def arrivals(store: Store, start: datetime, seconds: int, per_s: float, **canary: Any) -> None:
-    """`per_s` requests per second on each arm for `seconds` from `start`."""
+    """`per_s` requests per second on each arm for `seconds` from `start`, their durations
+    spread over 0.2-0.3 s (a judge never passes a latency that has no spread at all)."""
     every = 1 / per_s
     records = []
     for i in range(int(seconds * per_s)):
         at = start + timedelta(seconds=i * every)
-        records.append(make_record(route="bot", target="prod", arm=Arm.PRIMARY, started_at=at))
+        spread = {"duration_s": 0.2 + 0.1 * (i * 7919 % 1000) / 1000}
         records.append(
-            make_record(route="bot", target="cand", arm=Arm.CANARY, started_at=at, **canary)
+            make_record(route="bot", target="prod", arm=Arm.PRIMARY, started_at=at, **spread)
+        )
+        records.append(
+            make_record(
+                route="bot", target="cand", arm=Arm.CANARY, started_at=at, **(spread | canary)
+            )
         )
     store.write_batch(records)
 
