@@ -654,6 +654,8 @@ class Gateway:
             decider=lambda: self.controller.leading,
             windows=self.controller.windows,
             eval_runs=EvalStore(self.store),
+            probes=self.probe_results,
+            plans={},
         )
         api.state.experiment_manager = self.experiments
         api.state.feedback_service = self.feedback

@@ -76,6 +76,7 @@ from proxy.store import (
 )
 
 from .budget import RolloutBudget, epoch_order, rollout_budget
+from .eta import step_since
 from .evidence import (
     active_epochs,
     agreement_tallies,
@@ -692,11 +693,7 @@ class RolloutController:
         known = self._step_starts.get(state.route)
         if known is not None and known[:2] == (state.rollout_id, state.step):
             return known[2]
-        since = state.started_at
-        for event in self.manager.store.events(state.route, 50):
-            if event["rollout_id"] == state.rollout_id and event["action"] in ("start", "advance"):
-                since = max(state.started_at, datetime.fromisoformat(event["at"]))
-                break
+        since = step_since(state, self.manager.store.events(state.route, 50)) or state.started_at
         self._step_starts[state.route] = (state.rollout_id, state.step, since)
         return since
 
