@@ -231,7 +231,7 @@ async def one_rollout(route: str, request: Request) -> dict[str, Any]:
     eta = None
     if state.phase in ACTIVE:
         try:
-            eta = await _eta(parts, route, state, events, verdicts)
+            eta = await rollout_forecast(parts, route, state, events, verdicts)
         except StoreUnavailableError as exc:
             log.warning("rollout forecast unavailable: %s", exc)
     return {
@@ -244,14 +244,17 @@ async def one_rollout(route: str, request: Request) -> dict[str, Any]:
     }
 
 
-async def _eta(
+async def rollout_forecast(
     parts: RolloutParts,
     route: str,
     state: RolloutState,
     events: list[dict[str, Any]],
     verdicts: list[dict[str, Any]],
 ) -> dict[str, Any] | None:
-    """`eta`: the running rollout's forecast (`proxy.rollout.eta`)."""
+    """`eta` of `GET /admin/rollouts/{route}`: the running rollout's forecast
+    (`proxy.rollout.eta`) from its transitions and verdicts (newest first), the plan at the
+    route's last hour of traffic and the probe budget; the console shows the same. Raises
+    `StoreUnavailableError`."""
     spec = parts.manager.config.routes[route]
     if spec.canary is None or not events:
         return None

@@ -55,6 +55,8 @@ class RolloutEta:
 
     def summary(self) -> str:
         """`this step passes in ~27 min, promotion in ~35 min (p90 52 min); held by error_rate`."""
+        if self.held_by is not None and self.held_by.name == "paused":
+            return "paused: the step moves on only after a resume"
         step = "this step cannot pass as it stands" if self.step_s is None else (
             f"this step passes in ~{duration_text(self.step_s)}"
         )  # fmt: skip
