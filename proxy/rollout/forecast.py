@@ -33,6 +33,8 @@ from analyzers.sequential import offset
 GRID_RATIO = 1.04
 """Successive answer counts of the simulated grid differ by 4 %: finer than the spread of the
 times it measures."""
+SKIP_SIGMAS = 4.0
+"""How far below its walk's spread a metric's limit may be for the walk to start there."""
 GRID_SPAN = 8.0
 """The grid reaches this many times the largest noise-free need; a run not passed by then is
 counted there (the p90 is then a lower bound, rare at the spans the judge needs)."""
@@ -53,6 +55,13 @@ class MetricCurve:
     """The confidence sequence's mixing scale."""
     least: int
     """Fewer answers than this are inconclusive (the metric's minimum sample)."""
+    share: float | None = None
+    """A rate's share of bad events (both arms alike): then the walk counts events, so that a
+    run with more of them early has both a higher estimate and a wider bound, as the judge's
+    adjusted rates do (a rate near 0 is skewed: a Gaussian walk would make its tail too thin).
+    None: the Gaussian walk."""
+    ratio: float = 1.0
+    """With `share`: the baseline's answers per candidate answer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +87,12 @@ def simulate_step(
     draws of several steps add up run by run)."""
     rng = random.Random(seed)
     grids = [_grid(channel, beta) for channel in channels]
+    tables = [[_OffsetTable(m.tau, beta) for m in channel.metrics] for channel in channels]
     times: list[float] = []
     for _ in range(runs):
         took = 0.0
-        for channel, (counts, limits) in zip(channels, grids, strict=True):
-            n = _first_pass(counts, limits, rng)
+        for channel, (counts, limits), offsets in zip(channels, grids, tables, strict=True):
+            n = _first_pass(channel.metrics, counts, limits, offsets, rng)
             took = max(took, _arrival(rng, n, channel.rate_per_s))
         # The pass is seen at the next look; the step lasts at least step_interval_s.
         took = max(step_interval_s, took + rng.uniform(0.0, interval_s))
@@ -117,24 +127,94 @@ def _grid(channel: Channel, beta: float) -> tuple[list[int], list[list[float]]]:
     return counts, limits
 
 
-def _first_pass(counts: list[int], limits: list[list[float]], rng: random.Random) -> int:
-    """The first count at which every metric's walk is below its limit (the last count if
-    none)."""
+def _first_pass(
+    metrics: Sequence[MetricCurve],
+    counts: list[int],
+    limits: list[list[float]],
+    offsets: Sequence[_OffsetTable],
+    rng: random.Random,
+) -> int:
+    """The first count at which every metric passes at once (the last count if none): a
+    Gaussian metric when its walk is below its limit; a rate when its adjusted difference of
+    event counts plus the bound's width is within the margin."""
     if not limits or not limits[0]:
         return counts[0]
+    # Below the first count where every metric's limit is within SKIP_SIGMAS of its walk's
+    # spread, a pass is a one-in-thirty-thousand event: the walk starts there, in one draw.
+    start = next(
+        (j for j, (c, row) in enumerate(zip(counts, limits, strict=True))
+         if all(limit >= -SKIP_SIGMAS * math.sqrt(c) for limit in row)),
+        len(counts) - 1,
+    )  # fmt: skip
     walks = [0.0] * len(limits[0])
-    before = 0
-    for count, row in zip(counts, limits, strict=True):
-        step = math.sqrt(count - before)
+    events = [[0, 0] for _ in metrics]  # a rate's (candidate, baseline) bad events
+    before = 0  # the first step draws B(counts[start]) whole
+    for count, row in zip(counts[start:], limits[start:], strict=True):
+        grown = count - before
+        step = math.sqrt(grown)
         before = count
         passing = True
         for i, limit in enumerate(row):
-            walks[i] += step * rng.gauss(0.0, 1.0)
-            if walks[i] > limit:
-                passing = False
+            m = metrics[i]
+            if m.share is None:
+                walks[i] += step * rng.gauss(0.0, 1.0)
+                passing = passing and walks[i] <= limit
+                continue
+            tally = events[i]
+            tally[0] += _poisson(rng, m.share * grown)
+            tally[1] += _poisson(rng, m.share * m.ratio * grown)
+            if passing and limit > -math.inf:
+                passing = _rate_passes(m, tally, count, offsets[i])
         if passing:
             return count
     return counts[-1]
+
+
+def _rate_passes(m: MetricCurve, tally: list[int], count: int, offsets: _OffsetTable) -> bool:
+    """The judge's adjusted rates (one event and one non-event added to each arm)."""
+    n_c, n_p = count, count * m.ratio
+    p_c, p_p = (tally[0] + 1) / (n_c + 2), (tally[1] + 1) / (n_p + 2)
+    se = math.sqrt(p_c * (1 - p_c) / (n_c + 2) + p_p * (1 - p_p) / (n_p + 2))
+    margin = max(m.margin, 0.0)
+    return p_c - p_p + offsets(se) <= margin
+
+
+class _OffsetTable:
+    """`offset(se, tau, beta)` on a log grid of standard errors, interpolated (it is smooth in
+    se, and solving it afresh at every point of every run would cost a Newton solve each)."""
+
+    LOW, HIGH, POINTS = 1e-6, 10.0, 400
+
+    def __init__(self, tau: float, beta: float) -> None:
+        self.log_low = math.log(self.LOW)
+        self.step = (math.log(self.HIGH) - self.log_low) / (self.POINTS - 1)
+        self.tau, self.beta = tau, beta
+        self.values: list[float] | None = None
+
+    def __call__(self, se: float) -> float:
+        if self.values is None:  # built when a rate first asks
+            self.values = [
+                offset(math.exp(self.log_low + i * self.step), self.tau, self.beta)
+                for i in range(self.POINTS)
+            ]
+        x = (math.log(max(se, self.LOW)) - self.log_low) / self.step
+        i = min(self.POINTS - 2, int(x))
+        frac = min(1.0, x - i)
+        return self.values[i] + frac * (self.values[i + 1] - self.values[i])
+
+
+def _poisson(rng: random.Random, mean: float) -> int:
+    """A Poisson count: by multiplying uniforms for small means, by its normal approximation
+    above 30."""
+    if mean <= 0:
+        return 0
+    if mean > 30:
+        return max(0, round(rng.gauss(mean, math.sqrt(mean))))
+    limit, k, product = math.exp(-mean), 0, rng.random()
+    while product > limit:
+        k += 1
+        product *= rng.random()
+    return k
 
 
 def _arrival(rng: random.Random, n: int, rate_per_s: float) -> float:

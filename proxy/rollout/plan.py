@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from analyzers.judge_stats import judge
 from analyzers.verdicts import ArmWindow, MetricVerdict, Outcome, Tally, Thresholds
@@ -112,13 +112,23 @@ _Arms = tuple[ArmWindow, ArmWindow, dict[str, Tally], dict[str, Tally]]
 """(primary, candidate, primary's check tallies, candidate's)."""
 
 
+def _sorted(profile: TrafficProfile) -> TrafficProfile:
+    return replace(
+        profile,
+        latencies_s=tuple(sorted(profile.latencies_s)),
+        ttfts_s=tuple(sorted(profile.ttfts_s)),
+        costs_usd=tuple(sorted(profile.costs_usd)),
+    )
+
+
 def _arms(profile: TrafficProfile, n_canary: int, weight: float) -> _Arms:
     # The baseline's answers over the same time, at most PRIMARY_CAP times the canary's: beyond
     # that its share of the spread is below 5 % and the plan would only grow slower.
     ratio = (100 - weight) / weight if weight < 100 else 1.0
     n_primary = max(1, round(n_canary * min(ratio, PRIMARY_CAP)))
     share = profile.errors / profile.requests if profile.requests else 0.0
-    lat, ttft, cost = (sorted(v) for v in (profile.latencies_s, profile.ttfts_s, profile.costs_usd))
+    # The profile's samples are sorted once per plan (`_sorted`), not on every look.
+    lat, ttft, cost = profile.latencies_s, profile.ttfts_s, profile.costs_usd
 
     def arm(n: int) -> ArmWindow:
         return ArmWindow(
@@ -219,7 +229,9 @@ def _needed(look: _Look, most: int) -> dict[str, int | None]:
             break
         low, n = n, n * 2
     found.update(dict.fromkeys(pending, None))
-    return found
+    # By name: the forecast draws each metric's noise in this order, so the same profile gives
+    # the same forecast in every process (a set's order is not).
+    return dict(sorted(found.items()))
 
 
 def _bisect(look: _Look, name: str, low: int, high: int) -> int:
@@ -241,8 +253,15 @@ _ADAPTATION_FLOOR_TAU = 0.1
 """…and the adaptation floor's own (`rule_adaptation:min_adaptation`)."""
 
 
-def _curves(look: _Look, needs: Mapping[str, int | None], th: Thresholds) -> list[MetricCurve]:
-    """Each metric's estimate and noise, read off its noise-free verdict where it first passes."""
+def _curves(
+    look: _Look,
+    needs: Mapping[str, int | None],
+    th: Thresholds,
+    shares: Mapping[str, tuple[float, float]] | None = None,
+) -> list[MetricCurve]:
+    """Each metric's estimate and noise, read off its noise-free verdict where it first passes.
+    `shares`: per rate metric, (its share of bad events, baseline answers per candidate answer),
+    for the walk that counts events."""
     beta = 1.0 - th.pass_confidence
     curves: list[MetricCurve] = []
     by_need: dict[int, dict[str, MetricVerdict]] = {}
@@ -268,10 +287,30 @@ def _curves(look: _Look, needs: Mapping[str, int | None], th: Thresholds) -> lis
             else th.min_samples_rate
         )
         centre, width = (low + high) / 2, (high - low) / 2
+        share, ratio = (shares or {}).get(name, (None, 1.0))
         curves.append(
-            MetricCurve(name, centre, sigma_for(width, need, tau, beta), margin, tau, least)
+            MetricCurve(
+                name,
+                centre,
+                sigma_for(width, need, tau, beta),
+                margin,
+                tau,
+                least,
+                share=share,
+                ratio=ratio,
+            )
         )
     return curves
+
+
+def _rate_shares(profile: TrafficProfile, weight: float) -> dict[str, tuple[float, float]]:
+    """The error rate's and each check's share of bad events, with the planned arms' ratio."""
+    ratio = min((100 - weight) / weight, PRIMARY_CAP) if weight < 100 else 1.0
+    shares = {"error_rate": (profile.errors / profile.requests if profile.requests else 0.0, ratio)}
+    for name, (passed, total) in profile.checks.items():
+        if total:
+            shares[f"check_pass_rate:{name}"] = (1 - passed / total, ratio)
+    return shares
 
 
 def plan_rollout(
@@ -292,6 +331,7 @@ def plan_rollout(
         th = th.model_copy(update={"min_samples_rate": analysis.min_samples})
     metrics = frozenset(analysis.metrics)
     probed = probes is not None and "rule_adaptation" in metrics
+    profile = _sorted(profile)
     judging = _Judging(
         th,
         metrics,
@@ -312,7 +352,9 @@ def plan_rollout(
         probe_needs = _needed(look, max(2, math.floor(per_s * horizon_s)))
         if per_s > 0 and all(n is not None for n in probe_needs.values()):
             need = max((n or 0) for n in probe_needs.values())
-            probe_channel = Channel(per_s, tuple(_curves(look, probe_needs, th)), need)
+            stuck, scored = profile.probes or (0, 0)
+            shares = {"rule_adaptation": (stuck / scored if scored else 0.0, 1.0)}
+            probe_channel = Channel(per_s, tuple(_curves(look, probe_needs, th, shares)), need)
         else:
             probe_needs = dict.fromkeys(probe_needs or ("rule_adaptation",))
     judged = [w for w in canary.steps if w < 100] or canary.steps[:1]
@@ -341,7 +383,8 @@ def plan_rollout(
         least = max(canary.step_interval_s, *((t or 0.0) for t in times.values()))
         traffic = {m: n for m, n in needs.items() if not m.startswith("rule_adaptation")}
         largest = max((n or 0 for n in traffic.values()), default=1)
-        channels = [Channel(canary_per_s, tuple(_curves(look, traffic, th)), largest)]
+        curves = _curves(look, traffic, th, _rate_shares(profile, weight))
+        channels = [Channel(canary_per_s, tuple(curves), largest)]
         if index == 0 and probe_channel is not None:
             channels.append(probe_channel)
         drawn = simulate_step(
