@@ -380,7 +380,7 @@ def plan_rollout(
             steps.append(StepPlan(weight, canary_per_s, needs, None, missing[0]))
             continue
         holding = max(times, key=lambda m: times[m] or 0.0, default=None)
-        least = max(canary.step_interval_s, *((t or 0.0) for t in times.values()))
+        least = max([canary.step_interval_s, *((t or 0.0) for t in times.values())])
         traffic = {m: n for m, n in needs.items() if not m.startswith("rule_adaptation")}
         largest = max((n or 0 for n in traffic.values()), default=1)
         curves = _curves(look, traffic, th, _rate_shares(profile, weight))

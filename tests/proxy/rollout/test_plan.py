@@ -106,3 +106,14 @@ def test_rule_adaptation_not_judged_gives_no_probe_advice() -> None:
         "bot", profile(2.0), CanarySpec(model="c"), probes=_probes(sample=0)
     )
     assert "none are sampled" in none_sampled.advice[-1]
+
+
+def test_a_step_with_no_metric_of_the_profile_lasts_its_interval() -> None:
+    # Only disagreement is judged, and the profile holds no pairs: nothing to wait for.
+    canary = CanarySpec.model_validate(
+        {"model": "cand", "steps": [50], "step_interval_s": 60,
+         "analysis": {"metrics": ["disagreement"]}}
+    )  # fmt: skip
+    (step,) = plan_rollout("bot", profile(2.0), canary).steps
+    assert step.needs == {} and step.least_s == 60
+    assert step.duration_s is not None and step.duration_s >= 60
