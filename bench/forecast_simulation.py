@@ -184,6 +184,8 @@ def simulate(rate: float, seed: int, probes: bool, reviews: bool, horizon_s: flo
                 ArmWindow(0, 0), ArmWindow(0, 0, preferences=tuple(preferences)), th,
                 with_needs=False, budget=budget.reviews,
             )  # fmt: skip
+        gating = set(analysis.metrics)
+        verdicts = [v for v in verdicts if v.metric.partition(":")[0] in gating]
         if any(v.outcome is Outcome.FAIL for v in verdicts):
             streak += 1
             if streak >= analysis.failure_limit:

@@ -565,6 +565,11 @@ class RolloutController:
                 probe_look, verdicts = self._judge_probes(
                     rule, arms, state.started_at, thresholds, budget, now
                 )
+                if not verdicts:  # only when probes.targets leave a model out
+                    warnings.append(
+                        f"rule_adaptation left out: probes.targets of rule {rule} do not "
+                        f"include both {arms.baseline} and {arms.candidate}"
+                    )
                 scoped.extend((f"{PROBE_SCOPE}{rule}", v) for v in verdicts)
                 spans.extend([(now - state.started_at).total_seconds()] * len(verdicts))
         if judges_reviews:

@@ -595,6 +595,25 @@ def test_a_probed_rule_with_no_probe_results_holds_the_step_and_says_why(store: 
     assert "no scored rule-flip probe of prod or cand" in adaptation["reason"]
 
 
+def test_probe_targets_without_the_candidate_leave_rule_adaptation_out_with_a_warning(
+    store: Store,
+) -> None:
+    config_text = PROBED.replace("values: [150]", "values: [150]\n      targets: [prod]")
+
+    async def scenario() -> tuple[list[Any], list[dict[str, Any]], Any]:
+        clock = Clock()
+        controller, manager, _ = await probed_rollout(store, clock, CapturedAlerts(), config_text)
+        arrivals(store, clock.now, 1200, 1.0)
+        clock.now += timedelta(seconds=1200)
+        changes = await controller.tick(force=True)
+        return changes, manager.store.recent_verdicts("bot"), manager.store.load_memory("bot")
+
+    changes, rows, memory = asyncio.run(scenario())
+    assert changes[0].after.phase is Phase.PROMOTED  # it can never be measured: not a hold
+    assert "rule_adaptation" not in {r["metric"] for r in rows}
+    assert any("probes.targets of rule shipping" in w for w in memory.warnings)
+
+
 def test_a_probe_budget_spent_before_the_start_holds_the_step_until_it_frees(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
