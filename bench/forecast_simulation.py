@@ -276,6 +276,7 @@ def aa_table(
         back = sum(r.rolled_back for r in results)
         promoted = sum(r.promoted_s is not None for r in results)
         lines.append(f"| {rate:g}/s | {back} of {runs} ({back / runs:.1%}) | {promoted} |")
+        print(lines[-1], file=sys.stderr, flush=True)  # a long run shows its progress
     return lines
 
 
