@@ -670,6 +670,7 @@ def judge(
     sequences: int = 1,
     with_needs: bool = True,
     min_adaptation: float | None = None,
+    budget: float = 1.0,
 ) -> list[MetricVerdict]:
     """Judge `candidate` against `primary` over the same evidence (since a step began, or a rule
     epoch), as often as the caller likes.
@@ -687,9 +688,14 @@ def judge(
     order, checks by name; windows with nothing in them give no verdicts at all.
     `with_needs=False` leaves `needs` of inconclusive verdicts unknown (None), for callers that
     only want the decisions (the simulation): it is the costliest part of a look.
-    Raises ValueError for `sequences` below 1."""
+    `budget`: the share of `false_rollback_rate` this call may spend (0 < budget <= 1), when the
+    caller splits one rollout's budget over several calls (traffic, rule epochs, probes,
+    reviews: `proxy.rollout.budget`).
+    Raises ValueError for `sequences` below 1 or `budget` outside (0, 1]."""
     if sequences < 1:
         raise ValueError(f"sequences must be >= 1, got {sequences}")
+    if not 0.0 < budget <= 1.0:
+        raise ValueError(f"budget must be in (0, 1], got {budget}")
     th = thresholds
     plan: list[Callable[[], _Evidence | _Few]] = []
     if primary.requests or candidate.requests:
@@ -794,5 +800,5 @@ def judge(
 
     if not plan:  # empty windows: nothing to judge, which holds the rollout
         return []
-    alpha = th.false_rollback_rate / (len(plan) * sequences)
+    alpha = th.false_rollback_rate * budget / (len(plan) * sequences)
     return [_verdict(run(), th, alpha, with_needs) for run in plan]

@@ -13,7 +13,7 @@ from .feedback import FeedbackService, RecentExchanges, feedback_router
 from .feedback_auth import FeedbackAuth
 from .outcomes import OutcomeService, RecentOperations, outcome_router
 from .public import PublicParts, public_router
-from .rollouts import RolloutParts, rollout_router, state_json
+from .rollouts import RolloutParts, rollout_forecast, rollout_router, state_json
 from .token_buckets import TokenBuckets
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "probe_scores",
     "public_router",
     "read_limited",
+    "rollout_forecast",
     "rollout_router",
     "state_json",
 ]

@@ -7,10 +7,13 @@ passes the `Host`, `Origin` and JSON checks of `proxy.api.doors`.
                                                id (host:pid) and `decider` (true on the one
                                                replica that judges now)
     GET  /admin/rollouts/{route}               one route: state, live routing, transitions, verdicts
-                                               (with needs and eta_s), warnings
+                                               (with needs and eta_s), warnings, and `eta`: when
+                                               the step passes and the candidate is promoted
+                                               (median and p90) and what holds the step
     GET  /admin/rollouts/{route}/verdicts      the judge's recent verdicts (?limit=, at most 1000)
     GET  /admin/rollouts/{route}/plan          can the canary's steps pass at the route's recent
-                                               traffic (?since=1h), how long each takes, advice
+                                               traffic (?since=1h, or the span that has data),
+                                               how long each takes (median and p90), advice
     POST /admin/rollouts/{route}/{action}      start | pause | resume | promote | abort | rollback
                                                | restore
                                                JSON body {} or {"reason": "..."}; a rollback
@@ -30,8 +33,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -62,18 +66,25 @@ from proxy.rollout import (
     RouteUnknownError,
     TrafficProfile,
     TransitionConflictError,
+    eta_json,
     offline_evidence,
     offline_status,
     plan_rollout,
+    probe_budget_until,
+    rollout_eta,
+    step_since,
     traffic_profile,
 )
-from proxy.store import EvalStore, JudgeWindows, StoreUnavailableError
+from proxy.store import Arms, EvalStore, JudgeWindows, ProbeStore, StoreUnavailableError
 
 from .admin import read_limited, require_admin
 from .errors import PhaseConflict, store_unavailable
 
 log = logging.getLogger("mirrorgate.rollout_api")
 
+PLAN_CACHE_S = 60.0
+"""How long the status's forecast reuses a plan of the route's traffic (a plan reads the last
+hour and simulates each step: worth keeping for a minute, not for a step)."""
 MAX_REASON_BODY = 16 * 1024
 MAX_ALERTMANAGER_BODY = 1024 * 1024
 """Alertmanager batches at most a group's alerts; a megabyte is far beyond any real payload."""
@@ -123,6 +134,7 @@ def plan_json(
     return {
         "route": plan.route,
         "since": since,
+        "span_s": None if profile.span_s is None else round(profile.span_s),
         "traffic": {
             "rate_per_s": round(profile.rate_per_s, 4),
             "requests": profile.requests,
@@ -135,15 +147,24 @@ def plan_json(
                 "canary_per_s": round(step.canary_per_s, 4),
                 "needs": dict(step.needs),
                 "duration_s": None if step.duration_s is None else round(step.duration_s),
+                "duration_p90_s": _rounded(step.duration_p90_s),
+                "least_s": _rounded(step.least_s),
                 "holding": step.holding,
             }
             for step in plan.steps
         ],
         "total_s": None if plan.total_s is None else round(plan.total_s),
+        "total_p90_s": _rounded(plan.total_p90_s),
+        "probe_per_s": round(plan.probe_per_s, 5),
+        "not_forecast": list(plan.not_forecast),
         "can_pass": plan.total_s is not None,
         "advice": list(plan.advice),
         "warnings": [problem.message for problem in warnings],
     }
+
+
+def _rounded(value: float | None) -> int | None:
+    return None if value is None else round(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +179,10 @@ class RolloutParts:
     decider: Callable[[], bool] = lambda: False
     windows: JudgeWindows | None = None
     eval_runs: EvalStore | None = None
+    probes: ProbeStore | None = None
+    """The rule-flip probes' results: the plan's baseline adaptation and the probe budget."""
+    plans: dict[str, tuple[float, RolloutPlan]] | None = None
+    """route → (when made, by the monotonic clock; plan): the status's forecast, `PLAN_CACHE_S`."""
 
 
 def rollout_parts(request: Request) -> RolloutParts:
@@ -203,13 +228,67 @@ async def one_rollout(route: str, request: Request) -> dict[str, Any]:
     if memory is not None and memory.rollout_id == state.rollout_id:
         warnings += [w for w in memory.warnings if w not in warnings]
     offline = await _offline(parts, route, events, state.rollout_id)
+    eta = None
+    if state.phase in ACTIVE:
+        try:
+            eta = await rollout_forecast(parts, route, state, events, verdicts)
+        except StoreUnavailableError as exc:
+            log.warning("rollout forecast unavailable: %s", exc)
     return {
         **state_json(state, parts.routes),
+        "eta": eta,
         "transitions": events,
         "verdicts": verdicts,
         "warnings": warnings,
         "offline_evidence": offline,
     }
+
+
+async def rollout_forecast(
+    parts: RolloutParts,
+    route: str,
+    state: RolloutState,
+    events: list[dict[str, Any]],
+    verdicts: list[dict[str, Any]],
+) -> dict[str, Any] | None:
+    """`eta` of `GET /admin/rollouts/{route}`: the running rollout's forecast
+    (`proxy.rollout.eta`) from its transitions and verdicts (newest first), the plan at the
+    route's last hour of traffic and the probe budget; the console shows the same. Raises
+    `StoreUnavailableError`."""
+    spec = parts.manager.config.routes[route]
+    if spec.canary is None or not events:
+        return None
+    now = datetime.now(UTC)
+    since = step_since(state, events) or now
+    plan = await _cached_plan(parts, route, now)
+    until = None
+    rule = parts.manager.config.rule_of(route)
+    probes = parts.manager.config.rules[rule].probes if rule is not None else None
+    if parts.probes is not None and probes is not None and state.baseline and state.candidate:
+        until = await asyncio.to_thread(
+            probe_budget_until,
+            parts.probes,
+            rule or "",
+            probes,
+            (state.baseline, state.candidate),
+            now,
+        )
+    eta = rollout_eta(state, spec.canary, verdicts, plan, since, now, probe_until=until)
+    return eta_json(eta)
+
+
+async def _cached_plan(parts: RolloutParts, route: str, now: datetime) -> RolloutPlan | None:
+    cache = parts.plans
+    made = cache.get(route) if cache is not None else None
+    if made is not None and time.monotonic() - made[0] < PLAN_CACHE_S:
+        return made[1]
+    try:
+        planned, _ = await _plan(parts, route, "1h", now)
+    except RequestError:
+        return None
+    if cache is not None:
+        cache[route] = (time.monotonic(), planned)
+    return planned
 
 
 async def _offline(
@@ -238,13 +317,25 @@ async def verdicts(route: str, request: Request, limit: int = 100) -> dict[str, 
 @rollout_router.get("/admin/rollouts/{route}/plan")
 async def plan(route: str, request: Request, since: str = "1h") -> dict[str, Any]:
     parts = rollout_parts(request)
-    manager, windows = parts.manager, parts.windows
+    manager = parts.manager
     spec = manager.config.routes.get(route)
     if spec is None:
         raise NotFound(f"no route '{route[:200]}'")
     if spec.canary is None:
         raise RequestError(f"route '{route[:200]}' has no canary to plan")
-    now = datetime.now(UTC)
+    planned, profile = await _plan(parts, route, since, datetime.now(UTC))
+    return plan_json(planned, profile, since, rollout_warnings(manager.config, route))
+
+
+async def _plan(
+    parts: RolloutParts, route: str, since: str, now: datetime
+) -> tuple[RolloutPlan, TrafficProfile]:
+    """The plan of the route's canary at its traffic since `since` — or since its oldest
+    exchange, when the gateway is younger than that: the rate is measured over the span that
+    has data (`span_s`). Raises RequestError (400) for a bad `since` or no store."""
+    manager, windows = parts.manager, parts.windows
+    spec = manager.config.routes[route]
+    assert spec.canary is not None
     try:
         start = parse_since(since[:100], now)
     except ValueError as exc:
@@ -253,18 +344,53 @@ async def plan(route: str, request: Request, since: str = "1h") -> dict[str, Any
         raise RequestError("this gateway has no store to read recent traffic from")
     rule = manager.config.rule_of(route)
     state = manager.state(route)
-    baseline = state.baseline if state.phase in ACTIVE and state.baseline else spec.primary
+    active = state.phase in ACTIVE and state.baseline
+    baseline = state.baseline if active and state.baseline else spec.primary
+    candidate = state.candidate if active and state.candidate else ""
+    probes = manager.config.rules[rule].probes if rule is not None else None
     try:
         profile = await asyncio.to_thread(
-            traffic_profile, windows, route, baseline, rule, start, now
+            _profile, windows, parts.probes, route, baseline, candidate, rule, start, now
         )
     except StoreUnavailableError as exc:
         raise store_unavailable(exc, "the store cannot be read") from exc
-    probes = manager.config.rules[rule].probes if rule is not None else None
     planned = await asyncio.to_thread(
         partial(plan_rollout, route, profile, spec.canary, probes=probes)
     )
-    return plan_json(planned, profile, since, rollout_warnings(manager.config, route))
+    return planned, profile
+
+
+def _profile(
+    windows: JudgeWindows,
+    probes: ProbeStore | None,
+    route: str,
+    baseline: str,
+    candidate: str,
+    rule: str | None,
+    start: datetime,
+    now: datetime,
+) -> TrafficProfile:
+    """The baseline's traffic profile since `start` (blocking), its rate measured over the span
+    that has data, of the route's whole traffic (both arms while a rollout runs: the plan's
+    shares are of the route), and the baseline's rule-flip probes."""
+    arms = Arms(route, baseline, candidate)
+    total = windows.count_exchanges(arms, start)
+    # The oldest exchange since `start`, of either arm: a young gateway's data begins there.
+    firsts = [
+        windows.nth_newest_start(arms, arm, start, count)
+        for arm, (count, _) in windows.served_counts(arms, start).items()
+        if count
+    ]
+    oldest = min((f for f in firsts if f is not None), default=None)
+    began = max(start, oldest) if oldest is not None else start
+    span = max((now - began).total_seconds(), 1.0)
+    profile = traffic_profile(windows, route, baseline, rule, start, now)
+    tally = None
+    if probes is not None and rule is not None:
+        seen = probes.tallies(rule, since=start, targets=[baseline]).get(baseline)
+        if seen is not None and seen.probes:
+            tally = (seen.stuck + seen.other, seen.probes)
+    return replace(profile, rate_per_s=total / span, span_s=span, probes=tally)
 
 
 @rollout_router.post("/admin/rollouts/{route}/{action}")

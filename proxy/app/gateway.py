@@ -232,6 +232,7 @@ class Gateway:
                 self.sinks,
                 overload=self.shadows.overload if self.shadows is not None else None,
                 max_pending=config.server.max_shadow_calls,
+                fleet=ProbeStore(self.store),
             )
         self._cpu_clock = cpu_clock
         self._freeze_gc = freeze_gc
@@ -660,6 +661,8 @@ class Gateway:
             decider=lambda: self.controller.leading,
             windows=self.controller.windows,
             eval_runs=EvalStore(self.store),
+            probes=self.probe_results,
+            plans={},
         )
         api.state.experiment_manager = self.experiments
         api.state.feedback_service = self.feedback

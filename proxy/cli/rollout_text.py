@@ -32,6 +32,9 @@ def render_action(action: str, body: Mapping[str, Any]) -> str:
 def render_status(body: Mapping[str, Any]) -> str:
     """One route in full: state, recent transitions, the latest verdict of each metric."""
     lines = [f"route {body.get('route', '?')}: {_phase_line(body)}", *_state_lines(body)]
+    eta = _mapping(body.get("eta"))
+    if eta.get("summary"):
+        lines.append(f"  forecast     {eta['summary']}")
     lines += _transition_lines(_rows(body.get("transitions")))
     lines += _verdict_lines(_rows(body.get("verdicts")), body.get("rollout_id"))
     lines += _offline_lines(_mapping(body.get("offline_evidence")))
@@ -45,36 +48,59 @@ def render_plan(body: Mapping[str, Any]) -> str:
     """`rollout plan`: the route's recent traffic, each step's time and what holds it, advice."""
     traffic = _mapping(body.get("traffic"))
     rate = traffic.get("rate_per_s")
-    lines = [
-        f"route {body.get('route', '?')}: plan on the last {body.get('since', '?')} of traffic "
-        f"({_num(rate, '.3g')} req/s on the primary, {traffic.get('requests', 0)} requests)"
-    ]
-    rows = [("STEP", "CANARY/S", "TAKES", "HELD LONGEST BY", "NEEDS")]
+    span, since = body.get("span_s"), body.get("since", "?")
+    counted = f"{_num(rate, '.3g')} req/s on the route, {traffic.get('requests', 0)} requests"
+    if isinstance(span, int | float) and span < 0.95 * _since_s(since):
+        # A young gateway: the rate is measured over the data there is, and says so.
+        head = f"plan on the {_duration(span)} of traffic there is (of the last {since} asked; "
+    else:
+        head = f"plan on the last {since} of traffic ("
+    lines = [f"route {body.get('route', '?')}: {head}{counted})"]
+    rows = [("STEP", "CANARY/S", "TAKES", "P90", "HELD LONGEST BY", "NEEDS")]
     for step in _rows(body.get("steps")):
         needs = _mapping(step.get("needs"))
         holding = str(step.get("holding") or "-")
         duration = step.get("duration_s")
         took = _duration(duration) if isinstance(duration, int | float) else "does not pass"
         count = needs.get(holding)
+        p90 = step.get("duration_p90_s")
+        unit = "probes per model" if holding.startswith("rule_adaptation") else "canary answers"
         rows.append(
             (
                 _pct(step.get("weight_percent")),
                 _num(step.get("canary_per_s"), ".3g"),
                 took,
+                _duration(p90) if isinstance(p90, int | float) else "-",
                 holding,
-                f"{count} canary answers" if isinstance(count, int) else "-",
+                f"{count} {unit}" if isinstance(count, int) else "-",
             )
         )
     lines += [f"  {r}" for r in _columns(rows)]
-    total = body.get("total_s")
-    lines.append(
-        f"promoted after about {_duration(total)}"
-        if isinstance(total, int | float)
-        else "cannot be promoted at this traffic with these settings"
-    )
+    total, total_p90 = body.get("total_s"), body.get("total_p90_s")
+    steps = _rows(body.get("steps"))
+    first = steps[0].get("duration_s") if steps else None
+    if isinstance(total, int | float) and isinstance(first, int | float):
+        line = f"the first step passes in ~{_duration(first)}, promotion in ~{_duration(total)}"
+        if isinstance(total_p90, int | float):
+            line += f" (9 in 10 rollouts by {_duration(total_p90)})"
+        lines.append(line)
+    else:
+        lines.append("cannot be promoted at this traffic with these settings")
     lines += [f"  advice: {a}" for a in body.get("advice") or ()]
     lines += [f"  warning: {w}" for w in body.get("warnings") or ()]
     return "\n".join(lines)
+
+
+def _since_s(since: object) -> float:
+    """`30m`, `2h`, `7d` in seconds (an ISO time or anything else: unbounded)."""
+    text = str(since or "")
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if len(text) > 1 and text[-1] in units:
+        try:
+            return float(text[:-1]) * units[text[-1]]
+        except ValueError:
+            pass
+    return float("inf")
 
 
 def render_routes(body: Mapping[str, Any]) -> str:

@@ -129,6 +129,9 @@ def _now(state: Mapping[str, Any], guard: str | None) -> str:
         rows.append(("Rolled back to", esc(state["rolled_back_to"])))
     if guard:
         rows.append(("Guard", esc(guard)))
+    eta = state.get("eta") or {}
+    if eta.get("summary"):
+        rows.append(("Forecast", esc(eta["summary"])))
     rows += [
         ("Last change", f"{when(state.get('changed_at'))} by {esc(state.get('actor') or '—')}"),
         ("Reason", esc(state.get("reason") or "—")),

@@ -29,7 +29,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from proxy.api import state_json
+from proxy.api import RolloutParts, rollout_forecast, state_json
 from proxy.config import RollbackTarget, rollout_warnings
 from proxy.core import Action, IllegalTransition, RolloutState, as_utc, transition
 from proxy.report import build_rollouts
@@ -155,9 +155,27 @@ async def every_route(
     )
 
 
+async def _forecast(
+    request: Request,
+    route: str,
+    state: RolloutState,
+    events: list[dict[str, Any]],
+    verdicts: list[dict[str, Any]],
+) -> dict[str, Any] | None:
+    """The admin API's `eta` of a running rollout (None when not running or not known)."""
+    rollout_parts: RolloutParts | None = getattr(request.app.state, "rollout_parts", None)
+    if rollout_parts is None or not events:
+        return None
+    try:
+        return await rollout_forecast(rollout_parts, route, state, events, verdicts)
+    except StoreUnavailableError:
+        return None
+
+
 @rollouts_router.get("/{route}")
 async def one_route(
     route: str,
+    request: Request,
     principal: Annotated[Principal, Depends(admin_page)],
     parts: Annotated[ConsoleParts, Depends(console_parts)],
     done: str = "",
@@ -184,8 +202,9 @@ async def one_route(
     )
     if remembered and state.rollout_id:
         warnings += [w for w in remembered if w not in warnings]
+    forecast = await _forecast(request, route, state, events, verdicts)
     body = route_page(
-        state_json(state, parts.routes),
+        {**state_json(state, parts.routes), "eta": forecast},
         verdicts=verdicts,
         offline=offline,
         transitions=transitions,

@@ -23,6 +23,13 @@ on anything:
   hour), `rate` (`max_per_hour` probes started in the last hour) or `queue_full` (the gateway's
   `max_pending` probe tasks are running).
 
+The hourly caps are the **fleet's**, not one process's: with a store to read (`fleet`), every
+`FLEET_REFRESH_S` the dispatcher reads the last hour's scored probes and their cost per (rule,
+target) from the store every replica writes to, and a cap is reached when either this process's
+own count or the fleet's (as last read, plus what this process started since) reaches it. Warm-up
+traffic before a rollout, and other replicas, spend the same budget the rollout's
+`rule_adaptation` waits on; the judge says until when (`proxy.rollout.probe_budget`).
+
 Each probe that is not dropped runs as a background task: it calls the target through the
 `ModelCaller` as the client's request was made (streamed when the client streamed, so the body
 differs from the client's in the value only), within `probes.timeout_s` (else the model's own
@@ -48,12 +55,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from prometheus_client import Counter
@@ -74,6 +82,7 @@ from proxy.core import (
 )
 from proxy.gateway import ExchangeObserver, RoutePlan, RouteState
 from proxy.observability import ExchangeTracer, GatewayMetrics
+from proxy.store import ProbeStore
 from proxy.upstream import Attempt, CallContext, ModelCaller
 
 from .analysis import answer_of
@@ -88,6 +97,9 @@ PROBE_TAGS = ("probe",)
 MAX_COMPILED = 256
 """Compiled `expect` lists kept, one per (rule, value): values generated with scale/offset
 are as many as the originals, so the cache is bounded."""
+FLEET_REFRESH_S = 5.0
+"""How often the fleet's hourly probe spend is read from the store: a replica overshoots a
+fleet cap by at most what it starts in this long (and the probes other replicas have in flight)."""
 PROBED_ARMS = (Arm.PRIMARY, Arm.CANARY)
 """The client-path arms whose requests may be probed: the probe does not depend on which of
 them served the client. A route served by its fallback (rolled back) is not probed."""
@@ -130,9 +142,13 @@ class ProbeDispatcher(ExchangeObserver):
         overload: LoopLoadMonitor | None = None,
         max_pending: int = 1000,
         clock: Callable[[], float] = time.monotonic,
+        fleet: ProbeStore | None = None,
+        fleet_refresh_s: float = FLEET_REFRESH_S,
     ) -> None:
         """`overload`: the monitor the shadow dispatcher already runs (it starts and stops it),
-        or one this dispatcher starts and stops itself when it is not running yet (`start`)."""
+        or one this dispatcher starts and stops itself when it is not running yet (`start`).
+        `fleet`: the probe results every replica writes, read every `fleet_refresh_s` so that
+        the hourly caps hold for the fleet (None: for this process only)."""
         self.caller = caller
         self.metrics = metrics
         self.tracer = tracer
@@ -153,6 +169,13 @@ class ProbeDispatcher(ExchangeObserver):
         self.started: dict[tuple[str, str], HourlySpend] = {}
         """Probes started in the last hour, by (rule, target) (one "dollar" each)."""
         self._counters: dict[tuple[Counter, tuple[str, ...]], Counter] = {}
+        self.fleet = fleet
+        self.fleet_refresh_s = fleet_refresh_s
+        self.fleet_seen: dict[tuple[str, str], tuple[int, float]] = {}
+        """(probes, USD) of the last hour by (rule, target), every replica's, as last read."""
+        self.since_read: dict[tuple[str, str], list[float]] = {}
+        """[probes started, USD spent] by this process since that read, by (rule, target)."""
+        self._follower = TaskSet("probe-fleet")
 
     def configure(self, config: MirrorgateConfig) -> None:
         """Take the rules' probe settings from `config` (at start, and on a reload). Probes in
@@ -216,6 +239,7 @@ class ProbeDispatcher(ExchangeObserver):
             if started is None:
                 started = self.started[key] = HourlySpend()
             started.add(now, 1.0)
+            self.since_read.setdefault(key, [0.0, 0.0])[0] += 1
             probe = _Probe(probe_id(ctx.request_id, target), rule, target, payload, original, asked)
             self.tasks.spawn(self._run(ctx, probe), f"probe:{target}")
 
@@ -237,12 +261,18 @@ class ProbeDispatcher(ExchangeObserver):
         key = (rule.name, target)
         if self.inflight.get(key, 0) >= spec.max_concurrency:
             return "concurrency"
+        seen = self.fleet_seen.get(key, (0, 0.0))
+        mine = self.since_read.get(key, (0.0, 0.0))
         if spec.max_usd_per_hour is not None:
             spend = self.spend.get(key)
             if spend is not None and spend.last_hour(now) >= spec.max_usd_per_hour:
                 return "budget"
+            if seen[1] + mine[1] >= spec.max_usd_per_hour:
+                return "budget"
         started = self.started.get(key)
         if started is not None and started.last_hour(now) >= spec.max_per_hour:
+            return "rate"
+        if seen[0] + mine[0] >= spec.max_per_hour:
             return "rate"
         if len(self.tasks) >= self.max_pending:
             return "queue_full"
@@ -278,6 +308,7 @@ class ProbeDispatcher(ExchangeObserver):
         if spend is None:
             spend = self.spend[key] = HourlySpend()
         spend.add(self.clock(), record.cost_usd)
+        self.since_read.setdefault(key, [0.0, 0.0])[1] += record.cost_usd
         self.metrics.observe(record)
         if self.tracer.enabled:
             self.tracer.record(record, attempt.start_ns, ctx.endpoint.operation)
@@ -344,9 +375,42 @@ class ProbeDispatcher(ExchangeObserver):
     def _emit(self, item: ExchangeRecord | ProbeRecord) -> None:
         emit(self.sinks, item)
 
+    def fleet_spend(self, now: datetime) -> dict[tuple[str, str], tuple[int, float]]:
+        """(probes, USD) of the last hour by (rule, target), every replica's, from the store
+        (blocking). The USD are summed over the newest `max_per_hour` probes: beyond them the
+        rate cap is reached anyway."""
+        assert self.fleet is not None
+        hour_ago = now - timedelta(hours=1)
+        seen: dict[tuple[str, str], tuple[int, float]] = {}
+        for rule in list(self.rules.values()):
+            for target, tally in self.fleet.tallies(rule.name, since=hour_ago).items():
+                usd = 0.0
+                if rule.spec.max_usd_per_hour is not None:
+                    recent = self.fleet.recent(
+                        rule.name, target=target, since=hour_ago, limit=rule.spec.max_per_hour
+                    )
+                    usd = math.fsum(p.cost_usd for p in recent)
+                seen[(rule.name, target)] = (tally.probes, usd)
+        return seen
+
+    async def _follow_fleet(self) -> None:
+        """Read the fleet's spend every `fleet_refresh_s` until the gateway stops (a store
+        outage keeps the last reading and the local counts)."""
+        while self.accepting:
+            try:
+                seen = await asyncio.to_thread(self.fleet_spend, datetime.now(UTC))
+            except Exception as exc:  # the local caps still hold; the next read may work
+                log.warning("probes: the fleet's probe spend could not be read: %s", exc)
+            else:
+                self.fleet_seen, self.since_read = seen, {}
+            await asyncio.sleep(self.fleet_refresh_s)
+
     def start(self, shed_lag_s: float = 0.0, shed_busy: float = 0.0, **monitor: Any) -> None:
         """From the gateway's lifespan, on the serving loop. Without a shared overload monitor,
-        start one of its own when a threshold is set (`shed_lag_s`, `shed_busy`)."""
+        start one of its own when a threshold is set (`shed_lag_s`, `shed_busy`); with a
+        `fleet` store, start reading the fleet's hourly spend."""
+        if self.fleet is not None and self.rules and not len(self._follower):
+            self._follower.spawn(self._follow_fleet(), "probe:fleet")
         if self.overload is None and (shed_lag_s > 0 or shed_busy > 0):
             own = self.overload = LoopLoadMonitor(shed_lag_s, shed_busy, **monitor)
             self._owns_overload = True
@@ -358,6 +422,7 @@ class ProbeDispatcher(ExchangeObserver):
     async def stop(self, timeout_s: float) -> None:
         """Refuse new probes, give running ones `timeout_s`, then cancel the rest (counted)."""
         self.accepting = False
+        await self._follower.cancel_all()
         if self.overload is not None and self._owns_overload:
             await self.overload.stop()
         await self.tasks.wait(timeout_s)

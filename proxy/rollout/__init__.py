@@ -5,6 +5,7 @@ Imports `proxy.gateway` and below; never a sibling (`mirror`, `replay`, `report`
 """
 
 from .controller import RolloutController
+from .eta import RolloutEta, eta_json, rollout_eta, step_since
 from .evidence import traffic_profile
 from .experiment_decider import ExperimentDecider, decision_json
 from .experiments import ExperimentChange, ExperimentConflictError, ExperimentManager
@@ -12,6 +13,7 @@ from .guard import GuardLook, RuleGuard
 from .manager import RolloutManager, RouteUnknownError, TransitionConflictError
 from .offline_gate import OFFLINE_NO_RUNS, offline_evidence, offline_status
 from .plan import RolloutPlan, StepPlan, TrafficProfile, plan_rollout
+from .probe_budget import probe_budget_until
 
 __all__ = [
     "OFFLINE_NO_RUNS",
@@ -21,6 +23,7 @@ __all__ = [
     "ExperimentManager",
     "GuardLook",
     "RolloutController",
+    "RolloutEta",
     "RolloutManager",
     "RolloutPlan",
     "RouteUnknownError",
@@ -29,8 +32,12 @@ __all__ = [
     "TrafficProfile",
     "TransitionConflictError",
     "decision_json",
+    "eta_json",
     "offline_evidence",
     "offline_status",
     "plan_rollout",
+    "probe_budget_until",
+    "rollout_eta",
+    "step_since",
     "traffic_profile",
 ]

@@ -19,8 +19,13 @@ Each look at a route (docs/rollouts.md, "The judge"):
    since the rollout started (and against `probes.min_adaptation`); and, when listed,
    `human_preference`: blind reviews of the canary's shadow answers against the primary's, since
    the rollout started;
-3. the bounds are anytime-valid (`analyzers.sequential`): the false-rollback budget is split over
-   the metrics and the rollout's steps, never spent per look, so looking every interval is free;
+3. the bounds are anytime-valid (`analyzers.sequential`): one false-rollback budget per rollout
+   is split over traffic (per step), the rule epochs, the probes and the reviews
+   (`proxy.rollout.budget`), and within each call over its metrics; it is never spent per look,
+   so looking every interval is free. A step's evidence is kept across a pause and resume (the
+   resume continues the step's sequence), and a gating metric without evidence holds the step
+   with an inconclusive verdict saying why (`rule_adaptation` with no probe yet, or a spent
+   probe budget: until when), it never vanishes from the judgement;
 4. every verdict stored and counted, with `needs` (more canary answers to pass) and `eta_s`; a
    `fail` in `failure_limit` consecutive looks rolls the canary back (to the route's
    `canary.rollback_to`), with an alert naming the metric (and rule, version, check, example
@@ -46,7 +51,7 @@ from datetime import UTC, datetime, timedelta
 from alerts.alert import Alert, AlertKind
 from analyzers.judge_stats import judge
 from analyzers.verdicts import ArmWindow, MetricVerdict, Outcome, Tally, Thresholds
-from proxy.config import MirrorgateConfig, RouteSpec, unavailable_evidence
+from proxy.config import MirrorgateConfig, ProbesSpec, RouteSpec, unavailable_evidence
 from proxy.core import (
     ACTIVE,
     Action,
@@ -70,6 +75,8 @@ from proxy.store import (
     StoreUnavailableError,
 )
 
+from .budget import RolloutBudget, epoch_order, rollout_budget
+from .eta import step_since
 from .evidence import (
     active_epochs,
     adaptation_windows,
@@ -87,6 +94,7 @@ from .evidence import (
 from .experiment_decider import ExperimentDecider
 from .guard import GuardLook, RuleGuard, interval_s
 from .manager import RolloutManager, TransitionConflictError
+from .probe_budget import clock_text, probe_budget_until
 
 log = logging.getLogger("mirrorgate.controller")
 
@@ -134,6 +142,8 @@ PROBE_SCOPE = "probes:"
 """Scope prefix of the `rule_adaptation` verdicts (`probes:<rule>`)."""
 REVIEW_SCOPE = "reviews"
 """Scope of the `human_preference` verdict."""
+BUDGET_HELD = "held: probe budget spent until "
+"""How a `rule_adaptation` verdict held by a spent probe budget begins (the moment follows)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +205,10 @@ class RolloutController:
         self.leading = False
         self._memory: dict[str, DeciderMemory] = {}
         self._last_look: dict[str, float] = {}
+        self._step_starts: dict[str, tuple[str, int, datetime]] = {}
+        """route → (rollout id, step, when that step began), read from the transitions."""
+        self._budget_held: dict[str, datetime | None] = {}
+        """route → until when its last look found the probe budget spent (logged on change)."""
 
     async def run(self) -> None:
         """Decide forever (a background task). While the store is unavailable a round is
@@ -412,7 +426,12 @@ class RolloutController:
             for (scope, v), eta in zip(look.verdicts, look.etas, strict=True)
             if v.outcome is not Outcome.PASS
         ]
-        parts = [f"{v.metric} ({_needs_text(v.needs, eta)})" for _, v, eta in holding]
+        parts = [
+            f"{v.metric} ({v.reason.partition(';')[0]})"
+            if v.reason.startswith(BUDGET_HELD)
+            else f"{v.metric} ({_needs_text(v.needs, eta)})"
+            for _, v, eta in holding
+        ]
         if not look.verdicts:
             parts = ["no evidence at all: no canary traffic recorded in this step"]
         parts.extend(look.warnings)
@@ -465,8 +484,18 @@ class RolloutController:
         wanted = set(analysis.metrics)
         sequences = len(canary.steps)
         arms = Arms(state.route, state.baseline, state.candidate)
-        since = max(state.started_at, state.step_started_at or state.started_at)
+        since = self._step_since(state)
         warnings: list[str] = []
+        rule = self.config.rule_of(state.route)
+        unavailable = unavailable_evidence(self.config, state.route)
+        judges_probes = rule is not None and "rule_adaptation" in wanted
+        judges_probes = judges_probes and "rule_adaptation" not in unavailable
+        judges_reviews = "human_preference" in wanted and "human_preference" not in unavailable
+        budget = rollout_budget(
+            checks=rule is not None and "check_pass_rate" in wanted,
+            probes=judges_probes and self.probes is not None,
+            reviews=judges_reviews and self.reviews is not None,
+        )
         primary, candidate = traffic_windows(
             self.windows, arms, since, corrections_per_caller=analysis.max_corrections_per_caller
         )
@@ -485,15 +514,15 @@ class RolloutController:
             primary, candidate = with_findings(
                 self.windows, arms, analysis.findings_severity, since, primary, candidate
             )
-        traffic = judge(primary, candidate, thresholds, sequences=sequences)
+        traffic = judge(primary, candidate, thresholds, sequences=sequences, budget=budget.traffic)
         scoped: list[tuple[str, MetricVerdict]] = [
             ("traffic", v) for v in traffic if _family(v.metric) in wanted
         ]
         spans: list[float] = [(now - since).total_seconds()] * len(scoped)
         epochs: dict[str, EpochLook] = {}
-        rule = self.config.rule_of(state.route)
         if rule is not None and "check_pass_rate" in wanted:
             newest = current_epoch(self.windows, rule)
+            order = epoch_order(dict(self.windows.checked_versions(arms, rule, state.started_at)))
             for epoch in active_epochs(self.windows, arms, rule, state.started_at):
                 epoch_since = max(epoch.started_at, state.started_at)
                 checked = epoch_windows(self.windows, arms, epoch, epoch_since)
@@ -501,7 +530,13 @@ class RolloutController:
                 if not (checks[0] or checks[1]):
                     continue
                 scope = f"rule:{epoch.rule}@{epoch.version}"
-                verdicts = judge(*checked, thresholds, sequences=sequences)
+                # An epoch runs across steps, from its first answer: one sequence, with its
+                # place in the series of the rollout's epochs.
+                verdicts = judge(
+                    *checked,
+                    thresholds,
+                    budget=budget.epoch(order.get(epoch.version, len(order) + 1)),
+                )
                 if newest is not None and epoch.version != newest.version:
                     # Clients are leaving an older version: it may still fail the candidate,
                     # but waiting for more of its evidence would hold the rollout forever.
@@ -523,27 +558,26 @@ class RolloutController:
                     f"rule {rule} (do requests carry its version — a system prompt, or its header?)"
                 )
         probe_look = None
-        if (
-            rule is not None
-            and "rule_adaptation" in wanted
-            and "rule_adaptation" not in unavailable_evidence(self.config, state.route)
-        ):
+        if judges_probes and rule is not None:
             if self.probes is None:
                 warnings.append("rule_adaptation left out: this gateway reads no probe results")
             else:
                 probe_look, verdicts = self._judge_probes(
-                    rule, arms, state.started_at, thresholds, sequences
+                    rule, arms, state.started_at, thresholds, budget, now
                 )
+                if not verdicts:  # only when probes.targets leave a model out
+                    warnings.append(
+                        f"rule_adaptation left out: probes.targets of rule {rule} do not "
+                        f"include both {arms.baseline} and {arms.candidate}"
+                    )
                 scoped.extend((f"{PROBE_SCOPE}{rule}", v) for v in verdicts)
                 spans.extend([(now - state.started_at).total_seconds()] * len(verdicts))
-        if "human_preference" in wanted and "human_preference" not in unavailable_evidence(
-            self.config, state.route
-        ):
+        if judges_reviews:
             if self.reviews is None:
                 warnings.append("human_preference left out: this gateway reads no reviews")
             else:
                 reviewed = preference_window(self.reviews, self.windows, arms, state.started_at)
-                verdicts = judge(ArmWindow(0, 0), reviewed, thresholds, sequences=sequences)
+                verdicts = judge(ArmWindow(0, 0), reviewed, thresholds, budget=budget.reviews)
                 scoped.extend((REVIEW_SCOPE, v) for v in verdicts)
                 spans.extend([(now - state.started_at).total_seconds()] * len(verdicts))
         etas = [_eta(v, span) for (_, v), span in zip(scoped, spans, strict=True)]
@@ -559,27 +593,108 @@ class RolloutController:
         )
 
     def _judge_probes(
-        self, rule: str, arms: Arms, since: datetime, thresholds: Thresholds, sequences: int
+        self,
+        rule: str,
+        arms: Arms,
+        since: datetime,
+        thresholds: Thresholds,
+        budget: RolloutBudget,
+        now: datetime,
     ) -> tuple[ProbeLook | None, list[MetricVerdict]]:
         """`rule_adaptation` of both arms' models on `rule` since the rollout started (blocking).
-        No probe of either model yet: no verdict at all, so a rule probed on other targets only
-        never holds the rollout."""
+        It gates the step even before its evidence exists: with no probe of either model yet,
+        or too few, the verdict is inconclusive and says why — a spent probe budget with the
+        moment it frees (`held: probe budget spent until 12:40Z`), else that none came yet.
+        Only a rule whose `probes.targets` leave out either model is not judged (a warning:
+        this configuration can never measure it)."""
         assert self.probes is not None
         spec = self.config.rules[rule].probes
         assert spec is not None  # unavailable_evidence said the rule has probes
+        if spec.targets is not None and not {arms.baseline, arms.candidate} <= set(spec.targets):
+            return None, []
         tallies = probe_tallies(self.probes, rule, arms, since)
         verdicts = judge(
             *adaptation_windows(self.windows, rule, arms, since, tallies),
             thresholds,
-            sequences=sequences,
             min_adaptation=spec.min_adaptation,
+            budget=budget.probes,
         )
-        if not verdicts:
-            return None, []
+        if not verdicts or any(v.outcome is Outcome.INCONCLUSIVE for v in verdicts):
+            verdicts = self._probe_holds(
+                rule, arms, spec, thresholds, budget, tallies, verdicts, now
+            )
         examples: tuple[ProbeRecord, ...] = ()
         if any(v.outcome is Outcome.FAIL for v in verdicts):
             examples = tuple(stuck_examples(self.probes, rule, arms.candidate, since))
         return ProbeLook(rule, tallies, examples), verdicts
+
+    def _probe_holds(
+        self,
+        rule: str,
+        arms: Arms,
+        spec: ProbesSpec,
+        thresholds: Thresholds,
+        budget: RolloutBudget,
+        tallies: tuple[ProbeTally, ProbeTally],
+        verdicts: list[MetricVerdict],
+        now: datetime,
+    ) -> list[MetricVerdict]:
+        """The inconclusive `rule_adaptation` verdicts with what holds them: a spent probe
+        budget (logged when it starts or its moment moves), or, with no verdict at all, one
+        saying that no probe came yet."""
+        assert self.probes is not None
+        until = probe_budget_until(self.probes, rule, spec, (arms.baseline, arms.candidate), now)
+        route = arms.route
+        if until != self._budget_held.get(route) and until is not None:
+            log.warning(
+                "rollout %s: rule_adaptation held: probe budget spent until %s "
+                "(probes.max_per_hour %d, max_usd_per_hour %s per target, across the fleet)",
+                route,
+                clock_text(until),
+                spec.max_per_hour,
+                spec.max_usd_per_hour,
+            )
+        self._budget_held[route] = until
+        held = f"{BUDGET_HELD}{clock_text(until)}" if until else None
+        if not verdicts:
+            reason = held or (
+                f"no scored rule-flip probe of {arms.baseline} or {arms.candidate} since the "
+                f"rollout started: need {thresholds.min_samples_probes} each"
+            )
+            return [
+                MetricVerdict(
+                    "rule_adaptation",
+                    Outcome.INCONCLUSIVE,
+                    None,
+                    None,
+                    None,
+                    thresholds.rule_adaptation_drop,
+                    tallies[0].probes,
+                    tallies[1].probes,
+                    thresholds.false_rollback_rate * budget.probes,
+                    reason,
+                    needs=thresholds.min_samples_probes,
+                )
+            ]
+        if held is None:
+            return verdicts
+        return [
+            replace(v, reason=f"{held}; {v.reason}") if v.outcome is Outcome.INCONCLUSIVE else v
+            for v in verdicts
+        ]
+
+    def _step_since(self, state: RolloutState) -> datetime:
+        """When the current step began (blocking): its `start` or `advance` transition, so that
+        a pause and resume keep the step's evidence (and its one sequence of the budget). When
+        that transition is no longer among the latest 50 (an absurd number of pauses), the
+        rollout's start: more evidence than the step's, which the anytime-valid bound allows."""
+        assert state.started_at is not None and state.rollout_id is not None
+        known = self._step_starts.get(state.route)
+        if known is not None and known[:2] == (state.rollout_id, state.step):
+            return known[2]
+        since = step_since(state, self.manager.store.events(state.route, 50)) or state.started_at
+        self._step_starts[state.route] = (state.rollout_id, state.step, since)
+        return since
 
     def _rollback_reason(
         self,

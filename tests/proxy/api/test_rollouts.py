@@ -602,3 +602,49 @@ def test_the_plan_and_the_warnings_of_a_route_and_their_bad_input(
         assert client.get("/admin/rollouts/nope/plan", headers=AUTH).status_code == 404
         no_canary = client.get("/admin/rollouts/echo/plan", headers=AUTH)
         assert no_canary.status_code == 400 and "no canary" in no_canary.json()["error"]["message"]
+
+
+def test_a_young_gateways_plan_measures_its_rate_over_the_span_that_has_data(
+    start_gateway: StartGateway,
+) -> None:
+    gw = start_gateway(extra=rollout_config(metrics=["error_rate"]), env=ENV)
+    with gw.client() as client:
+        for i in range(40):
+            ask(client, f"user-{i}")
+
+        def planned() -> dict[str, Any] | None:
+            body: dict[str, Any] = client.get("/admin/rollouts/bot/plan", headers=AUTH).json()
+            return body if body["traffic"]["requests"] >= 40 else None
+
+        body = wait_until(planned, what="the requests recorded")
+        assert body is not None
+        # Seconds of data, not the hour asked for: the rate is 40 over those seconds.
+        assert 0 < body["span_s"] < 600
+        assert body["traffic"]["rate_per_s"] == pytest.approx(40 / max(body["span_s"], 1), rel=0.5)
+        assert body["traffic"]["rate_per_s"] > 40 / 600
+        assert body["can_pass"] and body["total_p90_s"] >= body["total_s"] > 0
+
+
+def test_a_running_rollouts_status_forecasts_its_step_and_promotion(
+    start_gateway: StartGateway,
+) -> None:
+    gw = start_gateway(extra=rollout_config(steps=[10, 50], metrics=["error_rate"]), env=ENV)
+    with gw.client() as client:
+        for i in range(40):
+            ask(client, f"warm-{i}")
+        assert rollout(client)["eta"] is None  # pending: nothing to forecast
+        client.post("/admin/rollouts/bot/start", headers=AUTH, json={}).raise_for_status()
+        for i in range(40):
+            ask(client, f"user-{i}")
+
+        def forecast() -> dict[str, Any] | None:
+            eta: dict[str, Any] | None = rollout(client)["eta"]
+            return eta if eta is not None and eta["held_by"] is not None else None
+
+        eta = wait_until(forecast, what="a forecast")
+        assert eta is not None
+        assert eta["held_by"]["name"] in ("error_rate", "step_interval")
+        assert eta["step_s"] > 0 and eta["promotion_s"] >= eta["step_s"]
+        assert eta["promotion_p90_s"] >= eta["promotion_s"]
+        assert eta["summary"].startswith("this step passes in ~")
+        assert ", promotion in ~" in eta["summary"]

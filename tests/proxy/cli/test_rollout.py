@@ -276,6 +276,8 @@ def test_status_shows_the_latest_verdict_of_each_metric(gw: InProcessGateway, ru
     assert latency[2].startswith("x") and latency[latency.index("limit") + 1].startswith("x")
     check = rows["check_pass_rate:max-weight"]
     assert check[2] == "(shipping@v1)"  # the rule epoch the check was judged on
+    (forecast,) = [line for line in out.splitlines() if line.startswith("  forecast ")]
+    assert "this step passes in ~" in forecast and "held by" in forecast
 
 
 def test_plan_sizes_the_steps_on_the_routes_recent_traffic(gw: InProcessGateway, run: Run) -> None:
@@ -291,9 +293,14 @@ def test_plan_sizes_the_steps_on_the_routes_recent_traffic(gw: InProcessGateway,
     assert body["since"] == "2h" and body["traffic"]["error_rate"] == 0.0
     code, out, _ = run("plan", "bot", "--url", gw.url, "--since", "2h")
     assert code == 0
-    assert out.startswith("route bot: plan on the last 2h of traffic")
+    # Seconds of data, not 2 h: the plan says over what span it measured the rate.
+    assert out.startswith("route bot: plan on the ")
+    assert "of traffic there is (of the last 2h" in out
+    assert body["span_s"] < 600
     rows = [line.split() for line in out.splitlines()[2:4]]
     assert [r[0] for r in rows] == ["30%", "60%"]
+    (overall,) = [line for line in out.splitlines() if line.startswith("the first step passes")]
+    assert ", promotion in ~" in overall and "9 in 10 rollouts by" in overall
     code, _, err = run("plan", "bot", "--url", gw.url, "--since", "last tuesday")
     assert code == 1 and "since" in err
     code, _, err = run("plan", "nope", "--url", gw.url)

@@ -52,6 +52,16 @@ def press(
     return client.post(f"/ui/rollouts/{route}/{action}", data=data)
 
 
+def test_a_running_rollouts_page_says_when_its_step_passes(gateway: InProcessGateway) -> None:
+    gateway.http.post("/admin/rollouts/bot/start", headers=AUTH, json={}).raise_for_status()
+    for i in range(30):
+        ask(gateway.http, f"user-{i}")
+    wait_until(lambda: rollout(gateway.http)["verdicts"], what="a look")
+    text = _text(signed_in(gateway, ADMIN).get("/ui/rollouts/bot").text)
+    assert re.search(r"Forecast this step passes in ~\S+ (s|min|h)", text)
+    assert "held by" in text
+
+
 def test_every_route_is_listed_with_its_phase_step_and_weight(gateway: InProcessGateway) -> None:
     gateway.http.post("/admin/rollouts/bot/start", headers=AUTH, json={}).raise_for_status()
     page = signed_in(gateway, ADMIN).get("/ui/rollouts")
@@ -107,6 +117,7 @@ def test_an_admin_pauses_resumes_and_rolls_back_with_reasons(gateway: InProcessG
     assert ADMIN not in state["actor"]
     page = admin.get(paused.headers["location"]).text
     assert 'role="status">Paused.' in page
+    assert "<dt>Forecast</dt><dd>paused: the step moves on only after a resume</dd>" in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; hold on" in page
     assert "<script>alert" not in page
     assert press(admin, "resume", "go on").status_code == 303

@@ -6,6 +6,7 @@ import copy
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -555,3 +556,32 @@ def test_probe_tasks_are_only_built_when_a_rule_has_probes(
     gw = start_gateway(extra={"rules": {"plain": {"routes": ["echo"]}}})
     assert gw.gateway.probes is None
     assert all(not isinstance(o, ProbeDispatcher) for o in gw.gateway.proxy.observers)
+
+
+def test_the_hourly_cap_counts_every_replicas_probes_from_the_store(
+    start_gateway: Callable[..., InProcessGateway], upstream: MockUpstreamServer
+) -> None:
+    gw = start_gateway(extra=probed(targets=["stale"], max_per_hour=2, max_usd_per_hour=None))
+    # Another replica (or warm-up traffic) probed "stale" twice ten minutes ago: the fleet's
+    # hourly cap of 2 is spent, though this process has not probed at all.
+    earlier = datetime.now(UTC) - timedelta(minutes=10)
+    others = []
+    for i in range(2):
+        others.append(
+            ProbeRecord(
+                probe_id=f"other-{i}", request_id=f"other-r-{i}", route="probed", target="stale",
+                rule="shipping", rule_version="v1", created_at=earlier, original_value="100",
+                asked_value="150", result="followed", answered_value="150", cost_usd=0.0,
+            )
+        )  # fmt: skip
+    gw.gateway.store.write_batch(others)
+    probes = gw.gateway.probes
+    assert probes is not None
+    wait_until(
+        lambda: probes.fleet_seen.get(("shipping", "stale"), (0, 0.0))[0] == 2,
+        what="the fleet's spend read from the store",
+    )
+    ask(gw, chat(uuid.uuid4().hex))
+    settled(gw)
+    assert dropped(gw, "stale", "rate") == 1
+    assert len(ProbeStore(gw.gateway.store).recent("shipping", limit=10)) == 2  # no new probe

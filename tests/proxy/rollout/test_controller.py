@@ -585,7 +585,7 @@ def test_a_canary_that_follows_the_rule_passes_rule_adaptation(store: Store) -> 
     assert adaptation["verdict"] == "pass" and adaptation["n_candidate"] == 200
 
 
-def test_a_probed_rule_with_no_probe_results_leaves_the_metric_out(store: Store) -> None:
+def test_a_probed_rule_with_no_probe_results_holds_the_step_and_says_why(store: Store) -> None:
     async def scenario() -> tuple[list[Any], list[dict[str, Any]]]:
         clock = Clock()
         controller, manager, _ = await probed_rollout(store, clock, CapturedAlerts())
@@ -595,8 +595,102 @@ def test_a_probed_rule_with_no_probe_results_leaves_the_metric_out(store: Store)
         return await controller.tick(force=True), manager.store.recent_verdicts("bot")
 
     changes, rows = asyncio.run(scenario())
-    assert changes[0].after.phase is Phase.PROMOTED
-    assert {r["metric"] for r in rows} == {"error_rate"}
+    assert changes == []  # a gating metric without evidence holds; it never vanishes
+    (adaptation,) = [r for r in rows if r["metric"] == "rule_adaptation"]
+    assert adaptation["verdict"] == "inconclusive"
+    assert "no scored rule-flip probe of prod or cand" in adaptation["reason"]
+
+
+def test_probe_targets_without_the_candidate_leave_rule_adaptation_out_with_a_warning(
+    store: Store,
+) -> None:
+    config_text = PROBED.replace("values: [150]", "values: [150]\n      targets: [prod]")
+
+    async def scenario() -> tuple[list[Any], list[dict[str, Any]], Any]:
+        clock = Clock()
+        controller, manager, _ = await probed_rollout(store, clock, CapturedAlerts(), config_text)
+        arrivals(store, clock.now, 1200, 1.0)
+        clock.now += timedelta(seconds=1200)
+        changes = await controller.tick(force=True)
+        return changes, manager.store.recent_verdicts("bot"), manager.store.load_memory("bot")
+
+    changes, rows, memory = asyncio.run(scenario())
+    assert changes[0].after.phase is Phase.PROMOTED  # it can never be measured: not a hold
+    assert "rule_adaptation" not in {r["metric"] for r in rows}
+    assert any("probes.targets of rule shipping" in w for w in memory.warnings)
+
+
+def test_a_probe_budget_spent_before_the_start_holds_the_step_until_it_frees(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Warm-up traffic spent the hourly probe cap (20) of both models 30 minutes before the start:
+    # no probe of the rollout can come for another half hour, and the step says until when.
+    caplog.set_level(logging.WARNING, logger="mirrorgate.controller")
+    config_text = PROBED.replace("values: [150]", "values: [150]\n      max_per_hour: 20")
+
+    alerts = CapturedAlerts()
+
+    async def scenario() -> tuple[list[Any], list[dict[str, Any]], datetime]:
+        clock = Clock()
+        warm_up = clock.now - timedelta(minutes=30)
+        probes_of(store, "prod", warm_up, followed=20)
+        probes_of(store, "cand", warm_up, followed=20)
+        controller, manager, _ = await probed_rollout(store, clock, alerts, config_text)
+        arrivals(store, clock.now, 700, 1.0)
+        clock.now += timedelta(seconds=700)  # past max_hold_s (600)
+        changes = await controller.tick(force=True)
+        return changes, manager.store.recent_verdicts("bot"), warm_up
+
+    changes, rows, warm_up = asyncio.run(scenario())
+    assert changes == []
+    (adaptation,) = [r for r in rows if r["metric"] == "rule_adaptation"]
+    frees = (warm_up + timedelta(seconds=1, hours=1)).replace(second=0, microsecond=0)
+    until = (frees + timedelta(minutes=1)).strftime("%H:%MZ")
+    assert adaptation["verdict"] == "inconclusive"
+    assert adaptation["reason"] == f"held: probe budget spent until {until}"
+    assert f"rule_adaptation held: probe budget spent until {until}" in caplog.text
+    (held,) = [a for a in alerts.sent if a.kind == "step_held"]
+    assert f"rule_adaptation (held: probe budget spent until {until})" in held.summary
+
+
+def test_a_pause_and_resume_keep_the_steps_evidence(store: Store) -> None:
+    async def scenario() -> list[dict[str, Any]]:
+        clock = Clock()
+        controller, manager = await low_traffic_rollout(store, clock)
+        arrivals(store, clock.now, 100, 1.0)
+        clock.now += timedelta(seconds=100)
+        await controller.tick(force=True)
+        await manager.act("bot", Action.PAUSE, reason="look", actor="operator")
+        clock.now += timedelta(seconds=1)
+        await manager.act("bot", Action.RESUME, reason="go on", actor="operator")
+        arrivals(store, clock.now, 10, 1.0)
+        clock.now += timedelta(seconds=10)
+        await controller.tick(force=True)
+        return manager.store.recent_verdicts("bot")
+
+    rows = asyncio.run(scenario())
+    newest = max(r["look"] for r in rows)
+    (error_rate,) = [r for r in rows if r["look"] == newest and r["metric"] == "error_rate"]
+    assert error_rate["n_candidate"] == 110  # the 100 answers before the pause still count
+
+
+def test_one_looks_levels_add_up_to_at_most_the_rollouts_budget(store: Store) -> None:
+    async def scenario() -> list[dict[str, Any]]:
+        clock = Clock()
+        controller, manager, _ = await probed_rollout(store, clock, CapturedAlerts())
+        arrivals(store, clock.now, 600, 1.0)
+        probes_of(store, "prod", clock.now, followed=40)
+        probes_of(store, "cand", clock.now, followed=40)
+        clock.now += timedelta(seconds=600)
+        await controller.tick(force=True)
+        return manager.store.recent_verdicts("bot")
+
+    rows = asyncio.run(scenario())
+    by_metric = {r["metric"]: r["alpha"] for r in rows}
+    # Two families (traffic, probes), one step: each gets half of the rollout's 0.01.
+    assert by_metric["rule_adaptation"] == pytest.approx(0.005)
+    assert by_metric["error_rate"] <= 0.005
+    assert sum(by_metric.values()) <= 0.01
 
 
 def test_min_adaptation_fails_a_canary_no_better_than_a_stuck_primary(store: Store) -> None:

@@ -22,14 +22,18 @@ def test_each_step_needs_its_own_answers_so_the_smallest_step_takes_longest() ->
     canary = CanarySpec(model="cand", steps=[10, 25, 50, 100], step_interval_s=60)
     plan = plan_rollout("bot", profile(2.0), canary)
     assert [s.weight for s in plan.steps] == [10, 25, 50]  # 100 is promotion, never judged
-    durations = [s.duration_s for s in plan.steps]
-    assert all(d is not None for d in durations)
-    assert durations[0] > durations[1] > durations[2] >= 60  # type: ignore[operator]
-    assert plan.total_s == sum(durations)  # type: ignore[arg-type]
+    least = [s.least_s for s in plan.steps]
+    assert all(d is not None for d in least)
+    assert least[0] > least[1] > least[2] >= 60  # type: ignore[operator]
     first = plan.steps[0]
     assert first.holding in first.needs
-    # Time = the answers the slowest metric needs at the step's canary rate.
-    assert first.duration_s == first.needs[first.holding] / first.canary_per_s  # type: ignore[index,operator]
+    # The least time = the answers the slowest metric needs at the step's canary rate.
+    assert first.least_s == first.needs[first.holding] / first.canary_per_s  # type: ignore[index,operator]
+    # The forecast: a median beyond the noise-free time and a p90 beyond the median, per step
+    # and for the whole rollout.
+    for step in plan.steps:
+        assert step.least_s <= step.duration_s <= step.duration_p90_s  # type: ignore[operator]
+    assert sum(least) < plan.total_s < plan.total_p90_s  # type: ignore[arg-type,operator]
 
 
 def test_the_needed_answers_are_where_the_judge_starts_to_pass() -> None:
@@ -75,11 +79,18 @@ def _probes(**fields: object) -> ProbesSpec:
     return ProbesSpec.model_validate(spec | fields)
 
 
-def test_a_probed_rule_says_how_long_rule_adaptation_needs_and_does_not_change_the_steps() -> None:
+def test_a_probed_rule_gates_the_first_step_and_a_slow_probe_rate_holds_it() -> None:
     canary = CanarySpec(model="cand", steps=[10, 50], step_interval_s=60)
     plain = plan_rollout("bot", profile(2.0), canary)
     probed = plan_rollout("bot", profile(2.0), canary, probes=_probes())
-    assert probed.steps == plain.steps and probed.total_s == plain.total_s
+    first, second = probed.steps
+    assert first.needs["rule_adaptation"] is not None and "rule_adaptation" not in second.needs
+    # At 0.0556 probes/s the probes come before the error rate can pass: still error_rate.
+    assert first.holding == plain.steps[0].holding == "error_rate"
+    slow = plan_rollout("bot", profile(2.0), canary, probes=_probes(sample=0.01))
+    assert slow.steps[0].holding == "rule_adaptation"  # 0.02 probes/s
+    assert slow.steps[0].least_s == slow.steps[0].needs["rule_adaptation"] / 0.02  # type: ignore[operator]
+    assert slow.total_s > plain.total_s  # type: ignore[operator]
     (line,) = [a for a in probed.advice if a.startswith("rule_adaptation")]
     # 2 req/s x 0.05 = 0.1/s, capped by max_per_hour 200 at 0.0556/s: 30 probes in 9 min
     assert "30 rule-flip probes" in line and "0.0556 probes/s" in line and "about 9 min" in line
@@ -95,3 +106,14 @@ def test_rule_adaptation_not_judged_gives_no_probe_advice() -> None:
         "bot", profile(2.0), CanarySpec(model="c"), probes=_probes(sample=0)
     )
     assert "none are sampled" in none_sampled.advice[-1]
+
+
+def test_a_step_with_no_metric_of_the_profile_lasts_its_interval() -> None:
+    # Only disagreement is judged, and the profile holds no pairs: nothing to wait for.
+    canary = CanarySpec.model_validate(
+        {"model": "cand", "steps": [50], "step_interval_s": 60,
+         "analysis": {"metrics": ["disagreement"]}}
+    )  # fmt: skip
+    (step,) = plan_rollout("bot", profile(2.0), canary).steps
+    assert step.needs == {} and step.least_s == 60
+    assert step.duration_s is not None and step.duration_s >= 60
