@@ -59,47 +59,79 @@ class UnitQuantile:
 
 
 class _Mid:
-    """The mid-distribution function of sorted values: its knots (x, G(x)), the extensions to
-    G = 0 and G = 1 included."""
+    """The mid-distribution function G of sorted values, evaluated where it is needed (a look
+    asks for three points of it, so its knots are found by bisection, not listed)."""
 
     def __init__(self, ordered: Sequence[float]) -> None:
-        n = len(ordered)
-        xs: list[float] = []
-        gs: list[float] = []
-        below = 0
-        i = 0
-        while i < n:
-            v = ordered[i]
-            j = bisect.bisect_right(ordered, v, i)
-            xs.append(v)
-            gs.append((below + (j - i) / 2) / n)
-            below = j
-            i = j
-        self.distinct = len(xs)
-        if self.distinct >= 2:
-            left = max(0.0, xs[0] - (xs[1] - xs[0]) / 2)
-            right = xs[-1] + (xs[-1] - xs[-2]) / 2
-            xs = [left, *xs, right]
-            gs = [0.0, *gs, 1.0]
-        self.xs, self.gs = xs, gs
+        self.ordered = ordered
+        self.n = n = len(ordered)
+        first, last = ordered[0], ordered[-1]
+        self.spread = first != last
+        """Whether there are two distinct values (else G has no slope anywhere)."""
+        self.left = self.right = first
+        if self.spread:
+            second = ordered[bisect.bisect_right(ordered, first)]
+            before_last = ordered[bisect.bisect_left(ordered, last) - 1]
+            self.left = max(0.0, first - (second - first) / 2)
+            self.right = last + (last - before_last) / 2
+        self._twice_n = 2 * n
 
-    def inverse(self, u: float) -> tuple[float, int, float]:
-        """(G⁻¹(u), index of the knot at the segment's left end, weight of its right end)."""
-        xs, gs = self.xs, self.gs
-        k = min(max(bisect.bisect_right(gs, u) - 1, 0), len(xs) - 2)
-        span = gs[k + 1] - gs[k]
-        w = min(max((u - gs[k]) / span, 0.0), 1.0) if span > 0 else 0.0
-        return xs[k] + w * (xs[k + 1] - xs[k]), k, w
+    def at(self, v: float) -> float:
+        """G(v) for a value v of the sample."""
+        o = self.ordered
+        return (bisect.bisect_left(o, v) + bisect.bisect_right(o, v)) / self._twice_n
+
+    def inverse(self, u: float) -> tuple[float, float, float, float]:
+        """(G⁻¹(u), the segment's left knot a, its right knot b, the weight w of b), for u in
+        [0, 1]; a is the left extension below the smallest value, b the right one above the
+        largest."""
+        o, n = self.ordered, self.n
+        v = o[min(n - 1, max(0, int(u * n)))]
+        gv = self.at(v)
+        while True:
+            if gv > u:  # the segment is below v
+                j = bisect.bisect_left(o, v)
+                if j == 0:
+                    a, ga, b, gb = self.left, 0.0, v, gv
+                    break
+                previous = o[j - 1]
+                gp = self.at(previous)
+                if gp <= u:
+                    a, ga, b, gb = previous, gp, v, gv
+                    break
+                v, gv = previous, gp
+                continue
+            j = bisect.bisect_right(o, v)
+            if j == n:
+                a, ga, b, gb = v, gv, self.right, 1.0
+                break
+            following = o[j]
+            gf = self.at(following)
+            if gf > u:
+                a, ga, b, gb = v, gv, following, gf
+                break
+            v, gv = following, gf
+        w = min(max((u - ga) / (gb - ga), 0.0), 1.0) if gb > ga else 0.0
+        return a + w * (b - a), a, b, w
+
+
+def _counts(ordered: Sequence[float], a: float, b: float) -> tuple[int, int, int, int]:
+    """Of sorted values: how many are below a, at a, strictly between a and b, at b."""
+    la = bisect.bisect_left(ordered, a)
+    ra = bisect.bisect_right(ordered, a, la)
+    lb = bisect.bisect_left(ordered, b, ra)
+    rb = bisect.bisect_right(ordered, b, lb)
+    return la, ra - la, lb - ra, rb - lb
 
 
 def unit_quantile(
     groups: Sequence[Sequence[float]], q: float, ordered: Sequence[float] | None = None
 ) -> UnitQuantile | None:
     """The q-quantile (0 < q < 1) of every value of `groups` (one sequence per unit, values
-    finite and >= 0) and the standard error of its log over the units (see the module
-    docstring). `ordered`, all the values sorted, may be passed when the caller has it (two
-    quantiles of one sample share a sort). None without any value. Raises ValueError for q
-    outside (0, 1)."""
+    finite and >= 0, in any order) and the standard error of its log over the units (see the
+    module docstring). `ordered`, all the values sorted, may be passed when the caller has it
+    (two quantiles of one sample share a sort). None without any value. Raises ValueError for
+    q outside (0, 1)."""
     if not 0.0 < q < 1.0:
         raise ValueError(f"q must be in (0, 1), got {q}")
     if ordered is None:
@@ -110,33 +142,30 @@ def unit_quantile(
     held = [g for g in groups if g]
     m = len(held)
     mid = _Mid(ordered)
-    if mid.distinct < 2:
+    if not mid.spread:
         return UnitQuantile(ordered[0], None, n, m)
-    point, k, w = mid.inverse(q)
+    point, a, b, w = mid.inverse(q)
     if point <= 0 or m < 2:
         return UnitQuantile(point, None, n, m)
-    a, b = mid.xs[k], mid.xs[k + 1]
+    # Each value's part of G(point) = (1 - w)·G(a) + w·G(b), a < b consecutive knots: 1 below
+    # a, 1/2 + w/2 at a, w between, w/2 at b, 0 above.
     at_a, at_b = 0.5 + 0.5 * w, 0.5 * w
-
-    def share(y: float) -> float:
-        # This value's part of G(point) = (1 - w)·G(a) + w·G(b), a < b consecutive knots.
-        if y < a:
-            return 1.0
-        if y == a:
-            return at_a
-        if y < b:
-            return w
-        if y == b:
-            return at_b
-        return 0.0
-
-    spread = 0.0
+    parts = (1.0, at_a, w, at_b)
+    # Units of one value, the common case, counted together: their parts take five values.
+    singles = sorted([g[0] for g in held if len(g) == 1])
+    counted = _counts(singles, a, b)
     lone = 1.0 - 1.0 / n
+    spread = math.fsum(
+        [c * ((p - q) / lone) ** 2 for c, p in zip(counted, parts, strict=True)]
+        + [(len(singles) - sum(counted)) * (q / lone) ** 2]
+    )
     for g in held:
-        if len(g) == 1:  # the common case, without a list
-            d = (share(g[0]) - q) / lone
-        else:
-            d = (math.fsum([share(y) for y in g]) - q * len(g)) / (1.0 - len(g) / n)
+        size = len(g)
+        if size == 1:
+            continue
+        below, at_low, between, at_high = _counts(sorted(g), a, b)
+        d = below + at_a * at_low + w * between + at_b * at_high - q * size
+        d /= 1.0 - size / n
         spread += d * d
     variance = max(spread / (n * n) * m / (m - 1), q * (1 - q) / n)
     s = math.sqrt(variance)
