@@ -36,9 +36,11 @@ trusted until it is explained.
   their variance by the delta method over units the same way (Deng, Knoblich & Lu 2018). The lift
   is the log of the ratio of the two arms' values, shown as a relative change.
 - *Latency* p50 and p95 over every operation: the log of the ratio of the two quantiles, each
-  quantile's standard error from the order statistics one standard deviation either side of its
-  rank (`analyzers.judge_stats.log_quantile`; no distributional assumption, operations taken as
-  independent).
+  quantile's standard error over units (`analyzers.unit_quantile`: Woodruff's interval from the
+  cluster-robust variance of the empirical distribution at the quantile, so a tenant's
+  operations slow alike count as one unit, not as many independent ones; on the
+  mid-distribution function, so latencies rounded to 1 s still have a spread). An interval needs
+  `MIN_UNITS` units with a latency on each side.
 - *The interval* is the normal-mixture confidence sequence of `analyzers.sequential` (Robbins
   1970; Howard, Ramdas, McAuliffe & Sekhon 2021), two-sided, at level alpha / (metrics x arms
   compared with control) — Bonferroni over the family, so every interval shown holds at once —
@@ -46,13 +48,17 @@ trusted until it is explained.
   of 1 point and 5 %). With estimated variances it is an asymptotic confidence sequence
   (Waudby-Smith et al. 2024), hence the minimum of `MIN_UNITS` units per side. `bench/
   experiment_simulation.py` measures its coverage at every look.
-- *Sample-ratio mismatch*: Pearson's chi-square of the units per arm against the weights
-  (Fabijan et al. 2019, "Diagnosing Sample Ratio Mismatch in Online Controlled Experiments").
-  It flags at p < 0.001, not 0.05, because it is looked at on every tick: a broken assignment
-  drives p towards 0 as fast as traffic grows (10 % of units lost from one of two arms gives
-  p < 10⁻⁶ after a few thousand units), so the strict threshold costs minutes, while at 0.05 a
-  correct split seen on every tick would be flagged as a matter of course. The alert asks for the
-  flag to hold for a while on top.
+- *Sample-ratio mismatch*: an anytime-valid test of the units per arm against the weights
+  (Lindon & Malek 2022, "Anytime-Valid Inference for Multinomial Count Data"): the Bayes factor
+  of a Dirichlet-multinomial mixture centred on the weights (concentration `SRM_CONCENTRATION`)
+  against the weights themselves, `analyzers.dirichlet_multinomial`. Under a correct split it is
+  a martingale, so the chance that it *ever* reaches 1/`SRM_ALPHA` is at most `SRM_ALPHA`
+  however often it is looked at: a correct split is flagged in at most 1 % of experiments over
+  their whole life (0.6 % measured), where Pearson's chi-square at p < 0.001, looked at on every
+  tick, flagged 3.8 % by 200,000 units and more the longer it ran. A broken assignment drives it
+  up exponentially: 10 % of one of two arms' units lost is flagged after a median of ~3,800
+  units (`bench/experiment_simulation.py` measures both). Its p-value is 1 / the Bayes factor
+  (at most 1), valid at every look; Pearson's statistic is kept for reading.
 """
 
 from __future__ import annotations
@@ -60,30 +66,37 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
 from typing import Literal
 
 from analyzers import experiment_words as words
-from analyzers.chi_square import survival
-from analyzers.judge_stats import log_quantile
+from analyzers.dirichlet_multinomial import log_bayes_factor
 from analyzers.sequential import bounds
-from analyzers.summary import percentile
+from analyzers.unit_quantile import unit_quantile
 
 Kind = Literal["proportion", "ratio", "quantile"]
 Better = Literal["higher", "lower"]
 Scale = Literal["points", "relative"]
 
 MIN_UNITS = 30
-"""Units (operations for latency) each side needs before a metric has an interval, and an arm a
-verdict: below it the estimated variance is too rough for the interval to be trusted."""
-SRM_ALPHA = 0.001
-"""The sample-ratio-mismatch threshold (see the module docstring for why so strict)."""
+"""Units each side needs before a metric has an interval (for latency, units with at least one
+latency), and an arm a verdict: below it the estimated variance is too rough for the interval to
+be trusted."""
+SRM_ALPHA = 0.01
+"""The sample-ratio check's error budget: a correct split is ever flagged, over the experiment's
+whole life and however often it is looked at, with probability at most this."""
+SRM_CONCENTRATION = 300.0
+"""The Dirichlet mixture's concentration k (prior Dirichlet(k x weights)): its shares spread
+about ±2.9 points around a 50/50 split, the size of mismatch worth catching early (10 % of one
+arm's units lost moves its share 2.6 points). Measured, 100 to 1,000 flag such a loss alike
+(a median of ~4,000 units); 3,000 is slower, and a far larger mismatch is caught within a few
+hundred units whatever k."""
 SRM_MIN_EXPECTED = 5
-"""The fewest units an arm must be expected to hold before the chi-square is looked at (below
-it the statistic is far from its distribution)."""
+"""The fewest units an arm must be expected to hold before the split is judged (the Bayes factor
+could not reach 1/`SRM_ALPHA` before anyway; the text says so)."""
 HUMAN_PREFERENCE = "human_preference"
 """The blind-review metric: per reviewed pair of an arm's answer and control's answer to the same
 request, 1 when the reviewer preferred the arm's, 0 control's, 0.5 a tie (`decide`'s
@@ -345,13 +358,24 @@ class Srm:
     expected: Mapping[str, float]
     """Units per arm the weights call for, for the same total."""
     chi2: float | None
-    """Pearson's statistic; None when too few units to look."""
+    """Pearson's statistic, for reading (how far the split is from the weights; the decision is
+    the Bayes factor's); None when too few units to look."""
     df: int
+    """Degrees of freedom: the arms with a weight, less one."""
     p_value: float | None
+    """The anytime-valid p-value at this look, min(1, 1 / the Bayes factor): a correct split
+    gives p <= alpha at some look, ever, with probability at most alpha. None when too few units
+    to look."""
     alpha: float
+    """The check's error budget (`SRM_ALPHA`)."""
     flagged: bool
-    """True when p < alpha: the split does not follow the weights."""
+    """True when p <= alpha (the Bayes factor reached 1/alpha): the split does not follow the
+    weights."""
     text: str
+    """The check in words."""
+    log_e_value: float | None = None
+    """The natural log of the Bayes factor (the e-value) against the weights; None when too few
+    units to look."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,6 +450,13 @@ class _Side:
     """The value on the additive scale (the value, or its log)."""
     variance: float | None = None
     """Variance of `centre`; None when it cannot be estimated."""
+    units: int | None = None
+    """Units behind the value, when not `n` (latency: `n` counts operations)."""
+
+    @property
+    def independent(self) -> int:
+        """The units the minimum is counted in."""
+        return self.n if self.units is None else self.units
 
 
 def _pairs(metric: str, units: Sequence[Unit]) -> list[tuple[float, float]]:
@@ -488,31 +519,42 @@ def _spread(pairs: Sequence[tuple[float, float]], ratio: float, *, grouped: bool
     return math.fsum([(x - ratio * y) ** 2 for x, y in pairs])
 
 
-def _quantile_side(info: MetricInfo, values: Sequence[float]) -> _Side:
-    """The side of latency p50 or p95 from every operation's latency, sorted."""
-    if not values:
-        return _Side(None, 0)
+def _quantile_side(info: MetricInfo, latencies: _Latencies) -> _Side:
+    """The side of latency p50 or p95 from the units' latencies (n counts operations, `units`
+    the units holding them)."""
+    ordered, groups = latencies
     q = 0.5 if info.name == "latency_p50" else 0.95
-    logged = log_quantile(values, q) if len(values) >= 2 else None
-    if logged is None:
-        return _Side(_plain_quantile(values, q), len(values))
-    centre, se = logged
-    return _Side(math.exp(centre), len(values), centre, se * se)
+    estimate = unit_quantile(groups, q, ordered)
+    if estimate is None:
+        return _Side(None, 0)
+    if estimate.log_se is None:
+        return _Side(estimate.value, estimate.values, units=estimate.units)
+    return _Side(
+        estimate.value,
+        estimate.values,
+        math.log(estimate.value),
+        estimate.log_se * estimate.log_se,
+        estimate.units,
+    )
 
 
-def _plain_quantile(values: Sequence[float], q: float) -> float:
-    point = percentile(values, q)
-    return 0.0 if point is None else point
+_Latencies = tuple[list[float], list[tuple[float, ...]]]
+"""Every latency of an arm sorted, and each unit's latencies (units without any left out)."""
 
 
-def _latencies(units: Sequence[Unit]) -> Callable[[], list[float]]:
-    """The units' latencies, sorted on the first call and kept: latency p50 and p95 of one arm
-    share one sort per look."""
-    return functools.cache(lambda: sorted(v for u in units for v in u.latencies_s))
+def _latencies(units: Sequence[Unit]) -> Callable[[], _Latencies]:
+    """The units' latencies, sorted and grouped on the first call and kept: latency p50 and p95
+    of one arm share one sort per look."""
+
+    def made() -> _Latencies:
+        groups = [u.latencies_s for u in units if u.latencies_s]
+        return sorted(v for g in groups for v in g), groups
+
+    return functools.cache(made)
 
 
 def _side(
-    info: MetricInfo, units: Sequence[Unit], latencies: Callable[[], list[float]] | None = None
+    info: MetricInfo, units: Sequence[Unit], latencies: Callable[[], _Latencies] | None = None
 ) -> _Side:
     if info.kind == "quantile":
         return _quantile_side(info, (latencies or _latencies(units))())
@@ -599,7 +641,7 @@ def _lift(info: MetricInfo, c: _Side, a: _Side, alpha: float, mde: float) -> Lif
             alpha, mde, needs, growth,
         )  # fmt: skip
 
-    short = max(0, MIN_UNITS - min(c.n, a.n))
+    short = max(0, MIN_UNITS - min(c.independent, a.independent))
     if c.centre is None or a.centre is None or c.variance is None or a.variance is None:
         return made(None, None, short if short else None)
     centre = a.centre - c.centre
@@ -607,7 +649,7 @@ def _lift(info: MetricInfo, c: _Side, a: _Side, alpha: float, mde: float) -> Lif
     tau = max(mde if info.scale == "points" else math.log1p(mde), _TAU_FLOOR[info.scale])
     low, high = bounds(centre, se, tau, alpha / 2)
     growth = _growth(info, centre, se, tau, alpha, mde, (low, high))
-    grown_needs = None if growth is None else math.ceil(a.n * (growth - 1.0))
+    grown_needs = None if growth is None else math.ceil(a.independent * (growth - 1.0))
     needs = max(short, grown_needs) if grown_needs is not None else None
     if short:
         return made(None, None, needs, growth)
@@ -656,15 +698,20 @@ def _growth(
 
 
 def sample_ratio_mismatch(
-    counts: Mapping[str, int], weights: Mapping[str, float], alpha: float = SRM_ALPHA
+    counts: Mapping[str, int],
+    weights: Mapping[str, float],
+    alpha: float = SRM_ALPHA,
+    concentration: float = SRM_CONCENTRATION,
 ) -> Srm:
     """Whether the units per arm (`counts`) follow `weights` (any positive scale; arms missing
-    from `counts` have 0 units), by Pearson's chi-square goodness of fit: flagged when p <
-    `alpha`. Pass the counts of the period the weights held (after an arm stops, its weight is
-    0 and the check starts again). An arm with weight 0 that still receives units is flagged
-    outright. Below `SRM_MIN_EXPECTED` expected units in an arm nothing is flagged yet.
-    Raises ValueError for an arm counted but not weighted, negative counts or weights, all
-    weights 0, or alpha outside (0, 1)."""
+    from `counts` have 0 units), by the anytime-valid Dirichlet-multinomial test (see the module
+    docstring): flagged when its Bayes factor reaches 1/`alpha`, so a correct split is ever
+    flagged, at any number of looks, with probability at most alpha. Pass counts over a period
+    the weights held throughout (`decide` merges a stopped arm into control, whose buckets
+    serve its units). An arm with weight 0 that still receives units is flagged outright. Below
+    `SRM_MIN_EXPECTED` expected units in an arm nothing is flagged yet. Raises ValueError for an
+    arm counted but not weighted, negative counts or weights, all weights 0, alpha outside
+    (0, 1), or a concentration that is not finite and > 0."""
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     unknown = sorted(set(counts) - set(weights))
@@ -674,6 +721,8 @@ def sample_ratio_mismatch(
         raise ValueError("counts must be >= 0")
     if any(not math.isfinite(w) or w < 0 for w in weights.values()):
         raise ValueError("weights must be finite and >= 0")
+    if not math.isfinite(concentration) or concentration <= 0:
+        raise ValueError(f"concentration must be finite and > 0, got {concentration}")
     weight_total = math.fsum(weights.values())
     if weight_total <= 0:
         raise ValueError("at least one weight must be > 0")
@@ -686,25 +735,35 @@ def sample_ratio_mismatch(
     strays = [arm for arm, w in weights.items() if w == 0 and observed[arm] > 0]
     if strays:
         text = f"sample-ratio mismatch: units assigned to arms weighted 0 ({', '.join(strays)})"
-        return Srm(observed, expected, math.inf, df, 0.0, alpha, True, text)
+        return Srm(observed, expected, math.inf, df, 0.0, alpha, True, text, math.inf)
     if df < 1 or min(expected[arm] for arm in live) < SRM_MIN_EXPECTED:
         text = f"assignment: too few units to check the split yet ({split})"
         return Srm(observed, expected, None, df, None, alpha, False, text)
     chi2 = math.fsum((observed[arm] - expected[arm]) ** 2 / expected[arm] for arm in live)
-    p_value = survival(chi2, df)
-    flagged = p_value < alpha
-    shares = ", ".join(
+    shares = [weights[arm] / weight_total for arm in live]
+    log_e = log_bayes_factor([observed[arm] for arm in live], shares, concentration)
+    p_value = math.exp(-log_e) if log_e > 0 else 1.0
+    flagged = log_e >= math.log(1 / alpha)
+    said = ", ".join(
         f"{arm} {observed[arm] / total:.1%} (weight {weights[arm] / weight_total:.1%})"
         for arm in live
     )
     if flagged:
         text = (
-            f"sample-ratio mismatch: {shares}; chi-square {chi2:.1f}, p = {p_value:.2g} < "
-            f"{alpha:g} — the assignment is broken, no lift can be trusted until it is explained"
+            f"sample-ratio mismatch: {said}; evidence {_evidence(log_e)} against the weights, "
+            f"p = {p_value:.2g} ≤ {alpha:g} — the assignment is broken, no lift can be trusted "
+            "until it is explained"
         )
     else:
-        text = f"assignment follows the weights: {shares}; p = {p_value:.2g}"
-    return Srm(observed, expected, chi2, df, p_value, alpha, flagged, text)
+        text = f"assignment follows the weights: {said}; p = {p_value:.2g}"
+    return Srm(observed, expected, chi2, df, p_value, alpha, flagged, text, log_e)
+
+
+def _evidence(log_e: float) -> str:
+    """A Bayes factor in words: "1,234:1", or "10^57:1" past a million."""
+    if log_e < math.log(1e6):
+        return f"{math.exp(log_e):,.0f}:1"
+    return f"10^{log_e / math.log(10):.0f}:1"
 
 
 # -- the decision -----------------------------------------------------------------------------
@@ -733,6 +792,7 @@ def decide(
     unit_name: str = "operation",
     tolerances: Mapping[str, float] | None = None,
     preferences: Mapping[str, Sequence[float]] | None = None,
+    stopped: Collection[str] = (),
 ) -> ExperimentDecision:
     """The verdict on every arm of `units` other than `control`, at this look.
 
@@ -746,10 +806,13 @@ def decide(
     if the estimates hold and, given `rate_per_s` (new units per second over the whole
     experiment), how long that takes. `mde` is in points for a proportion primary metric and
     relative for the others (0.03: 3 points, or 3 %). With `weights` the assignment is also
-    checked (`sample_ratio_mismatch`). `unit_name` is what the text counts (`operation`,
-    `user`). A guardrail is breached when its interval lies wholly on the worse side of 0, or
-    beyond its entry in `tolerances` (on its lift's scale: 0.01 is 1 point or 1 %; none by
-    default: a guardrail promises no harm, and the shared budget keeps false stops rare).
+    checked (`sample_ratio_mismatch`), the units of the `stopped` arms counted with control's:
+    a stopped arm's buckets go to control, so from the start to now the two together hold the
+    stopped arm's weight and control's (the `weights` of a stopped arm being 0). `unit_name`
+    is what the text counts (`operation`, `user`). A guardrail is breached when its interval
+    lies wholly on the worse side of 0, or beyond its entry in `tolerances` (on its lift's
+    scale: 0.01 is 1 point or 1 %; none by default: a guardrail promises no harm, and the
+    shared budget keeps false stops rare).
     Raises ValueError for an unknown metric, a control without units, no other arm, alpha or
     mde outside (0, 1), a negative rate or tolerance, a tolerance for a metric that is not a
     guardrail, or units of an arm `weights` does not name.
@@ -777,7 +840,7 @@ def decide(
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"tolerance of {name!r} must be finite and >= 0, got {value}")
     mismatch = None if weights is None else sample_ratio_mismatch(
-        {arm: len(us) for arm, us in units.items()}, weights
+        _assigned(units, control, stopped), weights
     )  # fmt: skip
     metrics = tracked_metrics(primary, guardrails)
     level = alpha / (len(metrics) * len(arms))
@@ -807,6 +870,17 @@ def decide(
         primary, tuple(guardrails), control, len(units[control]), alpha, level, mde, decisions,
         mismatch, "\n".join(lines),
     )  # fmt: skip
+
+
+def _assigned(
+    units: Mapping[str, Sequence[Unit]], control: str, stopped: Collection[str]
+) -> dict[str, int]:
+    """Units per arm for the sample-ratio check, a stopped arm's counted with control's."""
+    counts = {arm: len(us) for arm, us in units.items()}
+    for arm in stopped:
+        if arm != control and arm in counts:
+            counts[control] = counts.get(control, 0) + counts.pop(arm)
+    return counts
 
 
 def _decide_arm(

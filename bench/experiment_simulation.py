@@ -28,24 +28,55 @@ Three questions:
   first `ship`, and what `eta_s` predicted at the first look with 1,000 operations.
 
 And the CPU one look costs (`decide` over three arms) at 1,000 to 100,000 operations per arm.
+
+Three more on the traffic shapes of real teams (`--only clustered,srm,srm-power`):
+
+- **Latency over clustered units.** Operations arrive one by one, each for a unit drawn by its
+  activity; a unit's arm is fixed (50/50), and its operations share its latency factor. 200
+  tenants (activity lognormal sigma 2, latency factor lognormal sigma 0.5), or 5,000 users
+  (activity lognormal sigma 1.5, latency factor lognormal sigma 0.3) with one batch user
+  carrying 5 % of all operations at twice the latency. Operations lognormal (median 0.8 s,
+  sigma 0.5), the arm 20 % slower: the true lift of every quantile is +20 %. Looked at each
+  time the operations grow by `--clustered-growth` (20 %) from the first moment both arms hold
+  `MIN_UNITS` units, to `--tenant-operations` (10,000) or `--user-operations` (20,000): the
+  share of experiments whose p50 and p95 intervals (`lift`, alpha 0.05) held +20 % at every
+  look, the same with every operation taken as a unit of its own (what a per-request key
+  assumes), and at the last look the reported standard error (root mean square over the runs)
+  over the true spread of the estimates (their standard deviation over the runs).
+- **Sample-ratio false flags.** `--srm-runs` correct 50/50 splits, looked at each time the
+  units grow by 1 % from 20 to `--srm-units` (200,000): the share ever flagged by
+  `sample_ratio_mismatch`, and by Pearson's chi-square at p < 0.001 on the same looks.
+- **Time to flag.** One arm losing 5, 10 or 20 % of its units (a filter, a crash before the
+  record is written), 50/50 and 50/25/25: the units seen when first flagged.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
+import itertools
 import math
 import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from analyzers.experiments import MIN_UNITS, Unit, Verdict, decide, lift
+from analyzers.experiments import (
+    MIN_UNITS,
+    SRM_ALPHA,
+    Unit,
+    Verdict,
+    decide,
+    lift,
+    sample_ratio_mismatch,
+)
+from analyzers.unit_quantile import unit_quantile
 
 COMMAND = ".venv/bin/python bench/experiment_simulation.py"
 ALPHA = 0.05
@@ -389,6 +420,244 @@ def look_cost(units_per_arm: int, arms: int = 3, repeats: int = 3) -> float:
     return best
 
 
+# -- latency over clustered units ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Population:
+    """Units of one traffic shape: how active each is and how slow."""
+
+    name: str
+    units: int
+    activity_sigma: float
+    latency_sigma: float
+    batch_share: float = 0.0
+    """Share of all operations one batch unit carries (0: none)."""
+    batch_latency: float = 1.0
+    """The batch unit's latency factor."""
+
+
+TENANTS = Population("200 tenants", 200, 2.0, 0.5)
+USERS = Population("5,000 users, one batch user", 5000, 1.5, 0.3, 0.05, 2.0)
+SLOWER = 1.2
+QUANTILE_METRICS = ("latency_p50", "latency_p95")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusteredRun:
+    covered: tuple[bool, ...]
+    """Per metric: the interval over units held the truth at every look."""
+    covered_flat: tuple[bool, ...]
+    """Per metric: the same with every operation a unit of its own."""
+    centres: tuple[float, ...]
+    """Per metric: the log-lift estimate at the last look."""
+    ses: tuple[float, ...]
+    """Per metric: its standard error over units at the last look (what the interval uses)."""
+    ses_flat: tuple[float, ...]
+    """Per metric: the standard error with every operation a unit of its own."""
+    looks: int
+
+
+def _log_lift_se(metric: str, control: list[Unit], arm: list[Unit]) -> tuple[float, float]:
+    """(log lift, its standard error) as `lift` computes them, from `unit_quantile`."""
+    q = 0.5 if metric == "latency_p50" else 0.95
+    sides = [unit_quantile([u.latencies_s for u in us], q) for us in (control, arm)]
+    c, a = sides
+    assert c is not None and a is not None and c.log_se is not None and a.log_se is not None
+    return math.log(a.value / c.value), math.hypot(c.log_se, a.log_se)
+
+
+def clustered_run(population: Population, seed: str, total: int, growth: float) -> ClusteredRun:
+    rng = random.Random(seed)
+    n = population.units
+    activity = [rng.lognormvariate(0.0, population.activity_sigma) for _ in range(n)]
+    factor = [rng.lognormvariate(0.0, population.latency_sigma) for _ in range(n)]
+    if population.batch_share:
+        rest = math.fsum(activity[1:])
+        activity[0] = rest * population.batch_share / (1 - population.batch_share)
+        factor[0] = population.batch_latency
+    in_arm = [rng.random() < 0.5 for _ in range(n)]
+    drawn = rng.choices(range(n), weights=activity, k=total)
+    latencies: dict[int, list[float]] = {}
+    truth = SLOWER - 1
+    count = len(QUANTILE_METRICS)
+    held, held_flat = [True] * count, [True] * count
+    looks, next_look = 0, 0
+    sides: dict[bool, list[Unit]] = {}
+    flat: dict[bool, list[Unit]] = {}
+    for i, who in enumerate(drawn, 1):
+        slower = SLOWER if in_arm[who] else 1.0
+        value = factor[who] * slower * rng.lognormvariate(_LOG_LATENCY_MEDIAN, LATENCY_SIGMA)
+        latencies.setdefault(who, []).append(value)
+        if i < next_look and i < total:
+            continue
+        sides = {False: [], True: []}
+        for unit, values in latencies.items():
+            name = "arm" if in_arm[unit] else "control"
+            sides[in_arm[unit]].append(
+                Unit(name, len(values), len(values), 0, 0.0, latencies_s=tuple(values))
+            )
+        if min(len(sides[False]), len(sides[True])) < MIN_UNITS:
+            next_look = math.ceil(i * 1.02)
+            continue
+        next_look = max(i + 1, math.ceil(i * growth))
+        looks += 1
+        flat = {
+            side: [Unit(u.arm, 1, 1, 0, 0.0, latencies_s=(v,)) for u in us for v in u.latencies_s]
+            for side, us in sides.items()
+        }
+        for m, metric in enumerate(QUANTILE_METRICS):
+            result = lift(metric, sides[False], sides[True], alpha=ALPHA, mde=MDE)
+            alone = lift(metric, flat[False], flat[True], alpha=ALPHA, mde=MDE)
+            assert result.low is not None and result.high is not None
+            assert alone.low is not None and alone.high is not None
+            held[m] = held[m] and result.low <= truth <= result.high
+            held_flat[m] = held_flat[m] and alone.low <= truth <= alone.high
+    last = [_log_lift_se(m, sides[False], sides[True]) for m in QUANTILE_METRICS]
+    last_flat = [_log_lift_se(m, flat[False], flat[True]) for m in QUANTILE_METRICS]
+    return ClusteredRun(
+        tuple(held),
+        tuple(held_flat),
+        tuple(c for c, _ in last),
+        tuple(se for _, se in last),
+        tuple(se for _, se in last_flat),
+        looks,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ClusteredResult:
+    population: str
+    metric: str
+    runs: int
+    looks: float
+    covered: float
+    covered_flat: float
+    se_ratio: float
+    """The reported standard error (root mean square over the runs) over the standard deviation
+    of the estimates."""
+    se_ratio_flat: float
+
+
+def _rms(values: Iterable[float]) -> float:
+    squares = [v * v for v in values]
+    return math.sqrt(math.fsum(squares) / len(squares))
+
+
+def clustered(
+    population: Population, runs: int, total: int, growth: float, seed: int, workers: int
+) -> list[ClusteredResult]:
+    seeds = [f"{seed}:clustered:{population.name}:{i}" for i in range(runs)]
+    results = _map(clustered_run, [(population, s, total, growth) for s in seeds], workers)
+    out = []
+    for m, metric in enumerate(QUANTILE_METRICS):
+        spread = statistics.stdev(r.centres[m] for r in results)
+        out.append(
+            ClusteredResult(
+                population.name,
+                metric,
+                runs,
+                statistics.median(r.looks for r in results),
+                sum(r.covered[m] for r in results) / runs,
+                sum(r.covered_flat[m] for r in results) / runs,
+                _rms(r.ses[m] for r in results) / spread,
+                _rms(r.ses_flat[m] for r in results) / spread,
+            )
+        )
+    return out
+
+
+# -- sample-ratio mismatch --------------------------------------------------------------------
+
+
+def _pearson_flags(counts: dict[str, int], weights: dict[str, float]) -> bool:
+    """Pearson's chi-square at p < 0.001, what the check was (two arms: df 1, erfc)."""
+    total = sum(counts.values())
+    expected = {arm: total * w / sum(weights.values()) for arm, w in weights.items()}
+    chi2 = math.fsum((counts[a] - expected[a]) ** 2 / expected[a] for a in weights)
+    return math.erfc(math.sqrt(chi2 / 2)) < 0.001
+
+
+@dataclass(frozen=True, slots=True)
+class SrmRun:
+    flagged_at: int | None
+    """Units seen at the first look flagged (None: never)."""
+    pearson_at: int | None
+    """The same for Pearson's chi-square at p < 0.001 (two arms only)."""
+
+
+def srm_run(
+    seed: str, weights: dict[str, float], lost: str | None, loss: float, units: int
+) -> SrmRun:
+    """A split by `weights`, arm `lost` losing `loss` of its units, looked at each time the units
+    grow by 1 % from 20 to `units` (stopping once both tests have flagged)."""
+    rng = random.Random(seed)
+    arms = list(weights)
+    cumulative = list(itertools.accumulate(weights.values()))
+    counts = dict.fromkeys(arms, 0)
+    seen, look = 0, 20
+    flagged: int | None = None
+    pearson: int | None = None
+    two = len(arms) == 2
+    while seen < units:
+        arm = arms[bisect.bisect(cumulative, rng.random() * cumulative[-1])]
+        if arm == lost and rng.random() < loss:
+            continue
+        counts[arm] += 1
+        seen += 1
+        if seen < look:
+            continue
+        look = max(look + 1, math.ceil(look * 1.01))
+        if flagged is None and sample_ratio_mismatch(counts, weights).flagged:
+            flagged = seen
+        if two and pearson is None and _pearson_flags(counts, weights):
+            pearson = seen
+        if flagged is not None and (pearson is not None or not two):
+            break
+    return SrmRun(flagged, pearson)
+
+
+@dataclass(frozen=True, slots=True)
+class SrmResult:
+    label: str
+    runs: int
+    flagged: int
+    pearson: int | None
+    median_units: float | None
+    p90_units: float | None
+
+
+def srm(
+    label: str,
+    weights: dict[str, float],
+    lost: str | None,
+    loss: float,
+    runs: int,
+    units: int,
+    seed: int,
+    workers: int,
+) -> SrmResult:
+    seeds = [f"{seed}:srm:{label}:{i}" for i in range(runs)]
+    results = _map(srm_run, [(s, weights, lost, loss, units) for s in seeds], workers)
+    times = [r.flagged_at for r in results if r.flagged_at is not None]
+    return SrmResult(
+        label,
+        runs,
+        len(times),
+        sum(r.pearson_at is not None for r in results) if len(weights) == 2 else None,
+        statistics.median(times) if times else None,
+        _quantile(times, 0.9) if times else None,
+    )
+
+
+SRM_LOSSES = (
+    ("50/50, one arm loses 20 %", {"control": 1.0, "b": 1.0}, "b", 0.2),
+    ("50/50, one arm loses 10 %", {"control": 1.0, "b": 1.0}, "b", 0.1),
+    ("50/50, one arm loses 5 %", {"control": 1.0, "b": 1.0}, "b", 0.05),
+    ("50/25/25, a 25 % arm loses 10 %", {"control": 2.0, "b": 1.0, "c": 1.0}, "b", 0.1),
+)
+
+
 # -- running ----------------------------------------------------------------------------------
 
 
@@ -421,7 +690,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--ttd-runs", type=int, default=40)
     parser.add_argument("--interval-s", type=float, default=5.0)
     parser.add_argument("--horizon-h", type=float, default=24.0)
-    parser.add_argument("--only", default="coverage,aa,ttd,cost")
+    parser.add_argument("--scenario", default="", help="only coverage scenarios naming this")
+    parser.add_argument("--clustered-runs", type=int, default=400)
+    parser.add_argument("--clustered-growth", type=float, default=1.2)
+    parser.add_argument("--tenant-operations", type=int, default=10_000)
+    parser.add_argument("--user-operations", type=int, default=20_000)
+    parser.add_argument("--srm-runs", type=int, default=1000)
+    parser.add_argument("--srm-units", type=int, default=200_000)
+    parser.add_argument("--only", default="coverage,aa,ttd,cost,clustered,srm,srm-power")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
@@ -438,7 +714,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "| scenario | looks | covered at every look | worst single look | final width, median |"
         )
         print("|---|---|---|---|---|")
-        for scenario in SCENARIOS:
+        for scenario in [x for x in SCENARIOS if args.scenario in x.name]:
             c = coverage(scenario, args.runs, args.units, args.look_growth, args.seed, args.workers)
             unit = "pts" if scenario.metric == "completion_rate" else "%"
             print(
@@ -492,7 +768,68 @@ def main(argv: Sequence[str] | None = None) -> None:
         print("|---|---|")
         for n in (1_000, 10_000, 100_000):
             print(f"| {n:,} | {look_cost(n):.3f} s |", flush=True)
+    if "clustered" in parts:
+        _print_clustered(args)
+    if "srm" in parts:
+        _print_srm(args)
+    if "srm-power" in parts:
+        _print_srm_power(args)
     print(f"\n({time.monotonic() - started:.0f} s)")
+
+
+def _print_clustered(args: argparse.Namespace) -> None:
+    print(
+        f"\nLatency over clustered units: {args.clustered_runs} experiments per shape, the arm "
+        f"{SLOWER - 1:.0%} slower, a look each time the operations grow by "
+        f"{args.clustered_growth - 1:.0%} (alpha {ALPHA} per interval):\n"
+    )
+    print(
+        "| units | operations | metric | looks, median | covered at every look | "
+        "operations as units: covered | SE / true spread | operations as units: SE / spread |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for population, total in ((TENANTS, args.tenant_operations), (USERS, args.user_operations)):
+        results = clustered(
+            population, args.clustered_runs, total, args.clustered_growth, args.seed, args.workers
+        )
+        for r in results:
+            print(
+                f"| {r.population} | {total:,} | {r.metric} | {r.looks:.0f} | {r.covered:.1%} | "
+                f"{r.covered_flat:.1%} | {r.se_ratio:.2f} | {r.se_ratio_flat:.2f} |",
+                flush=True,
+            )
+
+
+def _print_srm(args: argparse.Namespace) -> None:
+    r = srm(
+        "correct", {"control": 1.0, "b": 1.0}, None, 0.0, args.srm_runs, args.srm_units,
+        args.seed, args.workers,
+    )  # fmt: skip
+    print(
+        f"\nSample-ratio false flags: {r.runs} correct 50/50 splits, a look each time the units "
+        f"grow by 1 % from 20 to {args.srm_units:,} (SRM_ALPHA {SRM_ALPHA}):\n"
+    )
+    print("| test | ever flagged |")
+    print("|---|---|")
+    print(f"| `sample_ratio_mismatch` (Dirichlet-multinomial e-process) | {r.flagged}/{r.runs} "
+          f"({r.flagged / r.runs:.1%}) |")  # fmt: skip
+    pearson = r.pearson or 0
+    print(f"| Pearson's chi-square, p < 0.001 (the check before) | {pearson}/{r.runs} "
+          f"({pearson / r.runs:.1%}) |", flush=True)  # fmt: skip
+
+
+def _print_srm_power(args: argparse.Namespace) -> None:
+    print(
+        f"\nTime to flag a broken split: {args.srm_runs} experiments per case, looks as above, "
+        f"up to {args.srm_units:,} units:\n"
+    )
+    print("| split | flagged | units at the flag, median | p90 |")
+    print("|---|---|---|---|")
+    for label, weights, lost, loss in SRM_LOSSES:
+        r = srm(label, weights, lost, loss, args.srm_runs, args.srm_units, args.seed, args.workers)
+        median = "-" if r.median_units is None else f"{r.median_units:,.0f}"
+        p90 = "-" if r.p90_units is None else f"{r.p90_units:,.0f}"
+        print(f"| {label} | {r.flagged}/{r.runs} | {median} | {p90} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -897,8 +897,8 @@ EXPERIMENTS = Dashboard(
                 ),
                 Panel(
                     "Sample-ratio mismatch",
-                    "1 while the units per arm do not follow the weights (chi-square, p < 0.001): "
-                    "the assignment is broken and no lift can be trusted. Runbook: "
+                    "1 while the units per arm do not follow the weights (anytime-valid test, "
+                    "p <= 0.01): the assignment is broken and no lift can be trusted. Runbook: "
                     "MirrorgateExperimentSampleRatioMismatch.",
                     (
                         q(

@@ -7,7 +7,8 @@ Each look at a running experiment:
 1. `ExperimentStore.units`: its exchanges, summed per unit with their operations' outcomes,
    costs (judge calls included) and checks, turned into `analyzers.experiments.Unit`s;
 2. `decide` on the primary metric and the guardrails against control, with the assignment's
-   sample-ratio check against the weights the experiment started with (`human_preference`
+   anytime-valid sample-ratio check against the weights serving now, a stopped arm's units
+   counted with control's (its buckets went to control; `human_preference`
    from the blind reviews of pairs of an arm with control exchanged since the start,
    `proxy.rollout.evidence.experiment_preferences`);
 3. the decision is persisted on the experiment's row (what `status` and the report show);
@@ -198,6 +199,7 @@ class ExperimentDecider:
             weights=state.live_weights(),
             unit_name="operation" if spec.unit == "operation" else "user",
             preferences=preferences,
+            stopped=state.stopped_arms,
         )
         self.decisions[state.route] = decision
         await asyncio.to_thread(

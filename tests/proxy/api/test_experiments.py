@@ -333,6 +333,13 @@ def test_a_guardrail_breach_stops_the_arm_and_alerts(start_gateway: Any) -> None
         status = gw.http.get("/admin/experiments/bot", headers=AUTH).json()
         assert status["decision"]["arms"][0]["verdict"] == "stopped"
         assert "arm_stopped" in [e["kind"] for e in status["events"]]
+        # The next look counts the stopped arm's units with control's, whose buckets serve
+        # them now: the split still follows the weights (not "units on an arm weighted 0").
+        asyncio.run_coroutine_threadsafe(decider.tick(force=True), gw.loop).result(30)
+        srm = decider.decisions["bot"].srm
+        assert srm is not None and not srm.flagged and srm.counts["flaky"] == 0
+        status = gw.http.get("/admin/experiments/bot", headers=AUTH).json()
+        assert "srm_flagged" not in [e["kind"] for e in status["events"]]
     finally:
         receiver.close()
 
