@@ -198,36 +198,95 @@ def _icc(arms: Sequence[tuple[_Clusters | None, float, float]]) -> float:
     return min(1.0, max(0.0, (observed - expected) / slope))
 
 
+@dataclass(frozen=True, slots=True)
+class _Boundary:
+    """The null boundary of a rate, p_c = p_p + m(p_p) with the margin
+    m(p) = min(max(absolute, relative·p), cap·(1 - p)): three lines p_c = a + b·p_p, the one
+    with the smallest value ruling where the max of the first two is above the cap."""
+
+    absolute: float
+    relative: float
+
+    def lines(self) -> tuple[tuple[float, float, float, float], ...]:
+        """(a, b, from p_p, to p_p) per piece of the boundary within [0, 1]."""
+        pieces: list[tuple[float, float, float, float]] = []
+        knee = self.absolute / self.relative if self.relative > 0 else 1.0
+        for a, b, low, high in (
+            (self.absolute, 1.0, 0.0, min(1.0, knee)),
+            (0.0, 1.0 + self.relative, min(1.0, knee), 1.0),
+        ):
+            # where this piece is above the cap p + cap·(1-p), the cap rules
+            cut = (_MARGIN_CAP - a) / (b - 1.0 + _MARGIN_CAP) if b - 1.0 + _MARGIN_CAP else 1.0
+            if b - 1.0 + _MARGIN_CAP > 0:
+                if low < min(high, cut):
+                    pieces.append((a, b, low, min(high, cut)))
+                if max(low, cut) < high:
+                    pieces.append((_MARGIN_CAP, 1.0 - _MARGIN_CAP, max(low, cut), high))
+            else:
+                pieces.append((a, b, low, high))
+        return tuple(p for p in pieces if p[2] < p[3])
+
+    def margin(self, p: float) -> float:
+        return min(max(self.absolute, self.relative * p), _MARGIN_CAP * (1.0 - p))
+
+    def slope(self, p: float) -> float:
+        """d(p_p + m(p_p))/dp_p at p (the side of a kink the margin's formula takes)."""
+        capped = _MARGIN_CAP * (1.0 - p)
+        if max(self.absolute, self.relative * p) >= capped:
+            return 1.0 - _MARGIN_CAP
+        return 1.0 + self.relative if self.relative * p > self.absolute else 1.0
+
+
+def _log_likelihood(k: float, n: float, p: float) -> float:
+    if (k and p <= 0.0) or (n - k and p >= 1.0):
+        return -math.inf
+    return (k * math.log(p) if k else 0.0) + ((n - k) * math.log1p(-p) if n - k else 0.0)
+
+
 def _restricted(
-    k_c: float, n_c: float, k_p: float, n_p: float, delta: float
+    k_c: float, n_c: float, k_p: float, n_p: float, boundary: _Boundary
 ) -> tuple[float, float]:
-    """(candidate's, primary's) rate at the null boundary p_c - p_p = delta that is most likely
-    given the counts: the restricted maximum-likelihood estimate of Farrington & Manning (1990)
-    and Miettinen & Nurminen (1985). The log-likelihood is concave in p_p along the boundary, so
-    its slope is bisected (to 1e-12; no closed-form root to lose precision at the ends)."""
-    low, high = max(0.0, -delta), min(1.0, 1.0 - delta)
-
-    def slope(p: float) -> float:
-        q = p + delta
-        return k_c / q - (n_c - k_c) / (1 - q) + k_p / p - (n_p - k_p) / (1 - p)
-
-    a, b = low, high
-    for _ in range(60):
-        mid = (a + b) / 2
-        if mid <= 0 or mid + delta <= 0:
-            a = mid
+    """(candidate's, primary's) rate on the null boundary that is most likely given the counts:
+    the restricted maximum-likelihood estimate of Farrington & Manning (1990) and Miettinen &
+    Nurminen (1985), for a difference (p_c = p_p + a), a ratio (p_c = (1+r)·p_p) and the cap,
+    whichever rules at the primary's rate. On each line p_c = a + b·p_p the log-likelihood is
+    concave in p_p, so its slope is bisected; the best of the pieces wins."""
+    best = (-math.inf, 0.0, 0.0)
+    for a, b, low, high in boundary.lines():
+        # p_c must stay in [0, 1] on the piece
+        lo = max(low, -a / b if b > 0 else low)
+        hi = min(high, (1.0 - a) / b if b > 0 else high)
+        if lo > hi:
             continue
-        if mid >= 1 or mid + delta >= 1:
-            b = mid
-            continue
-        if slope(mid) > 0:
-            a = mid
-        else:
-            b = mid
-        if b - a < 1e-12:
-            break
-    p_p = min(high, max(low, (a + b) / 2))
-    return min(1.0, max(0.0, p_p + delta)), p_p
+
+        def slope(p: float, a: float = a, b: float = b) -> float:
+            q = a + b * p
+            return (
+                b * ((k_c / q if k_c else 0.0) - ((n_c - k_c) / (1 - q) if n_c - k_c else 0.0))
+                + (k_p / p if k_p else 0.0)
+                - ((n_p - k_p) / (1 - p) if n_p - k_p else 0.0)
+            )
+
+        x, y = lo, hi
+        for _ in range(60):
+            mid = (x + y) / 2
+            q = a + b * mid
+            if mid <= 0.0 or q <= 0.0:
+                x = mid
+            elif mid >= 1.0 or q >= 1.0:
+                y = mid
+            elif slope(mid) > 0:
+                x = mid
+            else:
+                y = mid
+            if y - x < 1e-13:
+                break
+        for p in ((x + y) / 2, lo, hi):
+            q = min(1.0, max(0.0, a + b * p))
+            value = _log_likelihood(k_c, n_c, q) + _log_likelihood(k_p, n_p, p)
+            if value > best[0]:
+                best = (value, q, p)
+    return best[1], best[2]
 
 
 def _design_effect(n: float, clusters: _Clusters | None, icc: float) -> float:
@@ -235,6 +294,26 @@ def _design_effect(n: float, clusters: _Clusters | None, icc: float) -> float:
     units' correlation inflates the binomial variance of the ratio estimator Σk/Σn; 1 for
     independent requests."""
     return 1.0 if clusters is None or not n else 1.0 + icc * clusters.squares / n
+
+
+_LEAST_UNITS = 2.0
+"""An arm whose traffic comes from fewer effective units than this (`_effective_units`) cannot
+tell a model from the units it happened to get: its rate neither passes nor fails by the normal
+test."""
+
+
+def _effective_units(n: float, clusters: _Clusters | None) -> float:
+    """Kish's effective number of units N²/Σn_i² (inf for independent requests): 200 tenants
+    of which one sends half the traffic count as fewer than four."""
+    return math.inf if clusters is None else n / clusters.centred
+
+
+def _few_units_factor(n: float, clusters: _Clusters | None) -> float:
+    """The small-number-of-units correction G/(G-1) of cluster-robust variances (CR1: Cameron
+    & Miller 2015), with G the effective number of units (Carter, Schnepel & Steigerwald 2017:
+    unequal units behave like fewer equal ones); 1 for independent requests."""
+    units = _effective_units(n, clusters)
+    return 1.0 if math.isinf(units) else units / (units - 1.0)
 
 
 def _rate_variance(p: float, n: float, effect: float) -> float:
@@ -307,8 +386,8 @@ def _rate(
     margin that happened to see few events is not passed on their small spread."""
     (k_p, n_p), (k_c, n_c) = primary, candidate
     p_rate = k_p / n_p if n_p else 0.0
-    margin = max(margin, th.rate_margin_relative * p_rate)
-    margin = min(margin, _MARGIN_CAP * (1.0 - p_rate))
+    boundary = _Boundary(margin, th.rate_margin_relative)
+    margin = boundary.margin(p_rate)
     least = th.min_samples_rate if min_samples is None else min_samples
     c_p = _clusters(units[0], k_p, n_p)
     c_c = _clusters(units[1], k_c, n_c)
@@ -322,8 +401,23 @@ def _rate(
 
     if min(n_p, n_c) < least:
         return _Few(metric, margin, n_p, n_c, least, guard=guard)
-    tilde_c, tilde_p = _restricted(k_c, n_c, k_p, n_p, margin)
-    se = math.sqrt(_rate_variance(tilde_c, n_c, d_c) + _rate_variance(tilde_p, n_p, d_p))
+    units_p, units_c = _effective_units(n_p, c_p), _effective_units(n_c, c_c)
+    if min(units_p, units_c) < _LEAST_UNITS:
+        detail = (
+            f"too few sticky units: the traffic of {units_p:.3g} primary, {units_c:.3g} "
+            f"candidate effective units, need {_LEAST_UNITS:g} each"
+        )
+        return _Few(metric, margin, n_p, n_c, 0, detail, guard=guard)
+    tilde_c, tilde_p = _restricted(k_c, n_c, k_p, n_p, boundary)
+    # The test is of p̂_c - p̂_p - m(p̂_p) against 0 (the difference against the margin at the
+    # primary's rate): its variance weighs the primary's by the boundary's slope squared, so a
+    # relative margin's own noise is counted (a primary that happened to see many errors widens
+    # the margin it is judged with).
+    se = math.sqrt(
+        _rate_variance(tilde_c, n_c, d_c * _few_units_factor(n_c, c_c))
+        + boundary.slope(tilde_p) ** 2
+        * _rate_variance(tilde_p, n_p, d_p * _few_units_factor(n_p, c_p))
+    )
     effective = n_c / d_c
     normal = min(tilde_c, 1.0 - tilde_c) * effective >= _NORMAL_EVENTS
     estimate = k_c / n_c - p_rate

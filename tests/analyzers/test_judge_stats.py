@@ -13,7 +13,9 @@ from pydantic import ValidationError
 from analyzers.judge_stats import judge
 from analyzers.verdicts import ArmWindow, MetricVerdict, Outcome, Thresholds
 
-TH = Thresholds()
+TH = Thresholds(error_rate_increase=0.02, rate_margin_relative=0.25)
+"""The margins most tests here were written for (absolute ones that rule at these rates); the
+defaults' own promises are tested with `Thresholds()` below."""
 
 
 def _lognormal(seed: int, n: int, median: float = 0.8, sigma: float = 0.5) -> tuple[float, ...]:
@@ -547,3 +549,46 @@ def test_correlated_units_widen_a_rate_and_keep_a_composition_from_failing() -> 
         TH,
     )[0]  # fmt: skip
     assert checked.outcome is not Outcome.FAIL
+
+
+def _step(
+    rng: random.Random, base: float, shift: float, weight: float, looks: int, per_look: int
+) -> list[Outcome]:
+    """A step's outcomes at each look: the candidate's error rate base + shift, `per_look`
+    requests of the route between looks, a share `weight` of them the canary's."""
+    k_p = n_p = k_c = n_c = 0
+    outcomes = []
+    for _ in range(looks):
+        for _ in range(per_look):
+            if rng.random() < weight:
+                n_c += 1
+                k_c += rng.random() < base + shift
+            else:
+                n_p += 1
+                k_p += rng.random() < base
+        (verdict,) = judge(
+            ArmWindow(n_p, k_p), ArmWindow(n_c, k_c), Thresholds(), sequences=8, with_needs=False
+        )
+        outcomes.append(verdict.outcome)
+    return outcomes
+
+
+def test_the_defaults_never_pass_a_doubled_error_rate_and_fail_it_with_evidence() -> None:
+    # 1% -> 2% on a 10% step, looked at every 1,000 requests up to 150,000 (15,000 canary).
+    rng = random.Random(21)
+    runs = [_step(rng, 0.01, 0.01, 0.1, 150, 1000) for _ in range(20)]
+    assert not any(Outcome.PASS in outcomes for outcomes in runs)
+    # about half fail by then (12.5 min of a 10% step at 200 req/s); at 60,000 nearly all do
+    assert sum(outcomes[-1] is Outcome.FAIL for outcomes in runs) >= 8
+
+
+def test_a_rate_at_its_margin_passes_at_most_5_percent_at_small_and_large_steps() -> None:
+    # The worst case of the old judge: a 50% step, where the primary's rate (and so a relative
+    # margin) is as noisy as the candidate's; and the 10% step with few canary events.
+    rng = random.Random(22)
+    for weight in (0.5, 0.1):
+        runs = [_step(rng, 0.01, 0.005, weight, 30, 600) for _ in range(100)]
+        passed = sum(Outcome.PASS in outcomes for outcomes in runs)
+        failed = sum(Outcome.FAIL in outcomes for outcomes in runs)
+        assert passed <= 7, weight  # 5% of 100; the plug-in relative margin passed 14% at 50%
+        assert failed <= 1, weight  # the fail level is 0.00125 a step
