@@ -127,6 +127,8 @@ class _Few:
     detail: str = ""
     guard: Callable[[float], bool] | None = None
     """As `_Evidence.guard`: too few samples for the normal test, not for an exact one."""
+    estimate: float | None = None
+    """The estimate, for a verdict of the guard."""
 
 
 def _agresti_caffo(events: float, n: float) -> tuple[float, float]:
@@ -399,15 +401,16 @@ def _rate(
             return False
         return _exact_beyond((k_p / d_p, n_p / d_p), (k_c / d_c, n_c / d_c), margin, alpha)
 
+    shown = k_c / n_c - p_rate if n_c else None
     if min(n_p, n_c) < least:
-        return _Few(metric, margin, n_p, n_c, least, guard=guard)
+        return _Few(metric, margin, n_p, n_c, least, guard=guard, estimate=shown)
     units_p, units_c = _effective_units(n_p, c_p), _effective_units(n_c, c_c)
     if min(units_p, units_c) < _LEAST_UNITS:
         detail = (
             f"too few sticky units: the traffic of {units_p:.3g} primary, {units_c:.3g} "
             f"candidate effective units, need {_LEAST_UNITS:g} each"
         )
-        return _Few(metric, margin, n_p, n_c, 0, detail, guard=guard)
+        return _Few(metric, margin, n_p, n_c, 0, detail, guard=guard, estimate=shown)
     tilde_c, tilde_p = _restricted(k_c, n_c, k_p, n_p, boundary)
     # The test is of p̂_c - p̂_p - m(p̂_p) against 0 (the difference against the margin at the
     # primary's rate): its variance weighs the primary's by the boundary's slope squared, so a
@@ -584,7 +587,7 @@ def _verdict(
     if isinstance(evidence, _Few):
         if evidence.guard is not None and evidence.guard(alpha * _GUARD_SHARE):
             return _guarded(evidence.metric, evidence.threshold, evidence.n_primary,
-                            evidence.n_candidate, alpha)  # fmt: skip
+                            evidence.n_candidate, alpha, evidence.estimate)  # fmt: skip
         detail = evidence.detail or (
             f"too few samples: {evidence.n_primary} primary, {evidence.n_candidate} candidate, "
             f"need {evidence.need} each"
