@@ -423,19 +423,23 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def aa_table(rates: Sequence[float], runs: int, workers: int, seed: int) -> list[str]:
+def aa_table(
+    rates: Sequence[float], runs: int, workers: int, seed: int, users_runs: int | None = None
+) -> list[str]:
     settings = Settings.defaults()
     jobs, keys = [], []
+    counts = {"tenants": runs, "users": runs if users_runs is None else users_runs}
     for shape in ("tenants", "users", "independent"):
         for rate in rates:
             for with_units in (True, False) if shape != "independent" else (True,):
-                for i in range(runs):
+                for i in range(counts.get(shape, runs)):
                     s = seed * 10_000_000 + round(rate) * 10_000 + i
                     jobs.append((Rollout(shape, rate, with_units=with_units, seed=s), settings))
                     keys.append((shape, rate, with_units))
     done = _map(_rollout_job, jobs, workers)
     out = [
-        f"A/A rollouts, {runs} per cell, each until promoted or {_duration(HORIZON_S)}: rolled "
+        f"A/A rollouts, {runs} per cell ({counts['users']} for users), each until promoted or "
+        f"{_duration(HORIZON_S)}: rolled "
         "back (false rollbacks; goal ≤ 1 %), with the units given to the judge and, for "
         "comparison, per request:",
         "",
@@ -561,6 +565,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--rates", default="2,20,200")
     parser.add_argument("--aa-runs", type=int, default=100)
+    parser.add_argument("--users-runs", type=int, help="A/A runs of the users shape")
     parser.add_argument("--se-runs", type=int, default=200)
     parser.add_argument("--margin-runs", type=int, default=400)
     parser.add_argument("--goal-runs", type=int, default=40)
@@ -582,7 +587,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name in sections:
         print()
         if name == "aa":
-            lines = aa_table(rates, args.aa_runs, args.workers, args.seed)
+            lines = aa_table(rates, args.aa_runs, args.workers, args.seed, args.users_runs)
         elif name == "se":
             lines = se_table(args.se_runs, args.workers, args.seed)
         elif name == "margin":
