@@ -416,10 +416,17 @@ def _rate(
     # primary's rate): its variance weighs the primary's by the boundary's slope squared, so a
     # relative margin's own noise is counted (a primary that happened to see many errors widens
     # the margin it is judged with).
+    # Near a kink of the margin (where the relative part takes over from the absolute one) the
+    # primary's estimate may fall on either side of it, and the convex kink biases the statistic
+    # towards passing: the steeper slope within two standard deviations of the primary's rate
+    # is taken (measured: at the kink, a 50 % step passed 12.5 % at the margin without it).
+    var_p = _rate_variance(tilde_p, n_p, d_p * _few_units_factor(n_p, c_p))
+    spread = 2.0 * math.sqrt(var_p)
+    slope = max(
+        boundary.slope(min(1.0, max(0.0, tilde_p + side * spread))) for side in (-1.0, 0.0, 1.0)
+    )
     se = math.sqrt(
-        _rate_variance(tilde_c, n_c, d_c * _few_units_factor(n_c, c_c))
-        + boundary.slope(tilde_p) ** 2
-        * _rate_variance(tilde_p, n_p, d_p * _few_units_factor(n_p, c_p))
+        _rate_variance(tilde_c, n_c, d_c * _few_units_factor(n_c, c_c)) + slope**2 * var_p
     )
     effective = n_c / d_c
     normal = min(tilde_c, 1.0 - tilde_c) * effective >= _NORMAL_EVENTS

@@ -488,7 +488,7 @@ def se_table(runs: int, workers: int, seed: int) -> list[str]:
     return out
 
 
-def margin_table(runs: int, workers: int, seed: int) -> list[str]:
+def margin_table(runs: int, workers: int, seed: int, only: str | None = None) -> list[str]:
     settings = Settings.defaults()
     th = settings.thresholds
     alpha = th.false_rollback_rate / (len(settings.steps) * TRAFFIC_METRICS)
@@ -506,6 +506,8 @@ def margin_table(runs: int, workers: int, seed: int) -> list[str]:
     old = th.model_copy(update={"error_rate_increase": 0.02, "rate_margin_relative": 0.25})
     cases.append(("error_rate, margin of 2 points (the old default)", 0.01, 0.02, old, None))
     floors = {c.metric: getattr(th, c.margin_key) for c in MARGIN_CASES}
+    if only:
+        cases = [c for c in cases if any(c[0].startswith(p) for p in only.split(","))]
     for name, base, margin, given, shift in cases:
         thresholds = given
         if name in floors:  # the metric's own absolute margin, judged as the error rate is
@@ -572,6 +574,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", default="aa,se,margin,goals")
+    parser.add_argument("--metrics", help="margin: only these rows (comma-separated prefixes)")
     args = parser.parse_args(argv)
     rates = [float(r) for r in args.rates.split(",")]
     started = time.perf_counter()
@@ -591,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         elif name == "se":
             lines = se_table(args.se_runs, args.workers, args.seed)
         elif name == "margin":
-            lines = margin_table(args.margin_runs, args.workers, args.seed)
+            lines = margin_table(args.margin_runs, args.workers, args.seed, args.metrics)
         elif name == "goals":
             lines = goals_table(rates, args.goal_runs, args.workers, args.seed)
         else:
