@@ -19,10 +19,22 @@ The scales, per metric:
 
 - Rates (error rate, each rule check's failure rate, correction rate, share of answers with a
   severe finding, candidate-primary disagreement against the primary-primary noise floor, the
-  share of rule-flip probes not followed — `rule_adaptation`): the
-  difference of the two proportions, its standard error by Agresti & Caffo (one event and one
-  non-event added to each arm, so zero events still have a spread). The margin is the absolute
-  one or, if larger, `rate_margin_relative` of the primary's rate.
+  share of rule-flip probes not followed — `rule_adaptation`): the difference of the two
+  proportions. Both tests are of the one null boundary "candidate = primary + margin", so the
+  standard error is the one there, at the rates the counts make most likely on it (the
+  restricted maximum-likelihood estimate of Farrington & Manning and Miettinen & Nurminen): a
+  candidate at the margin that happened to see few events has the spread of its true rate, not
+  of its few events. When the window breaks a tally down by sticky unit (`ArmWindow.units`),
+  each arm's variance is inflated by its design effect 1 + rho·Σn_i(n_i-1)/N, rho the
+  intra-unit correlation pooled over both arms' per-unit sums (a beta-binomial moment
+  estimator, as in cluster-randomised trials): requests of one user are not independent
+  evidence. The normal test fails a rate only with at least `_NORMAL_EVENTS` effective events
+  (and non-events) at the margin in the candidate's arm; an exact test (`_exact_beyond`, a
+  Bernoulli mixture martingale valid at any sample size) spends a tenth of the fail budget and
+  fails a canary whose exact lower bound clears the primary's exact upper bound by the margin,
+  also below the minimum samples (a canary failing every request is rolled back after a dozen).
+  The margin is the absolute one or, if larger, `rate_margin_relative` of the primary's rate,
+  and at most half the distance from the primary's rate to 1.
 - Latency and time to first token, p50 and p95: the log of the ratio of the two quantiles.
   Each arm's uncertainty is Woodruff's: the standard deviation of the empirical CDF at the
   quantile (`cdf_spread`: binomial for independent samples; with `ArmWindow.sample_units` the
@@ -50,10 +62,11 @@ The scales, per metric:
   `MIN_EFFECTIVE_UNITS` in either arm hold the metric.
 - The adaptation floor (`rule_adaptation:min_adaptation`, when the rule sets
   `probes.min_adaptation`): one arm only, the floor minus the candidate's adaptation rate, i.e.
-  its not-followed share (one event and one non-event added) minus 1 - floor, with the binomial
-  standard error, bounded by the same confidence sequence around a margin of 0 (mixing scale
-  `_FLOOR_TAU`). It fails when the adaptation's upper bound at `alpha` is below the floor, and
-  passes when its lower bound at `pass_confidence` is above it.
+  its not-followed share minus 1 - floor, with the binomial standard error at the boundary
+  (a not-followed share of exactly 1 - floor; times the design effect of the probes' units),
+  bounded by the same confidence sequence around a margin of 0 (mixing scale `_FLOOR_TAU`). It
+  fails when the adaptation's upper bound at `alpha` is below the floor, and passes when its
+  lower bound at `pass_confidence` is above it.
 """
 
 from __future__ import annotations
@@ -68,7 +81,14 @@ from functools import partial
 
 from analyzers.sequential import bounds, offset
 from analyzers.summary import percentile
-from analyzers.verdicts import ArmWindow, MetricVerdict, Outcome, Tally, Thresholds
+from analyzers.verdicts import (
+    ArmWindow,
+    MetricVerdict,
+    Outcome,
+    Tally,
+    Thresholds,
+    UnitTallies,
+)
 
 _TAU_FLOOR = {"rate": 0.01, "log": 0.05, "score": 0.25}
 """The smallest mixing scale per kind of scale, for margins of 0."""
@@ -102,6 +122,11 @@ class _Evidence:
     """(lower, upper) at (tau, alpha), when not the estimate ± the mixture's width at `se`
     (a quantile ratio reads each side from its own order statistics); `se` then only sizes
     `needs`."""
+    guard: Callable[[float], bool] | None = None
+    """An exact test that fails the metric at the given level whatever the normal one says
+    (a rate's hard guard); it then gets `_GUARD_SHARE` of the fail budget."""
+    normal_fail: bool = True
+    """Whether the normal test may fail the metric (a rate needs enough events for it)."""
 
     def bounds(self, tau: float, alpha: float) -> tuple[float, float]:
         if self.bounded is not None:
@@ -124,12 +149,247 @@ class _Few:
     n_candidate: int
     need: int
     detail: str = ""
+    guard: Callable[[float], bool] | None = None
+    """As `_Evidence.guard`: too few samples for the normal test, not for an exact one."""
+    estimate: float | None = None
+    """The estimate, for a verdict of the guard."""
 
 
 def _agresti_caffo(events: float, n: float) -> tuple[float, float]:
     """(adjusted proportion, its variance)."""
     adjusted = (events + 1) / (n + 2)
     return adjusted, adjusted * (1 - adjusted) / (n + 2)
+
+
+_GUARD_SHARE = 0.1
+"""The share of a rate's fail budget spent on its exact guard (`_exact_beyond`); the normal
+test spends the rest."""
+_NORMAL_EVENTS = 30.0
+"""The normal test of a rate's fail side needs this many effective events (and non-events) in
+the candidate's arm at the margin: below it the binomial's right tail is heavier than the
+normal's at the small levels the budget is split into, and the exact guard alone decides."""
+_MARGIN_CAP = 0.5
+"""A rate's margin is at most this share of the distance from the primary's rate to 1, so a
+candidate worse than a high-rate primary can still be shown worse (0.8 + 0.2 would be 1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Clusters:
+    """One arm's per-unit breakdown of a tally, reduced to what the variance needs."""
+
+    squares: float
+    """Σ n_i(n_i - 1) over its units: 0 when every unit made one observation."""
+    residual: float
+    """Σ (k_i - p̂·n_i)², p̂ the arm's rate."""
+    centred: float
+    """Σ n_i² / N, for the moment estimator's bias (one unit's own share of p̂)."""
+    cubes: float
+    """Σ n_i²(n_i - 1) / N, likewise."""
+    units: int
+
+
+def _clusters(per_unit: UnitTallies | None, events: float, n: float) -> _Clusters | None:
+    """None when there is no breakdown or every unit is one observation (independent)."""
+    if not per_unit or not n:
+        return None
+    squares = math.fsum(m * (m - 1) for _, m in per_unit)
+    if not squares:
+        return None
+    p = events / n
+    return _Clusters(
+        squares,
+        math.fsum((k - p * m) ** 2 for k, m in per_unit),
+        math.fsum(m * m for _, m in per_unit) / n,
+        math.fsum(m * m * (m - 1) for _, m in per_unit) / n,
+        len(per_unit),
+    )
+
+
+def _icc(arms: Sequence[tuple[_Clusters | None, float, float]]) -> float:
+    """The intra-unit correlation rho of a tally, pooled over both arms (Donner & Klar's
+    cluster-randomised trials: one rho for the traffic, each arm's own unit sizes): the moment
+    estimator of the beta-binomial model Var(k_i) = p(1-p)·(n_i + rho·n_i(n_i-1)) from the
+    per-unit residuals, corrected for p̂ being estimated from the same units (a dominant unit's
+    residual is largely absorbed by its own arm's p̂). In [0, 1]; 0 without any breakdown."""
+    observed = expected = slope = 0.0
+    for c, k, n in arms:
+        if c is None or not 0 < k < n:
+            continue
+        p = k / n
+        observed += c.residual / (p * (1 - p))
+        expected += n - c.centred
+        slope += c.squares - 2 * c.cubes + c.centred * c.squares / n
+    if slope <= 0:
+        return 0.0
+    return min(1.0, max(0.0, (observed - expected) / slope))
+
+
+@dataclass(frozen=True, slots=True)
+class _Boundary:
+    """The null boundary of a rate, p_c = p_p + m(p_p) with the margin
+    m(p) = min(max(absolute, relative·p), cap·(1 - p)): three lines p_c = a + b·p_p, the one
+    with the smallest value ruling where the max of the first two is above the cap."""
+
+    absolute: float
+    relative: float
+
+    def lines(self) -> tuple[tuple[float, float, float, float], ...]:
+        """(a, b, from p_p, to p_p) per piece of the boundary within [0, 1]."""
+        pieces: list[tuple[float, float, float, float]] = []
+        knee = self.absolute / self.relative if self.relative > 0 else 1.0
+        for a, b, low, high in (
+            (self.absolute, 1.0, 0.0, min(1.0, knee)),
+            (0.0, 1.0 + self.relative, min(1.0, knee), 1.0),
+        ):
+            # where this piece is above the cap p + cap·(1-p), the cap rules
+            cut = (_MARGIN_CAP - a) / (b - 1.0 + _MARGIN_CAP) if b - 1.0 + _MARGIN_CAP else 1.0
+            if b - 1.0 + _MARGIN_CAP > 0:
+                if low < min(high, cut):
+                    pieces.append((a, b, low, min(high, cut)))
+                if max(low, cut) < high:
+                    pieces.append((_MARGIN_CAP, 1.0 - _MARGIN_CAP, max(low, cut), high))
+            else:
+                pieces.append((a, b, low, high))
+        return tuple(p for p in pieces if p[2] < p[3])
+
+    def margin(self, p: float) -> float:
+        return min(max(self.absolute, self.relative * p), _MARGIN_CAP * (1.0 - p))
+
+    def slope(self, p: float) -> float:
+        """d(p_p + m(p_p))/dp_p at p (the side of a kink the margin's formula takes)."""
+        capped = _MARGIN_CAP * (1.0 - p)
+        if max(self.absolute, self.relative * p) >= capped:
+            return 1.0 - _MARGIN_CAP
+        return 1.0 + self.relative if self.relative * p > self.absolute else 1.0
+
+
+def _log_likelihood(k: float, n: float, p: float) -> float:
+    if (k and p <= 0.0) or (n - k and p >= 1.0):
+        return -math.inf
+    return (k * math.log(p) if k else 0.0) + ((n - k) * math.log1p(-p) if n - k else 0.0)
+
+
+def _restricted(
+    k_c: float, n_c: float, k_p: float, n_p: float, boundary: _Boundary
+) -> tuple[float, float]:
+    """(candidate's, primary's) rate on the null boundary that is most likely given the counts:
+    the restricted maximum-likelihood estimate of Farrington & Manning (1990) and Miettinen &
+    Nurminen (1985), for a difference (p_c = p_p + a), a ratio (p_c = (1+r)·p_p) and the cap,
+    whichever rules at the primary's rate. On each line p_c = a + b·p_p the log-likelihood is
+    concave in p_p, so its slope is bisected; the best of the pieces wins."""
+    best = (-math.inf, 0.0, 0.0)
+    for a, b, low, high in boundary.lines():
+        # p_c must stay in [0, 1] on the piece
+        lo = max(low, -a / b if b > 0 else low)
+        hi = min(high, (1.0 - a) / b if b > 0 else high)
+        if lo > hi:
+            continue
+
+        def slope(p: float, a: float = a, b: float = b) -> float:
+            q = a + b * p
+            return (
+                b * ((k_c / q if k_c else 0.0) - ((n_c - k_c) / (1 - q) if n_c - k_c else 0.0))
+                + (k_p / p if k_p else 0.0)
+                - ((n_p - k_p) / (1 - p) if n_p - k_p else 0.0)
+            )
+
+        x, y = lo, hi
+        for _ in range(60):
+            mid = (x + y) / 2
+            q = a + b * mid
+            if mid <= 0.0 or q <= 0.0:
+                x = mid
+            elif mid >= 1.0 or q >= 1.0:
+                y = mid
+            elif slope(mid) > 0:
+                x = mid
+            else:
+                y = mid
+            if y - x < 1e-13:
+                break
+        for p in ((x + y) / 2, lo, hi):
+            q = min(1.0, max(0.0, a + b * p))
+            value = _log_likelihood(k_c, n_c, q) + _log_likelihood(k_p, n_p, p)
+            if value > best[0]:
+                best = (value, q, p)
+    return best[1], best[2]
+
+
+def _design_effect(n: float, clusters: _Clusters | None, icc: float) -> float:
+    """The design effect 1 + rho·Σn_i(n_i-1)/N of an arm's units (Kish 1965): by how much its
+    units' correlation inflates the binomial variance of the ratio estimator Σk/Σn; 1 for
+    independent requests."""
+    return 1.0 if clusters is None or not n else 1.0 + icc * clusters.squares / n
+
+
+_LEAST_UNITS = 2.0
+"""An arm whose traffic comes from fewer effective units than this (`_effective_units`) cannot
+tell a model from the units it happened to get: its rate neither passes nor fails by the normal
+test."""
+
+
+def _effective_units(n: float, clusters: _Clusters | None) -> float:
+    """Kish's effective number of units N²/Σn_i² (inf for independent requests): 200 tenants
+    of which one sends half the traffic count as fewer than four."""
+    return math.inf if clusters is None else n / clusters.centred
+
+
+def _few_units_factor(n: float, clusters: _Clusters | None) -> float:
+    """The small-number-of-units correction G/(G-1) of cluster-robust variances (CR1: Cameron
+    & Miller 2015), with G the effective number of units (Carter, Schnepel & Steigerwald 2017:
+    unequal units behave like fewer equal ones); 1 for independent requests."""
+    units = _effective_units(n, clusters)
+    return 1.0 if math.isinf(units) else units / (units - 1.0)
+
+
+def _rate_variance(p: float, n: float, effect: float) -> float:
+    """The variance of an arm's rate at rate p over n observations with that design effect."""
+    return p * (1 - p) * effect / n if n else 0.0
+
+
+def _log_beta(a: float, b: float) -> float:
+    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+
+def _exact_bound(k: float, n: float, alpha: float, upper: bool) -> float:
+    """An exact anytime-valid bound of a Bernoulli rate from k events in n: the rates q where the
+    uniform-prior mixture martingale B(k+1, n-k+1) / (q^k (1-q)^(n-k)) stays below 1/alpha
+    (Robbins 1970; a likelihood ratio mixed over every alternative, so by Ville's inequality it
+    ever reaches 1/alpha with probability at most alpha, at any n, without a normal
+    approximation). `upper`: the largest such q, else the smallest."""
+    if n <= 0:
+        return 1.0 if upper else 0.0
+    p = k / n
+    if (upper and k >= n) or (not upper and k <= 0):
+        return p
+    threshold = math.log(1 / alpha) - _log_beta(k + 1, n - k + 1)
+
+    def beyond(q: float) -> bool:
+        # log M(q) >= log(1/alpha): q is excluded
+        return -(k * math.log(q) if k else 0.0) - ((n - k) * math.log1p(-q) if n > k else 0.0) >= (
+            threshold
+        )
+
+    inside, outside = p, (1.0 if upper else 0.0)
+    for _ in range(50):
+        mid = (inside + outside) / 2
+        if mid <= 0.0 or mid >= 1.0 or beyond(mid):
+            outside = mid
+        else:
+            inside = mid
+    return inside
+
+
+def _exact_beyond(
+    primary: tuple[float, float], candidate: tuple[float, float], margin: float, alpha: float
+) -> bool:
+    """The hard guard: the candidate's exact lower bound is beyond the primary's exact upper
+    bound plus the margin, each at alpha/2 (so valid together at alpha, at any sample size).
+    The counts are effective ones (divided by the arm's design effect)."""
+    low = _exact_bound(candidate[0], candidate[1], alpha / 2, upper=False)
+    if low <= margin:
+        return False
+    return low - _exact_bound(primary[0], primary[1], alpha / 2, upper=True) > margin
 
 
 def _rate(
@@ -139,21 +399,62 @@ def _rate(
     margin: float,
     th: Thresholds,
     min_samples: int | None = None,
+    units: tuple[UnitTallies | None, UnitTallies | None] = (None, None),
 ) -> _Evidence | _Few:
     """`primary` and `candidate` count bad events (errors, failed checks...) out of n; fewer
-    than `min_samples` (default `min_samples_rate`) in either arm is too few."""
+    than `min_samples` (default `min_samples_rate`) in either arm is too few to pass or to fail
+    by the normal test (the exact guard may still fail it). `units`: each arm's breakdown of
+    its tally by sticky unit, if any.
+
+    The estimate is the difference of the rates; both sides test the one null boundary
+    p_c - p_p = margin, so the standard error is the one at the boundary's most likely rates
+    (`_restricted`), times each arm's design effect over its units (`_icc`): a candidate at the
+    margin that happened to see few events is not passed on their small spread."""
     (k_p, n_p), (k_c, n_c) = primary, candidate
-    margin = max(margin, th.rate_margin_relative * (k_p / n_p if n_p else 0.0))
+    p_rate = k_p / n_p if n_p else 0.0
+    boundary = _Boundary(margin, th.rate_margin_relative)
+    margin = boundary.margin(p_rate)
     least = th.min_samples_rate if min_samples is None else min_samples
+    c_p = _clusters(units[0], k_p, n_p)
+    c_c = _clusters(units[1], k_c, n_c)
+    icc = _icc(((c_p, k_p, n_p), (c_c, k_c, n_c))) if c_p or c_c else 0.0
+    d_p, d_c = _design_effect(n_p, c_p, icc), _design_effect(n_c, c_c, icc)
+
+    def guard(alpha: float) -> bool:
+        if not n_c or not n_p:
+            return False
+        return _exact_beyond((k_p / d_p, n_p / d_p), (k_c / d_c, n_c / d_c), margin, alpha)
+
+    shown = k_c / n_c - p_rate if n_c else None
     if min(n_p, n_c) < least:
-        return _Few(metric, margin, n_p, n_c, least)
-
-    def grown(k: float) -> tuple[float, float]:
-        p_c, var_c = _agresti_caffo(k_c * k, n_c * k)
-        p_p, var_p = _agresti_caffo(k_p * k, n_p * k)
-        return p_c - p_p, math.sqrt(var_c + var_p)
-
-    estimate, se = grown(1.0)
+        return _Few(metric, margin, n_p, n_c, least, guard=guard, estimate=shown)
+    units_p, units_c = _effective_units(n_p, c_p), _effective_units(n_c, c_c)
+    if min(units_p, units_c) < _LEAST_UNITS:
+        detail = (
+            f"too few sticky units: the traffic of {units_p:.3g} primary, {units_c:.3g} "
+            f"candidate effective units, need {_LEAST_UNITS:g} each"
+        )
+        return _Few(metric, margin, n_p, n_c, 0, detail, guard=guard, estimate=shown)
+    tilde_c, tilde_p = _restricted(k_c, n_c, k_p, n_p, boundary)
+    # The test is of p̂_c - p̂_p - m(p̂_p) against 0 (the difference against the margin at the
+    # primary's rate): its variance weighs the primary's by the boundary's slope squared, so a
+    # relative margin's own noise is counted (a primary that happened to see many errors widens
+    # the margin it is judged with).
+    # Near a kink of the margin (where the relative part takes over from the absolute one) the
+    # primary's estimate may fall on either side of it, and the convex kink biases the statistic
+    # towards passing: the steeper slope within two standard deviations of the primary's rate
+    # is taken (measured: at the kink, a 50 % step passed 12.5 % at the margin without it).
+    var_p = _rate_variance(tilde_p, n_p, d_p * _few_units_factor(n_p, c_p))
+    spread = 2.0 * math.sqrt(var_p)
+    slope = max(
+        boundary.slope(min(1.0, max(0.0, tilde_p + side * spread))) for side in (-1.0, 0.0, 1.0)
+    )
+    se = math.sqrt(
+        _rate_variance(tilde_c, n_c, d_c * _few_units_factor(n_c, c_c)) + slope**2 * var_p
+    )
+    effective = n_c / d_c
+    normal = min(tilde_c, 1.0 - tilde_c) * effective >= _NORMAL_EVENTS
+    estimate = k_c / n_c - p_rate
     return _Evidence(
         metric,
         "rate",
@@ -163,8 +464,9 @@ def _rate(
         n_p,
         n_c,
         f"{k_c}/{n_c} vs {k_p}/{n_p}",
-        shown=k_c / n_c - k_p / n_p,
-        grown=grown,
+        shown=estimate,
+        guard=guard,
+        normal_fail=normal,
     )
 
 
@@ -515,29 +817,28 @@ def _preference(
     )
 
 
-def _floor(candidate: Tally, floor: float, th: Thresholds) -> _Evidence | _Few:
-    """The candidate's (not followed, probes) against the rule's `min_adaptation`."""
+def _floor(
+    candidate: Tally, floor: float, th: Thresholds, per_unit: UnitTallies | None = None
+) -> _Evidence | _Few:
+    """The candidate's (not followed, probes) against the rule's `min_adaptation`: the null
+    boundary is a not-followed share of exactly 1 - floor, so the standard error is the binomial
+    one there, times the design effect of the probes' units."""
     metric = "rule_adaptation:min_adaptation"
     k, n = candidate
     if n < th.min_samples_probes:
         return _Few(metric, 0.0, n, n, th.min_samples_probes)
-
-    def grown(factor: float) -> tuple[float, float]:
-        adjusted, variance = _agresti_caffo(k * factor, n * factor)
-        return adjusted - (1.0 - floor), math.sqrt(variance)
-
-    estimate, se = grown(1.0)
+    clusters = _clusters(per_unit, k, n)
+    effect = _design_effect(n, clusters, _icc(((clusters, k, n),)))
+    boundary = 1.0 - floor
     return _Evidence(
         metric,
         "rate",
-        estimate,
-        se,
+        k / n - boundary,
+        math.sqrt(_rate_variance(boundary, n, effect)),
         0.0,
         n,
         n,
         f"candidate follows {n - k}/{n} flipped rules against a floor of {floor:.0%}",
-        shown=floor - (n - k) / n,
-        grown=grown,
         tau=_FLOOR_TAU,
     )
 
@@ -546,6 +847,9 @@ def _verdict(
     evidence: _Evidence | _Few, th: Thresholds, alpha: float, with_needs: bool
 ) -> MetricVerdict:
     if isinstance(evidence, _Few):
+        if evidence.guard is not None and evidence.guard(alpha * _GUARD_SHARE):
+            return _guarded(evidence.metric, evidence.threshold, evidence.n_primary,
+                            evidence.n_candidate, alpha, evidence.estimate)  # fmt: skip
         detail = evidence.detail or (
             f"too few samples: {evidence.n_primary} primary, {evidence.n_candidate} candidate, "
             f"need {evidence.need} each"
@@ -569,7 +873,11 @@ def _verdict(
     # The fail bound lies below the estimate (rounding keeps fl(estimate - width) <= estimate),
     # so it can only be beyond the margin when the estimate is: otherwise it is not solved for.
     # Most looks at a healthy candidate are of that kind.
-    fail_low = e.bounds(tau, alpha)[0] if e.estimate > e.margin else -math.inf
+    fail_alpha = alpha if e.guard is None else alpha * (1 - _GUARD_SHARE)
+    beyond = e.estimate > e.margin
+    fail_low = e.bounds(tau, fail_alpha)[0] if beyond and e.normal_fail else -math.inf
+    if fail_low <= e.margin and beyond and e.guard is not None and e.guard(alpha * _GUARD_SHARE):
+        return _guarded(e.metric, e.margin, e.n_primary, e.n_candidate, alpha, e.estimate)
     low, high = e.bounds(tau, beta)
     shown = e.shown if e.shown is not None else e.estimate
 
@@ -612,6 +920,31 @@ def _verdict(
         alpha,
         reason,
         needs=needs,
+    )
+
+
+def _guarded(
+    metric: str,
+    margin: float,
+    n_primary: int,
+    n_candidate: int,
+    alpha: float,
+    estimate: float | None = None,
+) -> MetricVerdict:
+    """The fail verdict of a rate's exact guard."""
+    return MetricVerdict(
+        metric,
+        Outcome.FAIL,
+        estimate,
+        None,
+        None,
+        margin,
+        n_primary,
+        n_candidate,
+        alpha,
+        f"worse beyond {margin:.4g} by an exact test ({n_candidate} candidate, {n_primary} "
+        f"primary observations; alpha {alpha * _GUARD_SHARE:.2g})",
+        needs=None,
     )
 
 
@@ -662,6 +995,21 @@ def _failures(tally: Tally) -> Tally:
     return total - passed, total
 
 
+def _units(
+    primary: ArmWindow, candidate: ArmWindow, key: str, *, failures: bool = False
+) -> tuple[UnitTallies | None, UnitTallies | None]:
+    """Both arms' per-unit breakdowns of a tally (`ArmWindow.units`), as bad events: a check's
+    (passed, total) per unit becomes (failed, total)."""
+
+    def one(window: ArmWindow) -> UnitTallies | None:
+        per_unit = window.units.get(key)
+        if per_unit is None or not failures:
+            return per_unit
+        return tuple((n - k, n) for k, n in per_unit)
+
+    return one(primary), one(candidate)
+
+
 def judge(
     primary: ArmWindow,
     candidate: ArmWindow,
@@ -706,6 +1054,7 @@ def judge(
                 (candidate.errors, candidate.requests),
                 th.error_rate_increase,
                 th,
+                units=_units(primary, candidate, "errors"),
             )
         )
     for name in sorted(primary.checks.keys() | candidate.checks.keys()):
@@ -718,6 +1067,7 @@ def judge(
                 _failures(c_check),
                 th.check_pass_rate_drop,
                 th,
+                units=_units(primary, candidate, f"checks:{name}", failures=True),
             )
         )
     if primary.corrections[1] or candidate.corrections[1]:
@@ -728,18 +1078,29 @@ def judge(
                 candidate.corrections,
                 th.correction_rate_increase,
                 th,
+                units=_units(primary, candidate, "corrections"),
             )
         )
     if primary.findings[1] or candidate.findings[1]:
         plan.append(
             lambda: _rate(
-                "findings", primary.findings, candidate.findings, th.finding_rate_increase, th
+                "findings",
+                primary.findings,
+                candidate.findings,
+                th.finding_rate_increase,
+                th,
+                units=_units(primary, candidate, "findings"),
             )
         )
     if candidate.agreement[1] and primary.noise[1]:
         plan.append(
             lambda: _rate(
-                "disagreement", primary.noise, candidate.agreement, th.disagreement_increase, th
+                "disagreement",
+                primary.noise,
+                candidate.agreement,
+                th.disagreement_increase,
+                th,
+                units=(primary.units.get("noise"), candidate.units.get("agreement")),
             )
         )
     for prefix, series in (("latency", "latencies_s"), ("ttft", "ttfts_s")):
@@ -793,10 +1154,13 @@ def judge(
                 th.rule_adaptation_drop,
                 th,
                 min_samples=th.min_samples_probes,
+                units=_units(primary, candidate, "adaptation"),
             )
         )
         if min_adaptation is not None:
-            plan.append(partial(_floor, c_adapt, min_adaptation, th))
+            plan.append(
+                partial(_floor, c_adapt, min_adaptation, th, candidate.units.get("adaptation"))
+            )
 
     if not plan:  # empty windows: nothing to judge, which holds the rollout
         return []

@@ -177,8 +177,10 @@ class Thresholds(BaseModel):
     pass_confidence: float = Field(0.95, gt=0.5, lt=1.0)
     """A metric passes when its anytime-valid bound at this confidence is within its margin: at
     most 1 - pass_confidence of candidates worse than the margin pass a metric."""
-    error_rate_increase: float = Field(0.02, ge=0.0, le=1.0)
-    """The candidate's error rate may exceed the primary's by this much."""
+    error_rate_increase: float = Field(0.005, ge=0.0, le=1.0)
+    """The candidate's error rate may exceed the primary's by this much (half a point; with
+    `rate_margin_relative` the margin is half the primary's rate when that is larger, so a
+    doubled error rate is beyond the margin, never promoted)."""
     check_pass_rate_drop: float = Field(0.05, ge=0.0, le=1.0)
     """Each rule check's pass rate may fall below the primary's by this much."""
     correction_rate_increase: float = Field(0.05, ge=0.0, le=1.0)
@@ -193,9 +195,10 @@ class Thresholds(BaseModel):
     human_preference_drop: float = Field(0.1, ge=0.0, le=0.5)
     """The candidate's share of blind human preferences against the primary (ties count half)
     may fall this far below one half (0.1: preferred in 40% of reviewed pairs)."""
-    rate_margin_relative: float = Field(0.25, ge=0.0, le=10.0)
-    """Every rate's margin is at least this share of the primary's rate (0.25: a 20% error rate
-    may become 25%), so that noisy high rates do not need a tiny absolute margin."""
+    rate_margin_relative: float = Field(0.5, ge=0.0, le=10.0)
+    """Every rate's margin is at least this share of the primary's rate (0.5: a 2% error rate
+    may become 3%, not 4%), so that noisy high rates do not need a tiny absolute margin; and at
+    most half the distance from the primary's rate to 1 (an 80% rate's margin is 10 points)."""
     latency_p50_ratio: float = Field(1.15, ge=1.0)
     """Candidate p50 / primary p50 (latency and time to first token). 1.15, like the p95's, so
     that a slowdown of the whole distribution is held to the same bound as one of its tail."""

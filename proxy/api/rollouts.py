@@ -376,12 +376,7 @@ def _profile(
     arms = Arms(route, baseline, candidate)
     total = windows.count_exchanges(arms, start)
     # The oldest exchange since `start`, of either arm: a young gateway's data begins there.
-    firsts = [
-        windows.nth_newest_start(arms, arm, start, count)
-        for arm, (count, _) in windows.served_counts(arms, start).items()
-        if count
-    ]
-    oldest = min((f for f in firsts if f is not None), default=None)
+    oldest = windows.oldest_start(arms, start)
     began = max(start, oldest) if oldest is not None else start
     span = max((now - began).total_seconds(), 1.0)
     profile = traffic_profile(windows, route, baseline, rule, start, now)

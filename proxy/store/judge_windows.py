@@ -314,6 +314,16 @@ class JudgeWindows:
         )
         return int(self._rows("counting traffic", statement)[0][0])
 
+    def oldest_start(self, arms: Arms, since: datetime) -> datetime | None:
+        """When the oldest exchange of both compared arms at or after `since` started (where a
+        young gateway's data begins); None when there is none."""
+        c = _exchanges.c
+        statement = sa.select(sa.func.min(c.started_at)).where(
+            _compared(_exchanges, arms), c.started_at >= since
+        )
+        rows = self._rows("finding where the traffic begins", statement)
+        return as_utc(rows[0][0]) if rows and rows[0][0] is not None else None
+
     def corrections(
         self, arms: Arms, since: datetime, *, per_caller: int | None = None
     ) -> dict[Arm, int]:

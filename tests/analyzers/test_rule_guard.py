@@ -26,7 +26,7 @@ def test_a_follower_primary_does_not_regress() -> None:
 def test_a_rule_harder_for_every_model_is_not_the_primarys_regression() -> None:
     # Everyone fails the new version about as often: the primary is worse than itself before,
     # not worse than the others.
-    verdict = guard_verdict(GuardEvidence((40, 100), (2, 100), (38, 100)), min_samples=30)
+    verdict = guard_verdict(GuardEvidence((160, 400), (8, 400), (152, 400)), min_samples=30)
     assert verdict.outcome is GuardOutcome.CLEAR
     assert verdict.against_previous.beyond
     assert verdict.against_others is not None and not verdict.against_others.beyond

@@ -48,7 +48,14 @@ def rollout_config(
         "interval_s": interval_s,
         "min_samples": 20,
         "failure_limit": 2,
-        "thresholds": {"min_samples_latency": 10, **(thresholds or {})},
+        # the margins these tests were written for (a 2-point error margin, not the default
+        # half point that needs thousands of answers)
+        "thresholds": {
+            "min_samples_latency": 10,
+            "error_rate_increase": 0.02,
+            "rate_margin_relative": 0.25,
+            **(thresholds or {}),
+        },
     }
     if metrics is not None:
         analysis["metrics"] = metrics
