@@ -42,9 +42,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from analyzers.judge_stats import _TAU_FLOOR, _agresti_caffo, _Evidence, _rate
+from analyzers.judge_stats import _TAU_FLOOR, _agresti_caffo, _Evidence, _rate, _verdict
 from analyzers.sequential import bounds
-from analyzers.verdicts import Tally, Thresholds
+from analyzers.verdicts import Outcome, Tally, Thresholds
 
 
 class GuardOutcome(enum.StrEnum):
@@ -116,9 +116,10 @@ def _compare(subject: Tally, baseline: Tally, th: Thresholds, alpha: float) -> C
         return Comparison(subject, baseline, None, None, evidence.threshold, False)
     tau = max(evidence.margin, _TAU_FLOOR["rate"])
     low, _ = bounds(evidence.estimate, evidence.se, tau, alpha)
-    return Comparison(
-        subject, baseline, evidence.shown, low, evidence.margin, low > evidence.margin
-    )
+    # Beyond the margin as the rollout judge fails a rate: its normal test where the counts
+    # allow one, else its exact guard (a primary failing every answer on few of them).
+    failed = _verdict(evidence, th, alpha, with_needs=False).outcome is Outcome.FAIL
+    return Comparison(subject, baseline, evidence.shown, low, evidence.margin, failed)
 
 
 def _rate_text(tally: Tally) -> str:

@@ -19,8 +19,8 @@ def test_a_share_of_the_budget_scales_every_alpha_of_the_call() -> None:
 
 
 def test_a_smaller_budget_needs_more_evidence_to_fail() -> None:
-    # 40/400 against 4/400: fails on the whole budget, not on a millionth of it.
-    bad, good = ArmWindow(400, 40), ArmWindow(400, 4)
+    # 80/800 against 8/800: fails on the whole budget, not on a millionth of it.
+    bad, good = ArmWindow(800, 80), ArmWindow(800, 8)
     assert judge(good, bad, TH)[0].outcome.value == "fail"
     assert judge(good, bad, TH, budget=1e-6)[0].outcome.value != "fail"
 

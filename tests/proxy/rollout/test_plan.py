@@ -33,7 +33,9 @@ def test_each_step_needs_its_own_answers_so_the_smallest_step_takes_longest() ->
     # and for the whole rollout.
     for step in plan.steps:
         assert step.least_s <= step.duration_s <= step.duration_p90_s  # type: ignore[operator]
-    assert sum(least) < plan.total_s < plan.total_p90_s  # type: ignore[arg-type,operator]
+    # The median is at least the time without noise (one metric far slower than the others
+    # crosses near it); the p90 lies beyond.
+    assert sum(least) <= plan.total_s < plan.total_p90_s  # type: ignore[arg-type,operator]
 
 
 def test_the_needed_answers_are_where_the_judge_starts_to_pass() -> None:
@@ -80,13 +82,19 @@ def _probes(**fields: object) -> ProbesSpec:
 
 
 def test_a_probed_rule_gates_the_first_step_and_a_slow_probe_rate_holds_it() -> None:
-    canary = CanarySpec(model="cand", steps=[10, 50], step_interval_s=60)
+    # The old two-point error margin: with the default half point the error rate needs hours at
+    # this rate, and no probe rate could be the slowest part of the step.
+    canary = CanarySpec.model_validate(
+        {"model": "cand", "steps": [10, 50], "step_interval_s": 60,
+         "analysis": {"thresholds": {"error_rate_increase": 0.02, "rate_margin_relative": 0.25}}}
+    )  # fmt: skip
     plain = plan_rollout("bot", profile(2.0), canary)
     probed = plan_rollout("bot", profile(2.0), canary, probes=_probes())
     first, second = probed.steps
     assert first.needs["rule_adaptation"] is not None and "rule_adaptation" not in second.needs
-    # At 0.0556 probes/s the probes come before the error rate can pass: still error_rate.
-    assert first.holding == plain.steps[0].holding == "error_rate"
+    # At 0.0556 probes/s the probes come before the traffic metrics can pass: what holds the
+    # step is still what holds it without probes.
+    assert first.holding == plain.steps[0].holding != "rule_adaptation"
     slow = plan_rollout("bot", profile(2.0), canary, probes=_probes(sample=0.01))
     assert slow.steps[0].holding == "rule_adaptation"  # 0.02 probes/s
     assert slow.steps[0].least_s == slow.steps[0].needs["rule_adaptation"] / 0.02  # type: ignore[operator]
