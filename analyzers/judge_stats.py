@@ -559,24 +559,36 @@ class _QuantileArm:
     def end(self, z: float, upper: bool) -> float:
         """The order statistic at probability q ± z·spread (Woodruff), moved halfway to the next
         distinct value beyond it: recorded values have a resolution (1 s, 0.5 points), and a run
-        of ties says the quantile lies somewhere in that cell, never exactly on the tie. Beyond
-        the sample, or at its last distinct value, the end is unbounded (`math.inf`, or 0 below):
-        n answers cannot bound a p95 from above until enough of them lie above it."""
+        of ties says the quantile lies somewhere in that cell, never exactly on the tie (in the
+        run of the largest or smallest value, half a cell beyond it, the cell as wide as the gap
+        to its neighbour). Beyond the sample, at its last answer, or in a sample of one value,
+        the end is unbounded (`math.inf`, or 0 below): n answers cannot bound a p95 from above
+        until enough of them lie above it."""
         values, n = self.values, len(self.values)
         if upper:
             probability = self.q + z * self.spread
             if probability > 1:  # beyond the sample (and an infinite spread: one unit)
                 return math.inf
-            value = values[max(math.ceil(n * probability), 1) - 1]
+            rank = max(math.ceil(n * probability), 1)
+            value = values[rank - 1]
             beyond = bisect_right(values, value)
-            return (value + values[beyond]) / 2 if beyond < n else math.inf
+            if beyond < n:
+                return (value + values[beyond]) / 2
+            # Inside the run of the largest value (a timeout, a coarse resolution), with more of
+            # it above the rank: bounded by half a cell above it, the cell's width read from the
+            # value below. Only the last answer itself leaves the end unbounded.
+            below = bisect_left(values, value) - 1
+            return value + (value - values[below]) / 2 if rank < n and below >= 0 else math.inf
         probability = self.q - z * self.spread
         rank = math.floor(n * probability) if probability > 0 else 0
         if rank < 1:
             return 0.0
         value = values[rank - 1]
         beyond = bisect_left(values, value) - 1
-        return (value + values[beyond]) / 2 if beyond >= 0 else 0.0
+        if beyond >= 0:
+            return (value + values[beyond]) / 2
+        above = bisect_right(values, value)  # likewise inside the run of the smallest value
+        return max(0.0, value - (values[above] - value) / 2) if rank > 1 and above < n else 0.0
 
     def side(self, z: float, upper: bool) -> float:
         """The log-scale distance from the point to `end`, per unit of z (a one-sided standard

@@ -35,6 +35,12 @@ from .forecast import Channel, MetricCurve, quantile, sigma_for, simulate_step
 PRIMARY_CAP = 20
 """The baseline arm of a planned step holds at most this many answers per canary answer."""
 
+SAMPLES_CAP = 20_000
+"""A planned arm holds at most this many latency, TTFT and cost samples, as the judge's windows
+do (`proxy.rollout.evidence.SAMPLES_PER_ARM`; a test keeps them equal): a look of the plan costs
+what a look of the judge does, and a metric the judge cannot pass on that many samples is not
+planned to pass either."""
+
 HORIZON_S = 24 * 3600.0
 """A step that would need longer than this is reported as not passing."""
 FORECAST_RUNS = 200
@@ -131,12 +137,13 @@ def _arms(profile: TrafficProfile, n_canary: int, weight: float) -> _Arms:
     lat, ttft, cost = profile.latencies_s, profile.ttfts_s, profile.costs_usd
 
     def arm(n: int) -> ArmWindow:
+        sampled = min(n, SAMPLES_CAP)
         return ArmWindow(
             requests=n,
             errors=round(n * share),
-            latencies_s=_spread(lat, n),
-            ttfts_s=_spread(ttft, round(n * len(ttft) / max(1, len(lat)))) if lat else (),
-            costs_usd=_spread(cost, round(n * len(cost) / max(1, profile.requests))),
+            latencies_s=_spread(lat, sampled),
+            ttfts_s=_spread(ttft, round(sampled * len(ttft) / max(1, len(lat)))) if lat else (),
+            costs_usd=_spread(cost, round(sampled * len(cost) / max(1, profile.requests))),
         )
 
     def checks(n: int) -> dict[str, Tally]:

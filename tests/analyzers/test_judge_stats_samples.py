@@ -235,3 +235,19 @@ def test_a_single_unit_holds_every_sample_metric() -> None:
     for metric in ("cost_per_request", "judge_score"):
         assert verdicts[metric].outcome is Outcome.INCONCLUSIVE, verdicts[metric]
         assert "effective units" in verdicts[metric].reason
+
+
+def test_a_p95_inside_a_run_of_timeouts_is_bounded() -> None:
+    # A tenth of the answers hit a 30 s timeout: the p95 lies in the run of the largest value.
+    # Half a cell above it bounds it (the last answer alone would not), so the verdict has a
+    # bound and says what more evidence would do; it does not hold as "unbounded" forever.
+    rng = random.Random(7)
+
+    def arm(n: int) -> ArmWindow:
+        latencies = tuple(30.0 if rng.random() < 0.1 else rng.uniform(1.0, 20.0) for _ in range(n))
+        return ArmWindow(n, 0, latencies_s=latencies)
+
+    verdicts = {v.metric: v for v in judge(arm(4000), arm(4000), Thresholds())}
+    p95 = verdicts["latency_p95"]
+    assert p95.outcome is Outcome.INCONCLUSIVE
+    assert p95.low is not None and p95.high is not None and p95.low < 1.0 < p95.high < 2.0

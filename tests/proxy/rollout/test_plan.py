@@ -125,3 +125,10 @@ def test_a_step_with_no_metric_of_the_profile_lasts_its_interval() -> None:
     (step,) = plan_rollout("bot", profile(2.0), canary).steps
     assert step.needs == {} and step.least_s == 60
     assert step.duration_s is not None and step.duration_s >= 60
+
+
+def test_a_planned_arm_holds_as_many_samples_as_the_judges_windows() -> None:
+    from proxy.rollout.evidence import SAMPLES_PER_ARM
+    from proxy.rollout.plan import SAMPLES_CAP
+
+    assert SAMPLES_CAP == SAMPLES_PER_ARM
