@@ -36,7 +36,7 @@ import math
 import random
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,10 +67,17 @@ def _probes_spec() -> ProbesSpec:
     )
 
 
-def canary_spec(probes: bool, reviews: bool) -> CanarySpec:
+def canary_spec(
+    probes: bool, reviews: bool, thresholds: Mapping[str, float] | None = None
+) -> CanarySpec:
+    """The route's canary at the defaults, or with `thresholds` set (a faster rollout, for the
+    fast test of the forecast's calibration)."""
     metrics = ["error_rate", "latency_p50", "latency_p95", "cost_per_request", "check_pass_rate"]
     metrics += ["rule_adaptation"] * probes + ["human_preference"] * reviews
-    return CanarySpec.model_validate({"model": "candidate", "analysis": {"metrics": metrics}})
+    analysis: dict[str, object] = {"metrics": metrics}
+    if thresholds:
+        analysis["thresholds"] = dict(thresholds)
+    return CanarySpec.model_validate({"model": "candidate", "analysis": analysis})
 
 
 def _poisson(rng: random.Random, lam: float) -> int:
@@ -133,10 +140,17 @@ class Run:
     rolled_back: bool
 
 
-def simulate(rate: float, seed: int, probes: bool, reviews: bool, horizon_s: float) -> Run:
+def simulate(
+    rate: float,
+    seed: int,
+    probes: bool,
+    reviews: bool,
+    horizon_s: float,
+    thresholds: Mapping[str, float] | None = None,
+) -> Run:
     """One rollout of an identical candidate at `rate` req/s, as the controller judges it."""
     rng = random.Random(seed)
-    canary = canary_spec(probes, reviews)
+    canary = canary_spec(probes, reviews, thresholds)
     analysis = canary.analysis
     th = analysis.thresholds.model_copy(update={"min_samples_rate": analysis.min_samples})
     steps = [w for w in canary.steps if w < 100]
