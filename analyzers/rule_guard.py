@@ -4,15 +4,16 @@ no I/O), so it can be simulated look after look on synthetic streams.
 Every tally is `(failing, answers)`: answers judged on one rule version, and those failing any
 check of that version (for probes: answers that did not follow the flipped value). The guard
 asks two questions of the primary's failure rate on the new version, each as the canary judge
-asks its rate metrics (`analyzers.judge_stats`: Agresti-Caffo differences, anytime-valid bounds
-of `analyzers.sequential`, the false-switch budget `alpha` split over both questions, a margin
-that is absolute or, if larger, a share of the baseline's rate):
+asks its rate metrics and fails them (`analyzers.judge_stats`: differences tested at the null
+boundary, anytime-valid bounds of `analyzers.sequential` or, on few events, the exact guard; the
+false-switch budget `alpha` split over both questions, a margin that is absolute or, if larger,
+a share of the baseline's rate, at most half the distance to 1):
 
 1. is it worse than the **others'** pooled failure rate on the same version (shadows, the canary,
    probes: other models answering the same new-version requests) beyond the margin?
 2. is it worse than **its own** failure rate on the previous version beyond the margin?
 
-The primary **regresses** only when both lower bounds are beyond the margin: a new rule that
+The primary **regresses** only when both questions fail as the judge fails a rate: a new rule that
 every model finds harder raises the others' rate as much as the primary's (question 1 stays
 within the margin), and a primary that was already as bad before (question 2) did not regress
 on this rule. Fewer than `min_samples` answers on either side of a question hold (too little
