@@ -41,7 +41,7 @@ from proxy.config import parse_config
 from proxy.mock_upstream.behavior import parse_behavior
 from proxy.mock_upstream.server import MockUpstreamServer
 
-from .demo import DEMO_ENV, DEMO_KEY_ENV, _alert_receiver, _clock, _Scene
+from .demo import DEMO_ENV, DEMO_KEY_ENV, _alert_receiver, _clock, _interval, _Scene
 
 PATTERN = r"max_weight\s*=\s*(\d+)"
 TEMPLATE = '{"max_weight": {1}, "answer": "Parcels up to {1} kg ship as standard."}'
@@ -410,7 +410,7 @@ class _Story:
         out(f"  reason   {state['reason']}")
         for v in [v for v in state["verdicts"] if v["metric"].startswith("rule_adaptation")][:1]:
             out(f"  verdict  {v['metric']} ({v['scope']}): {v['verdict']}, not-followed share "
-                f"{v['estimate']:+.2f} [{v['low']:.2f}, {v['high']:.2f}] vs margin "
+                f"{v['estimate']:+.2f} {_interval(v)} vs margin "
                 f"{v['threshold']:g}; {v['n_primary']} prod vs {v['n_candidate']} cand-a "
                 "probes")  # fmt: skip
         alert = self._alert(CANARY_ROUTE, ("verdict_fail", "rule_regression", "rollback"), 3.0)
