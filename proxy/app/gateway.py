@@ -586,6 +586,10 @@ class Gateway:
             await asyncio.to_thread(self.analysis.stop, self.config.server.drain_timeout_s / 2)
         for client in [*self.clients.values(), *self.retired_clients]:
             await client.aclose()
+        # The rule tracker's writes (rule events, learned templates) run on worker threads:
+        # they end before the store closes, or are cancelled, never left holding a connection.
+        await self.rule_tracker.tasks.wait(self.config.server.drain_timeout_s / 4)
+        await self.rule_tracker.tasks.cancel_all()
         await asyncio.to_thread(self._close_store)
         if self.tracer_provider is not None:
             self.tracer_provider.shutdown()

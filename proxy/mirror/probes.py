@@ -53,6 +53,7 @@ the text it rewrites, then O(targets)), and a probe only reads what the client p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import math
@@ -176,6 +177,8 @@ class ProbeDispatcher(ExchangeObserver):
         self.since_read: dict[tuple[str, str], list[float]] = {}
         """[probes started, USD spent] by this process since that read, by (rule, target)."""
         self._follower = TaskSet("probe-fleet")
+        self._stopping: asyncio.Event | None = None
+        """Set by `stop`: ends the fleet reader's wait between reads (made on the serving loop)."""
 
     def configure(self, config: MirrorgateConfig) -> None:
         """Take the rules' probe settings from `config` (at start, and on a reload). Probes in
@@ -396,6 +399,8 @@ class ProbeDispatcher(ExchangeObserver):
     async def _follow_fleet(self) -> None:
         """Read the fleet's spend every `fleet_refresh_s` until the gateway stops (a store
         outage keeps the last reading and the local counts)."""
+        stopping = self._stopping
+        assert stopping is not None  # made by `start`
         while self.accepting:
             try:
                 seen = await asyncio.to_thread(self.fleet_spend, datetime.now(UTC))
@@ -403,13 +408,15 @@ class ProbeDispatcher(ExchangeObserver):
                 log.warning("probes: the fleet's probe spend could not be read: %s", exc)
             else:
                 self.fleet_seen, self.since_read = seen, {}
-            await asyncio.sleep(self.fleet_refresh_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), self.fleet_refresh_s)
 
     def start(self, shed_lag_s: float = 0.0, shed_busy: float = 0.0, **monitor: Any) -> None:
         """From the gateway's lifespan, on the serving loop. Without a shared overload monitor,
         start one of its own when a threshold is set (`shed_lag_s`, `shed_busy`); with a
         `fleet` store, start reading the fleet's hourly spend."""
         if self.fleet is not None and self.rules and not len(self._follower):
+            self._stopping = asyncio.Event()
             self._follower.spawn(self._follow_fleet(), "probe:fleet")
         if self.overload is None and (shed_lag_s > 0 or shed_busy > 0):
             own = self.overload = LoopLoadMonitor(shed_lag_s, shed_busy, **monitor)
@@ -422,6 +429,11 @@ class ProbeDispatcher(ExchangeObserver):
     async def stop(self, timeout_s: float) -> None:
         """Refuse new probes, give running ones `timeout_s`, then cancel the rest (counted)."""
         self.accepting = False
+        # The fleet reader ends after its read in flight: cancelled mid-read, its worker thread
+        # would still hold a store connection when the gateway closes the store.
+        if self._stopping is not None:
+            self._stopping.set()
+        await self._follower.wait(timeout_s)
         await self._follower.cancel_all()
         if self.overload is not None and self._owns_overload:
             await self.overload.stop()
